@@ -1,0 +1,162 @@
+//! Connection settings.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Settings for one WebSocket connection.
+///
+/// Start from [`Config::default`] and change what you need with the builder
+/// methods; the connection constructors call [`Config::validate`], so an
+/// impossible combination is an error, never a panic.
+///
+/// ```
+/// use wavesock::Config;
+///
+/// let config = Config::default()
+///     .max_frame_size(1 << 20)
+///     .max_message_size(4 << 20);
+/// assert!(config.validate().is_ok());
+/// assert!(Config::default().max_frame_size(0).validate().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// Largest payload a single incoming frame may announce. Default 16 MiB.
+    pub max_frame_size: usize,
+    /// Largest incoming message, all fragments together. Default 64 MiB.
+    pub max_message_size: usize,
+    /// Outgoing bytes buffered before `poll_ready` waits for the socket to
+    /// take some. Default 128 KiB.
+    pub write_buffer_size: usize,
+    /// Largest HTTP head accepted during the opening handshake. Default 8 KiB.
+    pub max_handshake_size: usize,
+    /// Most headers accepted in the opening handshake. Default 64.
+    pub max_headers: usize,
+    /// Time allowed for the opening handshake. Default 10 s; `None` waits for ever.
+    pub handshake_timeout: Option<Duration>,
+    /// Accept unmasked frames from clients (servers only). RFC 6455 forbids
+    /// them; default `false`.
+    pub accept_unmasked_frames: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_frame_size: 16 << 20,
+            max_message_size: 64 << 20,
+            write_buffer_size: 128 << 10,
+            max_handshake_size: 8 << 10,
+            max_headers: 64,
+            handshake_timeout: Some(Duration::from_secs(10)),
+            accept_unmasked_frames: false,
+        }
+    }
+}
+
+impl Config {
+    /// Sets [`Config::max_frame_size`].
+    pub fn max_frame_size(mut self, bytes: usize) -> Self {
+        self.max_frame_size = bytes;
+        self
+    }
+
+    /// Sets [`Config::max_message_size`].
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.max_message_size = bytes;
+        self
+    }
+
+    /// Sets [`Config::write_buffer_size`].
+    pub fn write_buffer_size(mut self, bytes: usize) -> Self {
+        self.write_buffer_size = bytes;
+        self
+    }
+
+    /// Sets [`Config::max_handshake_size`].
+    pub fn max_handshake_size(mut self, bytes: usize) -> Self {
+        self.max_handshake_size = bytes;
+        self
+    }
+
+    /// Sets [`Config::max_headers`].
+    pub fn max_headers(mut self, count: usize) -> Self {
+        self.max_headers = count;
+        self
+    }
+
+    /// Sets [`Config::handshake_timeout`].
+    pub fn handshake_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// Sets [`Config::accept_unmasked_frames`].
+    pub fn accept_unmasked_frames(mut self, accept: bool) -> Self {
+        self.accept_unmasked_frames = accept;
+        self
+    }
+
+    /// Checks that the settings can work together.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_frame_size == 0 {
+            return Err(Error::InvalidConfig("max_frame_size must be at least 1"));
+        }
+        if self.max_message_size < self.max_frame_size {
+            return Err(Error::InvalidConfig(
+                "max_message_size must be at least max_frame_size",
+            ));
+        }
+        if self.write_buffer_size == 0 {
+            return Err(Error::InvalidConfig("write_buffer_size must be at least 1"));
+        }
+        if self.max_handshake_size < 256 {
+            return Err(Error::InvalidConfig(
+                "max_handshake_size below 256 bytes cannot hold a handshake",
+            ));
+        }
+        if self.max_headers < 8 {
+            return Err(Error::InvalidConfig(
+                "max_headers below 8 cannot hold a handshake",
+            ));
+        }
+        if let Some(t) = self.handshake_timeout {
+            if t.is_zero() {
+                return Err(Error::InvalidConfig("handshake_timeout must not be zero"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert!(Config::default().validate().is_ok());
+    }
+
+    #[test]
+    fn message_limit_below_frame_limit_is_refused() {
+        let c = Config::default()
+            .max_frame_size(1024)
+            .max_message_size(1023);
+        assert!(matches!(c.validate(), Err(Error::InvalidConfig(_))));
+    }
+
+    #[test]
+    fn zero_limits_are_refused() {
+        assert!(Config::default().max_frame_size(0).validate().is_err());
+        assert!(Config::default().write_buffer_size(0).validate().is_err());
+        assert!(Config::default().max_handshake_size(10).validate().is_err());
+        assert!(Config::default().max_headers(0).validate().is_err());
+        assert!(
+            Config::default()
+                .handshake_timeout(Some(std::time::Duration::ZERO))
+                .validate()
+                .is_err()
+        );
+    }
+}

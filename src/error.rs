@@ -1,0 +1,191 @@
+//! The crate's one error type.
+
+use std::io;
+
+use http::StatusCode;
+
+use crate::proto::close::CloseCode;
+
+/// Everything that can go wrong on a WebSocket connection.
+///
+/// Protocol violations and limit breaches carry the close code that was sent
+/// to the peer (see [`Error::close_code`]); I/O and handshake failures do not.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The underlying transport failed.
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+
+    /// The peer broke a rule of RFC 6455.
+    #[error("protocol violation: {0}")]
+    Protocol(#[from] ProtocolError),
+
+    /// A text message or close reason was not valid UTF-8.
+    #[error("invalid UTF-8 in a text message or close reason")]
+    InvalidUtf8,
+
+    /// A single frame announced more payload than `max_frame_size` allows.
+    #[error("frame of {size} bytes exceeds the limit of {max} bytes")]
+    FrameTooLarge {
+        /// The length the frame announced.
+        size: u64,
+        /// The configured limit.
+        max: usize,
+    },
+
+    /// A message (all of its fragments) would exceed `max_message_size`.
+    #[error("message of at least {size} bytes exceeds the limit of {max} bytes")]
+    MessageTooLarge {
+        /// The size the message would reach.
+        size: u64,
+        /// The configured limit.
+        max: usize,
+    },
+
+    /// The opening HTTP handshake failed.
+    #[error("handshake failed: {0}")]
+    Handshake(#[from] HandshakeError),
+
+    /// The connection was closed: the close handshake completed, or the peer
+    /// went away. Reading again returns `None`; writing returns
+    /// [`Error::AlreadyClosed`].
+    #[error("connection closed")]
+    ConnectionClosed,
+
+    /// A message was sent after the connection was closed or after a close
+    /// frame was sent.
+    #[error("connection already closed")]
+    AlreadyClosed,
+
+    /// The message given to `send` cannot be put on the wire (for example a
+    /// control frame over 125 bytes or a close code that is not allowed).
+    #[error("invalid message to send: {0}")]
+    InvalidMessage(&'static str),
+
+    /// A [`Config`](crate::Config) combination that cannot work.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(&'static str),
+}
+
+impl Error {
+    /// The close code this error calls for, when it is a fault of the peer's
+    /// data: 1002 for protocol violations, 1007 for invalid UTF-8, 1009 for
+    /// limit breaches.
+    pub fn close_code(&self) -> Option<CloseCode> {
+        match self {
+            Error::Protocol(_) => Some(CloseCode::PROTOCOL_ERROR),
+            Error::InvalidUtf8 => Some(CloseCode::INVALID_PAYLOAD),
+            Error::FrameTooLarge { .. } | Error::MessageTooLarge { .. } => {
+                Some(CloseCode::MESSAGE_TOO_BIG)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A violation of the framing rules of RFC 6455 by the peer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProtocolError {
+    /// An RSV bit was set without a negotiated extension that defines it.
+    #[error("reserved bits set without a negotiated extension")]
+    ReservedBits,
+    /// An opcode reserved for future use (3–7, 11–15).
+    #[error("reserved opcode {0:#x}")]
+    ReservedOpcode(u8),
+    /// A control frame with FIN clear.
+    #[error("fragmented control frame")]
+    FragmentedControlFrame,
+    /// A control frame with more than 125 bytes of payload.
+    #[error("control frame payload of {0} bytes (at most 125 allowed)")]
+    ControlFrameTooLong(u64),
+    /// A 64-bit payload length with the most significant bit set.
+    #[error("64-bit payload length with the top bit set")]
+    InvalidLength,
+    /// A client sent an unmasked frame.
+    #[error("unmasked frame from a client")]
+    UnmaskedFrame,
+    /// A server sent a masked frame.
+    #[error("masked frame from a server")]
+    MaskedFrame,
+    /// A continuation frame arrived with no fragmented message in progress.
+    #[error("continuation frame without a message in progress")]
+    UnexpectedContinuation,
+    /// A new text or binary frame arrived while a fragmented message was in progress.
+    #[error("new data frame while a fragmented message is in progress")]
+    ExpectedContinuation,
+    /// A close frame with a one-byte payload.
+    #[error("close frame with a one-byte payload")]
+    CloseTooShort,
+    /// A close frame carrying a code that must not appear on the wire.
+    #[error("invalid close code {0}")]
+    InvalidCloseCode(u16),
+    /// Data frames arrived after the peer's close frame.
+    #[error("frame received after a close frame")]
+    FrameAfterClose,
+}
+
+/// Why the opening HTTP handshake failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandshakeError {
+    /// The HTTP head could not be parsed.
+    #[error("malformed HTTP: {0}")]
+    Malformed(String),
+    /// The HTTP head was larger than the configured limit.
+    #[error("HTTP head exceeds {0} bytes")]
+    TooLarge(usize),
+    /// The request used a method other than GET.
+    #[error("method {0} is not allowed; a WebSocket handshake uses GET")]
+    MethodNotAllowed(String),
+    /// A required header was missing or wrong.
+    #[error("bad header {name}: {reason}")]
+    BadHeader {
+        /// Header name.
+        name: &'static str,
+        /// What was wrong with it.
+        reason: &'static str,
+    },
+    /// The client asked for a WebSocket version other than 13.
+    #[error("unsupported WebSocket version")]
+    UnsupportedVersion,
+    /// The server answered with something other than 101 Switching Protocols.
+    #[error("server answered {status}")]
+    UnexpectedStatus {
+        /// The response status.
+        status: StatusCode,
+        /// The response as received (head and a bounded part of the body).
+        response: Box<http::Response<Option<Vec<u8>>>>,
+    },
+    /// The handshake did not complete within the configured timeout.
+    #[error("handshake timed out")]
+    Timeout,
+    /// The peer closed the connection during the handshake.
+    #[error("connection closed during the handshake")]
+    ConnectionClosed,
+    /// The URL could not be used to open a WebSocket connection.
+    #[error("invalid URL: {0}")]
+    InvalidUrl(String),
+    /// The server's callback refused the request.
+    #[error("request refused with status {0}")]
+    Refused(StatusCode),
+}
+
+impl HandshakeError {
+    /// The HTTP status a server answers this failure with, if any.
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            HandshakeError::Malformed(_) | HandshakeError::BadHeader { .. } => {
+                Some(StatusCode::BAD_REQUEST)
+            }
+            HandshakeError::TooLarge(_) => Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE),
+            HandshakeError::MethodNotAllowed(_) => Some(StatusCode::METHOD_NOT_ALLOWED),
+            HandshakeError::UnsupportedVersion => Some(StatusCode::UPGRADE_REQUIRED),
+            _ => None,
+        }
+    }
+}
+
+/// A `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,91 @@
+//! The opening HTTP/1.1 handshake (RFC 6455 §4), without I/O.
+
+pub mod server;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use sha1::{Digest, Sha1};
+
+const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+/// The `Sec-WebSocket-Accept` value for a `Sec-WebSocket-Key`.
+///
+/// ```
+/// // RFC 6455 §1.3
+/// assert_eq!(
+///     wavesock::handshake::derive_accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
+///     "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+/// );
+/// ```
+pub fn derive_accept_key(key: &[u8]) -> String {
+    let mut sha = Sha1::new();
+    sha.update(key);
+    sha.update(GUID);
+    STANDARD.encode(sha.finalize())
+}
+
+/// A fresh random `Sec-WebSocket-Key`: 16 random bytes, base64-encoded.
+pub fn generate_key() -> String {
+    STANDARD.encode(rand::random::<[u8; 16]>())
+}
+
+/// Whether a key is the base64 encoding of exactly 16 bytes.
+pub(crate) fn is_valid_key(key: &[u8]) -> bool {
+    key.len() == 24 && STANDARD.decode(key).is_ok_and(|k| k.len() == 16)
+}
+
+/// Whether a comma-separated header value lists `token` (case-insensitive).
+pub(crate) fn has_token(value: &[u8], token: &str) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+/// Whether any of the (possibly repeated) headers `name` lists `token`.
+pub(crate) fn headers_have_token(
+    headers: &http::HeaderMap,
+    name: http::header::HeaderName,
+    token: &str,
+) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .any(|v| has_token(v.as_bytes(), token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc_accept_key() {
+        assert_eq!(
+            derive_accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
+
+    #[test]
+    fn generated_keys_are_valid_and_differ() {
+        let a = generate_key();
+        let b = generate_key();
+        assert!(is_valid_key(a.as_bytes()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn key_validation() {
+        assert!(is_valid_key(b"dGhlIHNhbXBsZSBub25jZQ=="));
+        assert!(!is_valid_key(b"dGhlIHNhbXBsZSBub25jZQ")); // unpadded
+        assert!(!is_valid_key(b"aGVsbG8=")); // 5 bytes
+        assert!(!is_valid_key(b"!!!!!!!!!!!!!!!!!!!!!!=="));
+    }
+
+    #[test]
+    fn tokens_are_case_insensitive_lists() {
+        assert!(has_token(b"keep-alive, Upgrade", "upgrade"));
+        assert!(has_token(b"UPGRADE", "upgrade"));
+        assert!(!has_token(b"keep-alive", "upgrade"));
+        assert!(!has_token(b"upgraded", "upgrade"));
+    }
+}

@@ -1,0 +1,54 @@
+//! # wavesock
+//!
+//! A strict, fast WebSocket ([RFC 6455]) library for Tokio.
+//!
+//! - A sans-IO protocol core ([`proto`]): frame headers, masking, incremental
+//!   UTF-8 validation, close rules.
+//! - A [`tokio_util::codec`] [`Decoder`](tokio_util::codec::Decoder) /
+//!   [`Encoder`](tokio_util::codec::Encoder) pair ([`WebSocketCodec`]) that
+//!   checks every limit before reserving memory and hands out payloads
+//!   without copying.
+//! - [`WebSocketStream`]: a `Stream + Sink` over any `AsyncRead + AsyncWrite`,
+//!   with automatic pongs, the close handshake, and [`split`](WebSocketStream::split)
+//!   halves for two tasks.
+//!
+//! ```no_run
+//! use futures_util::{SinkExt, StreamExt};
+//!
+//! #[tokio::main]
+//! async fn main() -> wavesock::Result<()> {
+//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:9001").await?;
+//!     let (tcp, _) = listener.accept().await?;
+//!     let mut ws = wavesock::accept_async(tcp).await?;
+//!     while let Some(msg) = ws.next().await {
+//!         let msg = msg?;
+//!         if msg.is_data() {
+//!             ws.send(msg).await?; // echo
+//!         }
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
+//! [RFC 6455]: https://www.rfc-editor.org/rfc/rfc6455
+#![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(unsafe_code)]
+
+pub mod codec;
+pub mod config;
+pub mod error;
+pub mod handshake;
+pub mod proto;
+mod server;
+pub mod stream;
+
+pub use codec::WebSocketCodec;
+pub use config::Config;
+pub use error::{Error, HandshakeError, ProtocolError, Result};
+pub use proto::Role;
+pub use proto::close::{CloseCode, CloseFrame};
+pub use proto::header::OpCode;
+pub use proto::message::{Frame, Message};
+pub use proto::text::Utf8Bytes;
+pub use server::{accept_async, accept_async_with_config};
+pub use stream::{WebSocketReceiver, WebSocketSender, WebSocketStream};

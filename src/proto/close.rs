@@ -1,0 +1,190 @@
+//! Close codes and close frame payloads (RFC 6455 §5.5.1, §7.4).
+
+use std::fmt;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::error::{Error, ProtocolError};
+use crate::proto::text::Utf8Bytes;
+
+/// A close status code.
+///
+/// ```
+/// use wavesock::CloseCode;
+///
+/// assert!(CloseCode::NORMAL.is_sendable());
+/// assert!(!CloseCode::NO_STATUS.is_sendable()); // 1005 never goes on the wire
+/// assert!(CloseCode::from(4000).is_sendable()); // private use
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CloseCode(pub u16);
+
+impl CloseCode {
+    /// 1000: normal closure.
+    pub const NORMAL: CloseCode = CloseCode(1000);
+    /// 1001: the endpoint is going away.
+    pub const GOING_AWAY: CloseCode = CloseCode(1001);
+    /// 1002: protocol error.
+    pub const PROTOCOL_ERROR: CloseCode = CloseCode(1002);
+    /// 1003: a data type the endpoint cannot accept.
+    pub const UNSUPPORTED_DATA: CloseCode = CloseCode(1003);
+    /// 1005: no status code was present (never sent on the wire).
+    pub const NO_STATUS: CloseCode = CloseCode(1005);
+    /// 1006: the connection dropped without a close frame (never sent).
+    pub const ABNORMAL: CloseCode = CloseCode(1006);
+    /// 1007: data inconsistent with the message type (e.g. invalid UTF-8).
+    pub const INVALID_PAYLOAD: CloseCode = CloseCode(1007);
+    /// 1008: a policy violation.
+    pub const POLICY_VIOLATION: CloseCode = CloseCode(1008);
+    /// 1009: a message too big to process.
+    pub const MESSAGE_TOO_BIG: CloseCode = CloseCode(1009);
+    /// 1010: the client expected an extension the server did not negotiate.
+    pub const MANDATORY_EXTENSION: CloseCode = CloseCode(1010);
+    /// 1011: the server met an unexpected condition.
+    pub const INTERNAL_ERROR: CloseCode = CloseCode(1011);
+    /// 1012: the service is restarting.
+    pub const SERVICE_RESTART: CloseCode = CloseCode(1012);
+    /// 1013: try again later.
+    pub const TRY_AGAIN_LATER: CloseCode = CloseCode(1013);
+    /// 1014: a gateway received an invalid response.
+    pub const BAD_GATEWAY: CloseCode = CloseCode(1014);
+
+    /// Whether this code may appear in a close frame: 1000–1003, 1007–1014,
+    /// and 3000–4999 (registered and private use).
+    pub fn is_sendable(self) -> bool {
+        matches!(self.0, 1000..=1003 | 1007..=1014 | 3000..=4999)
+    }
+}
+
+impl From<u16> for CloseCode {
+    fn from(v: u16) -> Self {
+        CloseCode(v)
+    }
+}
+
+impl From<CloseCode> for u16 {
+    fn from(c: CloseCode) -> u16 {
+        c.0
+    }
+}
+
+impl fmt::Debug for CloseCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CloseCode({})", self.0)
+    }
+}
+
+impl fmt::Display for CloseCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The most bytes a close reason may take: 125 minus the two-byte code.
+pub const MAX_REASON_LEN: usize = 123;
+
+/// The code and reason carried by a close frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloseFrame {
+    /// The status code.
+    pub code: CloseCode,
+    /// Why, for humans; at most 123 bytes.
+    pub reason: Utf8Bytes,
+}
+
+impl CloseFrame {
+    /// A close frame with a code and a reason.
+    pub fn new(code: CloseCode, reason: impl Into<Utf8Bytes>) -> Self {
+        CloseFrame {
+            code,
+            reason: reason.into(),
+        }
+    }
+
+    /// Parses a received close payload. An empty payload means no status.
+    pub fn parse(payload: &[u8]) -> Result<Option<CloseFrame>, Error> {
+        match payload {
+            [] => Ok(None),
+            [_] => Err(ProtocolError::CloseTooShort.into()),
+            [hi, lo, reason @ ..] => {
+                let code = CloseCode(u16::from_be_bytes([*hi, *lo]));
+                if !code.is_sendable() {
+                    return Err(ProtocolError::InvalidCloseCode(code.0).into());
+                }
+                let reason = std::str::from_utf8(reason).map_err(|_| Error::InvalidUtf8)?;
+                Ok(Some(CloseFrame::new(code, reason)))
+            }
+        }
+    }
+
+    /// The payload for an outgoing close frame, refusing what the peer would
+    /// have to reject.
+    pub fn encode(frame: Option<&CloseFrame>) -> Result<Bytes, Error> {
+        let Some(f) = frame else {
+            return Ok(Bytes::new());
+        };
+        if !f.code.is_sendable() {
+            return Err(Error::InvalidMessage("close code may not be sent"));
+        }
+        if f.reason.len() > MAX_REASON_LEN {
+            return Err(Error::InvalidMessage("close reason longer than 123 bytes"));
+        }
+        let mut b = BytesMut::with_capacity(2 + f.reason.len());
+        b.put_u16(f.code.0);
+        b.extend_from_slice(f.reason.as_bytes());
+        Ok(b.freeze())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn valid_and_invalid_codes() {
+        for c in [
+            1000u16, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014, 3000, 3999,
+            4000, 4999,
+        ] {
+            assert!(CloseCode(c).is_sendable(), "{c}");
+        }
+        for c in [
+            0u16, 999, 1004, 1005, 1006, 1015, 1016, 1100, 2000, 2999, 5000, 65535,
+        ] {
+            assert!(!CloseCode(c).is_sendable(), "{c}");
+        }
+    }
+
+    #[test]
+    fn parse_close_payloads() {
+        assert_eq!(CloseFrame::parse(&[]).unwrap(), None);
+        assert!(matches!(
+            CloseFrame::parse(&[0x03]),
+            Err(Error::Protocol(ProtocolError::CloseTooShort))
+        ));
+        assert!(matches!(
+            CloseFrame::parse(&[0x03, 0xED]),
+            Err(Error::Protocol(ProtocolError::InvalidCloseCode(1005)))
+        ));
+        assert!(matches!(
+            CloseFrame::parse(&[0x03, 0xE8, 0xff]),
+            Err(Error::InvalidUtf8)
+        ));
+        let f = CloseFrame::parse(&[0x03, 0xE8, b'b', b'y', b'e'])
+            .unwrap()
+            .unwrap();
+        assert_eq!(f.code, CloseCode::NORMAL);
+        assert_eq!(f.reason, "bye");
+    }
+
+    #[test]
+    fn encode_refuses_unsendable() {
+        assert!(CloseFrame::encode(Some(&CloseFrame::new(CloseCode::NO_STATUS, ""))).is_err());
+        let long = "x".repeat(124);
+        assert!(CloseFrame::encode(Some(&CloseFrame::new(CloseCode::NORMAL, long))).is_err());
+        let ok =
+            CloseFrame::encode(Some(&CloseFrame::new(CloseCode::NORMAL, "x".repeat(123)))).unwrap();
+        assert_eq!(ok.len(), 125);
+        assert_eq!(CloseFrame::encode(None).unwrap().len(), 0);
+    }
+}

@@ -1,0 +1,158 @@
+//! Messages and raw frames.
+
+use bytes::Bytes;
+
+use crate::proto::close::CloseFrame;
+use crate::proto::header::OpCode;
+use crate::proto::text::Utf8Bytes;
+
+/// A WebSocket message, as received from [`WebSocketStream`](crate::WebSocketStream)
+/// or given to it to send.
+///
+/// Text is validated UTF-8 and, like binary data, shares the buffer it was
+/// read into: receiving a message copies nothing.
+///
+/// ```
+/// use wavesock::Message;
+///
+/// let m = Message::text("hello");
+/// assert!(m.is_text());
+/// assert_eq!(m.as_text(), Some("hello"));
+/// assert_eq!(m.into_payload().as_ref(), b"hello");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// A text message.
+    Text(Utf8Bytes),
+    /// A binary message.
+    Binary(Bytes),
+    /// A ping. Received pings are answered automatically; you see them too.
+    Ping(Bytes),
+    /// A pong.
+    Pong(Bytes),
+    /// A close frame, with its code and reason if it carried one.
+    Close(Option<CloseFrame>),
+    /// A raw frame, sent as given (masked if this side is a client). Lets you
+    /// send a message in fragments of your choosing; never received.
+    Frame(Frame),
+}
+
+impl Message {
+    /// A text message.
+    pub fn text(s: impl Into<Utf8Bytes>) -> Message {
+        Message::Text(s.into())
+    }
+
+    /// A binary message.
+    pub fn binary(b: impl Into<Bytes>) -> Message {
+        Message::Binary(b.into())
+    }
+
+    /// Whether this is a text message.
+    pub fn is_text(&self) -> bool {
+        matches!(self, Message::Text(_))
+    }
+
+    /// Whether this is a binary message.
+    pub fn is_binary(&self) -> bool {
+        matches!(self, Message::Binary(_))
+    }
+
+    /// Whether this is a text or binary message.
+    pub fn is_data(&self) -> bool {
+        self.is_text() || self.is_binary()
+    }
+
+    /// Whether this is a close frame.
+    pub fn is_close(&self) -> bool {
+        matches!(self, Message::Close(_))
+    }
+
+    /// The text, for a text message.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            Message::Text(t) => Some(t.as_str()),
+            _ => None,
+        }
+    }
+
+    /// The payload bytes, whatever the kind (the encoded payload for close).
+    pub fn into_payload(self) -> Bytes {
+        match self {
+            Message::Text(t) => t.into_bytes(),
+            Message::Binary(b) | Message::Ping(b) | Message::Pong(b) => b,
+            Message::Close(f) => CloseFrame::encode(f.as_ref()).unwrap_or_default(),
+            Message::Frame(f) => f.payload,
+        }
+    }
+
+    /// Payload length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Message::Text(t) => t.len(),
+            Message::Binary(b) | Message::Ping(b) | Message::Pong(b) => b.len(),
+            Message::Close(f) => f.as_ref().map_or(0, |f| 2 + f.reason.len()),
+            Message::Frame(f) => f.payload.len(),
+        }
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<String> for Message {
+    fn from(s: String) -> Self {
+        Message::Text(s.into())
+    }
+}
+
+impl From<&str> for Message {
+    fn from(s: &str) -> Self {
+        Message::Text(s.into())
+    }
+}
+
+impl From<Vec<u8>> for Message {
+    fn from(v: Vec<u8>) -> Self {
+        Message::Binary(v.into())
+    }
+}
+
+impl From<Bytes> for Message {
+    fn from(b: Bytes) -> Self {
+        Message::Binary(b)
+    }
+}
+
+/// A single frame, for sending messages fragment by fragment.
+///
+/// ```
+/// use wavesock::{Frame, Message, OpCode};
+///
+/// // "Hello" as two fragments.
+/// let first = Message::Frame(Frame::new(false, OpCode::Text, "Hel"));
+/// let last = Message::Frame(Frame::new(true, OpCode::Continuation, "lo"));
+/// # let _ = (first, last);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// Last frame of its message.
+    pub fin: bool,
+    /// The opcode.
+    pub opcode: OpCode,
+    /// The unmasked payload.
+    pub payload: Bytes,
+}
+
+impl Frame {
+    /// A frame with the given FIN bit, opcode and payload.
+    pub fn new(fin: bool, opcode: OpCode, payload: impl Into<Bytes>) -> Frame {
+        Frame {
+            fin,
+            opcode,
+            payload: payload.into(),
+        }
+    }
+}

@@ -1,0 +1,523 @@
+//! [`WebSocketStream`]: a [`Stream`] of received messages and a [`Sink`] of
+//! messages to send over any `AsyncRead + AsyncWrite`.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker, ready};
+
+use bytes::{Buf, BytesMut};
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{Sink, SinkExt, Stream, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::codec::{Decoder, Encoder};
+use tokio_util::io::poll_read_buf;
+
+use crate::codec::WebSocketCodec;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::proto::Role;
+use crate::proto::close::{CloseCode, CloseFrame};
+use crate::proto::message::Message;
+
+/// Reads are made at least this large while a frame's size is unknown.
+const READ_CHUNK: usize = 8 << 10;
+/// Buffers grown past this are released once empty, so a connection that
+/// received one large message does not keep its memory while idle.
+const KEEP_CAPACITY: usize = 64 << 10;
+
+#[derive(Clone, Copy)]
+enum Side {
+    Read,
+    Write,
+}
+
+/// A WebSocket connection over `S`.
+///
+/// Receive with [`StreamExt::next`]; send with [`SinkExt::send`], or with
+/// [`SinkExt::feed`] for several messages followed by one
+/// [`SinkExt::flush`]: fed messages are buffered (up to
+/// [`Config::write_buffer_size`]) and written together.
+///
+/// Pings are answered and close frames echoed automatically, from whichever
+/// half of the connection is being polled. After the peer's close frame is
+/// delivered as [`Message::Close`], the next poll finishes the close
+/// handshake and the stream ends. A protocol violation by the peer is
+/// answered with a close frame carrying the right code (1002, 1007 or 1009)
+/// before the error is returned.
+///
+/// ```no_run
+/// use futures_util::{SinkExt, StreamExt};
+/// use tokio::net::TcpListener;
+///
+/// # async fn run() -> Result<(), wavesock::Error> {
+/// let listener = TcpListener::bind("127.0.0.1:9001").await?;
+/// let (tcp, _) = listener.accept().await?;
+/// let mut ws = wavesock::accept_async(tcp).await?;
+/// while let Some(msg) = ws.next().await {
+///     let msg = msg?;
+///     if msg.is_data() {
+///         ws.send(msg).await?;
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct WebSocketStream<S> {
+    io: S,
+    codec: WebSocketCodec,
+    write_buffer_size: usize,
+    read_buf: BytesMut,
+    write_buf: BytesMut,
+    close_sent: bool,
+    close_received: bool,
+    /// A protocol error waiting for our close frame to go out.
+    failing: Option<Error>,
+    shutdown: bool,
+    terminated: bool,
+    read_waker: Option<Waker>,
+    write_waker: Option<Waker>,
+}
+
+impl<S> WebSocketStream<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    /// Wraps a connection whose opening handshake is already done, for
+    /// example one upgraded by hyper or axum.
+    ///
+    /// ```
+    /// use wavesock::{Config, Role, WebSocketStream};
+    ///
+    /// let (client_io, _server_io) = tokio::io::duplex(1024);
+    /// let ws = WebSocketStream::from_raw_socket(client_io, Role::Client, Config::default())?;
+    /// assert_eq!(ws.role(), Role::Client);
+    /// # Ok::<(), wavesock::Error>(())
+    /// ```
+    pub fn from_raw_socket(io: S, role: Role, config: Config) -> Result<Self> {
+        Self::from_partially_read(io, BytesMut::new(), role, config)
+    }
+
+    /// Like [`from_raw_socket`](Self::from_raw_socket), for a connection of
+    /// which `read` holds bytes already read past the handshake: they are
+    /// decoded first.
+    pub fn from_partially_read(io: S, read: BytesMut, role: Role, config: Config) -> Result<Self> {
+        config.validate()?;
+        Ok(WebSocketStream {
+            io,
+            codec: WebSocketCodec::new(role, &config),
+            write_buffer_size: config.write_buffer_size,
+            read_buf: read,
+            write_buf: BytesMut::new(),
+            close_sent: false,
+            close_received: false,
+            failing: None,
+            shutdown: false,
+            terminated: false,
+            read_waker: None,
+            write_waker: None,
+        })
+    }
+
+    /// Sends a close frame (code and reason, or none) and flushes it. Keep
+    /// reading afterwards to receive the peer's reply and end the stream.
+    /// Closing an already closing connection does nothing.
+    ///
+    /// ```no_run
+    /// # async fn f(mut ws: wavesock::WebSocketStream<tokio::net::TcpStream>) -> wavesock::Result<()> {
+    /// use wavesock::{CloseCode, CloseFrame};
+    /// ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "bye"))).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn close(&mut self, frame: Option<CloseFrame>) -> Result<()> {
+        self.send(Message::Close(frame)).await
+    }
+
+    /// Splits the connection into a receiving half and a sending half that can
+    /// be used from different tasks. Pongs and close replies are sent by
+    /// whichever half is polled, so a reader alone keeps the protocol going.
+    ///
+    /// ```no_run
+    /// # async fn f(ws: wavesock::WebSocketStream<tokio::net::TcpStream>) {
+    /// use futures_util::{SinkExt, StreamExt};
+    /// let (mut tx, mut rx) = ws.split();
+    /// tokio::spawn(async move { tx.send(wavesock::Message::text("hi")).await });
+    /// while let Some(Ok(msg)) = rx.next().await {
+    ///     println!("{msg:?}");
+    /// }
+    /// # }
+    /// ```
+    pub fn split(self) -> (WebSocketSender<S>, WebSocketReceiver<S>) {
+        let (sink, stream) = StreamExt::split(self);
+        (WebSocketSender(sink), WebSocketReceiver(stream))
+    }
+}
+
+impl<S> WebSocketStream<S> {
+    /// Which side of the connection this is.
+    pub fn role(&self) -> Role {
+        self.codec.role()
+    }
+
+    /// The underlying connection.
+    pub fn get_ref(&self) -> &S {
+        &self.io
+    }
+
+    /// The underlying connection, mutably. Reading or writing it directly
+    /// corrupts the WebSocket stream.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.io
+    }
+
+    /// Whether a close frame has been sent.
+    pub fn is_close_sent(&self) -> bool {
+        self.close_sent
+    }
+
+    /// Whether the peer's close frame has been received.
+    pub fn is_close_received(&self) -> bool {
+        self.close_received
+    }
+}
+
+impl<S> WebSocketStream<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    fn wake_other(&mut self, side: Side, cx: &Context<'_>) {
+        let other = match side {
+            Side::Read => &mut self.write_waker,
+            Side::Write => &mut self.read_waker,
+        };
+        if let Some(w) = other {
+            if !w.will_wake(cx.waker()) {
+                other.take().expect("checked").wake();
+            }
+        }
+    }
+
+    /// Writes out the write buffer. The two halves of a split connection
+    /// share one transport, whose write readiness remembers only the last
+    /// task to ask; whichever half makes progress wakes the other.
+    fn poll_write_buf(&mut self, cx: &mut Context<'_>, side: Side) -> Poll<io::Result<()>> {
+        let mut progressed = false;
+        while !self.write_buf.is_empty() {
+            match Pin::new(&mut self.io).poll_write(cx, &self.write_buf) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    self.write_buf.advance(n);
+                    progressed = true;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    if progressed {
+                        self.wake_other(side, cx);
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+        if progressed {
+            self.wake_other(side, cx);
+        }
+        if self.write_buf.capacity() > KEEP_CAPACITY {
+            self.write_buf = BytesMut::new();
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn queue(&mut self, msg: &Message) -> Result<()> {
+        self.codec.encode(msg, &mut self.write_buf)
+    }
+
+    fn fail(&mut self, err: Error) {
+        if let Some(code) = err.close_code() {
+            if !self.close_sent {
+                self.close_sent = true;
+                // Cannot fail: the code is sendable and the reason is short.
+                let _ = self.queue(&Message::Close(Some(CloseFrame::new(code, ""))));
+            }
+        }
+        self.failing = Some(err);
+    }
+
+    /// Flushes what is queued (our close frame) and ends the connection:
+    /// at once when failing or as the server, after the server's TCP close
+    /// as a client. Transport errors are ignored: the peer may be gone.
+    fn poll_finish(&mut self, cx: &mut Context<'_>, wait_for_peer: bool) -> Poll<()> {
+        if !self.shutdown {
+            if ready!(self.poll_write_buf(cx, Side::Read)).is_err() {
+                self.write_buf.clear();
+            }
+            let _ = ready!(Pin::new(&mut self.io).poll_flush(cx));
+            if !wait_for_peer {
+                let _ = ready!(Pin::new(&mut self.io).poll_shutdown(cx));
+                self.shutdown = true;
+                return Poll::Ready(());
+            }
+        }
+        // A client waits for the server to close the TCP connection.
+        loop {
+            self.read_buf.clear();
+            self.reserve_read();
+            match ready!(poll_read_buf(
+                Pin::new(&mut self.io),
+                cx,
+                &mut self.read_buf
+            )) {
+                Ok(0) | Err(_) => return Poll::Ready(()),
+                Ok(_) => {}
+            }
+        }
+    }
+
+    fn reserve_read(&mut self) {
+        let len = self.read_buf.len();
+        let spare = self.read_buf.capacity() - len;
+        let want = self
+            .codec
+            .payload_remaining(len)
+            .unwrap_or(READ_CHUNK)
+            .max(1);
+        let min_spare = want.min(READ_CHUNK);
+        if spare < min_spare {
+            // Grow with what has arrived (doubling), never past what the
+            // frame still needs: a huge announced length costs nothing until
+            // its bytes come.
+            let additional = want.min(READ_CHUNK.max(len)).max(min_spare);
+            self.read_buf.reserve(additional);
+        }
+    }
+
+    fn poll_next_inner(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message>>> {
+        loop {
+            if self.terminated {
+                return Poll::Ready(None);
+            }
+            if self.failing.is_some() {
+                ready!(self.poll_finish(cx, false));
+                self.terminated = true;
+                return Poll::Ready(self.failing.take().map(Err));
+            }
+            if self.close_received {
+                let wait = self.role() == Role::Client;
+                ready!(self.poll_finish(cx, wait));
+                self.terminated = true;
+                return Poll::Ready(None);
+            }
+            if !self.write_buf.is_empty() {
+                // Pongs queued by earlier reads; don't wait for them.
+                if let Poll::Ready(r) = self.poll_write_buf(cx, Side::Read) {
+                    if let Err(e) = r.and_then(|()| match Pin::new(&mut self.io).poll_flush(cx) {
+                        Poll::Ready(r) => r,
+                        Poll::Pending => Ok(()),
+                    }) {
+                        self.terminated = true;
+                        return Poll::Ready(Some(Err(e.into())));
+                    }
+                }
+            }
+            match self.codec.decode(&mut self.read_buf) {
+                Ok(Some(msg)) => {
+                    match &msg {
+                        Message::Ping(payload) if !self.close_sent => {
+                            self.queue(&Message::Pong(payload.clone()))?;
+                        }
+                        Message::Close(frame) => {
+                            self.close_received = true;
+                            if !self.close_sent {
+                                self.close_sent = true;
+                                self.queue(&Message::Close(frame.clone()))?;
+                            }
+                        }
+                        _ => {}
+                    }
+                    return Poll::Ready(Some(Ok(msg)));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.fail(e);
+                    continue;
+                }
+            }
+            if self.read_buf.is_empty() && self.read_buf.capacity() > KEEP_CAPACITY {
+                self.read_buf = BytesMut::new();
+            }
+            self.reserve_read();
+            match ready!(poll_read_buf(
+                Pin::new(&mut self.io),
+                cx,
+                &mut self.read_buf
+            )) {
+                Ok(0) => {
+                    self.terminated = true;
+                    return Poll::Ready(Some(Err(Error::Io(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "connection closed without a close frame",
+                    )))));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.terminated = true;
+                    return Poll::Ready(Some(Err(e.into())));
+                }
+            }
+        }
+    }
+
+    fn poll_send_buffered(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        match self.poll_write_buf(cx, Side::Write) {
+            Poll::Ready(r) => Poll::Ready(r.map_err(Error::from)),
+            Poll::Pending => {
+                store(&mut self.write_waker, cx);
+                Poll::Pending
+            }
+        }
+    }
+}
+
+fn store(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    match slot {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
+    }
+}
+
+impl<S> Stream for WebSocketStream<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    type Item = Result<Message>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let r = this.poll_next_inner(cx);
+        if r.is_pending() {
+            store(&mut this.read_waker, cx);
+        }
+        r
+    }
+}
+
+impl<S> Sink<Message> for WebSocketStream<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    type Error = Error;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = self.get_mut();
+        if this.write_buf.len() >= this.write_buffer_size {
+            ready!(this.poll_send_buffered(cx))?;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn start_send(self: Pin<&mut Self>, msg: Message) -> Result<()> {
+        let this = self.get_mut();
+        if this.close_sent || this.terminated {
+            return if msg.is_close() {
+                Ok(())
+            } else {
+                Err(Error::AlreadyClosed)
+            };
+        }
+        this.queue(&msg)?;
+        if msg.is_close() {
+            this.close_sent = true;
+        }
+        Ok(())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_send_buffered(cx))?;
+        match Pin::new(&mut this.io).poll_flush(cx) {
+            Poll::Ready(r) => Poll::Ready(r.map_err(Error::from)),
+            Poll::Pending => {
+                store(&mut this.write_waker, cx);
+                Poll::Pending
+            }
+        }
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        if !self.close_sent && !self.terminated {
+            let frame = CloseFrame::new(CloseCode::NORMAL, "");
+            self.as_mut().start_send(Message::Close(Some(frame)))?;
+        }
+        ready!(self.as_mut().poll_flush(cx))?;
+        let this = self.get_mut();
+        if !this.shutdown {
+            match Pin::new(&mut this.io).poll_shutdown(cx) {
+                Poll::Ready(r) => {
+                    this.shutdown = true;
+                    r?;
+                }
+                Poll::Pending => {
+                    store(&mut this.write_waker, cx);
+                    return Poll::Pending;
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// The sending half of a split [`WebSocketStream`].
+#[derive(Debug)]
+pub struct WebSocketSender<S>(SplitSink<WebSocketStream<S>, Message>);
+
+/// The receiving half of a split [`WebSocketStream`].
+#[derive(Debug)]
+pub struct WebSocketReceiver<S>(SplitStream<WebSocketStream<S>>);
+
+impl<S> WebSocketReceiver<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    /// Puts the two halves back together; fails (returning both) if they
+    /// came from different connections.
+    pub fn reunite(
+        self,
+        other: WebSocketSender<S>,
+    ) -> std::result::Result<WebSocketStream<S>, (WebSocketSender<S>, WebSocketReceiver<S>)> {
+        self.0
+            .reunite(other.0)
+            .map_err(|e| (WebSocketSender(e.0), WebSocketReceiver(e.1)))
+    }
+}
+
+impl<S> Stream for WebSocketReceiver<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    type Item = Result<Message>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_next_unpin(cx)
+    }
+}
+
+impl<S> Sink<Message> for WebSocketSender<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    type Error = Error;
+
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.0.poll_ready_unpin(cx)
+    }
+
+    fn start_send(mut self: Pin<&mut Self>, msg: Message) -> Result<()> {
+        self.0.start_send_unpin(msg)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.0.poll_flush_unpin(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.0.poll_close_unpin(cx)
+    }
+}
