@@ -1,0 +1,416 @@
+//! WebSocketStream over real loopback sockets.
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::{SinkExt, StreamExt};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use wavesock::{
+    CloseCode, CloseFrame, Config, Error, Frame, Message, OpCode, ProtocolError, Role,
+    WebSocketStream,
+};
+
+async fn echo_server(l: tokio::net::TcpListener, config: Config) -> wavesock::Result<()> {
+    let mut ws = accept(&l, config).await;
+    while let Some(msg) = ws.next().await {
+        let msg = msg?;
+        if msg.is_data() {
+            ws.send(msg).await?;
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn echoes_text_and_binary_of_many_sizes() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(echo_server(l, Config::default()));
+    let mut ws = client(addr, Config::default()).await;
+    for size in [0usize, 1, 125, 126, 65535, 65536, 1 << 20] {
+        let text: String = "é".repeat(size / 2);
+        ws.send(Message::text(text.clone())).await.unwrap();
+        assert_eq!(ws.next().await.unwrap().unwrap(), Message::text(text));
+        let bin: Vec<u8> = (0..size).map(|i| i as u8).collect();
+        ws.send(Message::binary(bin.clone())).await.unwrap();
+        assert_eq!(ws.next().await.unwrap().unwrap(), Message::binary(bin));
+    }
+    ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "done")))
+        .await
+        .unwrap();
+    let reply = ws.next().await.unwrap().unwrap();
+    assert_eq!(
+        reply,
+        Message::Close(Some(CloseFrame::new(CloseCode::NORMAL, "done")))
+    );
+    assert!(
+        ws.next().await.is_none(),
+        "stream ends after the close handshake"
+    );
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn server_answers_pings_and_reports_them() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(async move {
+        let mut ws = accept(&l, Config::default()).await;
+        let first = ws.next().await.unwrap().unwrap();
+        assert_eq!(first, Message::Ping(Bytes::from_static(b"are you there")));
+        // Keep reading so the close handshake completes.
+        while ws.next().await.is_some() {}
+    });
+    let (mut tcp, mut buf) = raw_upgrade(addr).await;
+    tcp.write_all(&masked(0x89, b"are you there"))
+        .await
+        .unwrap();
+    assert_eq!(
+        read_frame(&mut tcp, &mut buf).await,
+        Some((0x8A, b"are you there".to_vec()))
+    );
+    tcp.write_all(&masked(0x88, &close_payload(1000, "")))
+        .await
+        .unwrap();
+    assert_eq!(
+        read_frame(&mut tcp, &mut buf).await,
+        Some((0x88, close_payload(1000, "")))
+    );
+    assert_eq!(
+        read_frame(&mut tcp, &mut buf).await,
+        None,
+        "server closes TCP after the handshake"
+    );
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn protocol_violations_close_with_the_right_code() {
+    let cases: Vec<(Vec<u8>, u16)> = vec![
+        (vec![0x81, 0x02, b'h', b'i'], 1002), // unmasked client frame
+        (masked(0xA1, b"x"), 1002),           // RSV2
+        (masked(0x8B, b""), 1002),            // reserved control opcode
+        (masked(0x80, b"x"), 1002),           // continuation out of nowhere
+        (masked(0x89, &[0; 126]), 1002),      // ping > 125
+        (masked(0x88, &[0x03]), 1002),        // 1-byte close
+        (masked(0x88, &close_payload(999, "")), 1002), // invalid close code
+        (masked(0x81, &[0xC0, 0xAF]), 1007),  // overlong UTF-8
+        (masked(0x82, &[0; 2000]), 1009),     // over max_frame_size
+    ];
+    for (frame, code) in cases {
+        let (l, addr) = listener().await;
+        let server = tokio::spawn(echo_server(
+            l,
+            Config::default()
+                .max_frame_size(1000)
+                .max_message_size(1000),
+        ));
+        let (mut tcp, mut buf) = raw_upgrade(addr).await;
+        tcp.write_all(&frame).await.unwrap();
+        let (b0, payload) = read_frame(&mut tcp, &mut buf).await.expect("a close frame");
+        assert_eq!(b0, 0x88, "{frame:x?}");
+        assert_eq!(
+            u16::from_be_bytes([payload[0], payload[1]]),
+            code,
+            "{frame:x?}"
+        );
+        assert_eq!(
+            read_frame(&mut tcp, &mut buf).await,
+            None,
+            "then TCP closes"
+        );
+        let err = server.await.unwrap().unwrap_err();
+        assert_eq!(err.close_code(), Some(CloseCode(code)), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn invalid_utf8_is_refused_before_the_message_ends() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(echo_server(l, Config::default()));
+    let (mut tcp, mut buf) = raw_upgrade(addr).await;
+    // First fragment valid, second carries the invalid byte; the final
+    // fragment never comes, yet the server must close with 1007.
+    tcp.write_all(&masked(0x01, "κόσμε".as_bytes()))
+        .await
+        .unwrap();
+    tcp.write_all(&masked(0x00, &[0xF4, 0x90])).await.unwrap();
+    let (b0, payload) =
+        tokio::time::timeout(Duration::from_secs(5), read_frame(&mut tcp, &mut buf))
+            .await
+            .expect("closed without waiting for the end of the message")
+            .unwrap();
+    assert_eq!((b0, &payload[..2]), (0x88, &1007u16.to_be_bytes()[..]));
+    assert!(matches!(server.await.unwrap(), Err(Error::InvalidUtf8)));
+}
+
+#[tokio::test]
+async fn fragmented_message_with_interleaved_ping() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(echo_server(l, Config::default()));
+    let (mut tcp, mut buf) = raw_upgrade(addr).await;
+    let mut wire = masked(0x01, b"frag");
+    wire.extend(masked(0x89, b"p"));
+    wire.extend(masked(0x00, b"men"));
+    wire.extend(masked(0x80, b"ted"));
+    tcp.write_all(&wire).await.unwrap();
+    assert_eq!(
+        read_frame(&mut tcp, &mut buf).await,
+        Some((0x8A, b"p".to_vec()))
+    );
+    assert_eq!(
+        read_frame(&mut tcp, &mut buf).await,
+        Some((0x81, b"fragmented".to_vec()))
+    );
+    drop(tcp);
+    assert!(
+        server.await.unwrap().is_err(),
+        "a dropped TCP connection is an error"
+    );
+}
+
+#[tokio::test]
+async fn pipelined_frame_after_the_handshake_is_kept() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(echo_server(l, Config::default()));
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut wire = KEY_REQUEST.to_vec();
+    wire.extend(masked(0x81, b"early"));
+    tcp.write_all(&wire).await.unwrap();
+    let mut buf = BytesMut::new();
+    let end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        tcp.read_buf(&mut buf).await.unwrap();
+    };
+    let _ = buf.split_to(end);
+    assert_eq!(
+        read_frame(&mut tcp, &mut buf).await,
+        Some((0x81, b"early".to_vec()))
+    );
+    drop(tcp);
+    let _ = server.await;
+}
+
+#[tokio::test]
+async fn fed_messages_go_out_in_one_write() {
+    let (a, b) = tokio::io::duplex(1 << 20);
+    let (io, writes) = CountingIo::new(a);
+    let mut server = WebSocketStream::from_raw_socket(io, Role::Server, Config::default()).unwrap();
+    let mut client = WebSocketStream::from_raw_socket(b, Role::Client, Config::default()).unwrap();
+    for i in 0..10 {
+        server.feed(Message::text(format!("m{i}"))).await.unwrap();
+    }
+    assert_eq!(writes.load(Ordering::SeqCst), 0, "feed does not write");
+    server.flush().await.unwrap();
+    assert_eq!(
+        writes.load(Ordering::SeqCst),
+        1,
+        "flush writes all ten frames at once"
+    );
+    for i in 0..10 {
+        assert_eq!(
+            client.next().await.unwrap().unwrap(),
+            Message::text(format!("m{i}"))
+        );
+    }
+}
+
+#[tokio::test]
+async fn write_buffer_limit_makes_feed_write() {
+    let (a, _b) = tokio::io::duplex(1 << 20);
+    let (io, writes) = CountingIo::new(a);
+    let config = Config::default().write_buffer_size(1024);
+    let mut server = WebSocketStream::from_raw_socket(io, Role::Server, config).unwrap();
+    for _ in 0..8 {
+        server.feed(Message::binary(vec![0u8; 500])).await.unwrap();
+    }
+    assert!(
+        writes.load(Ordering::SeqCst) >= 2,
+        "buffer past the limit is written out"
+    );
+}
+
+#[tokio::test]
+async fn split_reader_answers_pings_while_writer_is_idle() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(async move {
+        let ws = accept(&l, Config::default()).await;
+        let (tx, mut rx) = ws.split();
+        let mut seen = Vec::new();
+        while let Some(msg) = rx.next().await {
+            seen.push(msg.unwrap());
+        }
+        drop(tx);
+        seen
+    });
+    let mut ws = client(addr, Config::default()).await;
+    ws.send(Message::Ping(Bytes::from_static(b"1")))
+        .await
+        .unwrap();
+    assert_eq!(
+        ws.next().await.unwrap().unwrap(),
+        Message::Pong(Bytes::from_static(b"1"))
+    );
+    ws.close(None).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::Close(None));
+    assert!(ws.next().await.is_none());
+    let seen = server.await.unwrap();
+    assert_eq!(
+        seen,
+        vec![
+            Message::Ping(Bytes::from_static(b"1")),
+            Message::Close(None)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn split_halves_work_from_two_tasks() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(async move {
+        let ws = accept(&l, Config::default()).await;
+        let (mut tx, mut rx) = ws.split();
+        let writer = tokio::spawn(async move {
+            for i in 0..1000u32 {
+                tx.send(Message::binary(i.to_be_bytes().to_vec()))
+                    .await
+                    .unwrap();
+            }
+            tx
+        });
+        let mut got = 0u32;
+        while let Some(msg) = rx.next().await {
+            match msg.unwrap() {
+                Message::Text(t) => {
+                    assert_eq!(t.as_str(), got.to_string());
+                    got += 1;
+                }
+                Message::Close(_) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let tx = writer.await.unwrap();
+        assert!(rx.reunite(tx).is_ok());
+        got
+    });
+    let ws = client(addr, Config::default()).await;
+    let (mut tx, mut rx) = ws.split();
+    let sender = tokio::spawn(async move {
+        for i in 0..1000u32 {
+            tx.feed(Message::text(i.to_string())).await.unwrap();
+        }
+        tx.flush().await.unwrap();
+        tx
+    });
+    for i in 0..1000u32 {
+        assert_eq!(
+            rx.next().await.unwrap().unwrap(),
+            Message::binary(i.to_be_bytes().to_vec())
+        );
+    }
+    let mut tx = sender.await.unwrap();
+    tx.send(Message::Close(None)).await.unwrap();
+    assert_eq!(rx.next().await.unwrap().unwrap(), Message::Close(None));
+    assert!(rx.next().await.is_none());
+    assert_eq!(server.await.unwrap(), 1000);
+}
+
+#[tokio::test]
+async fn sending_after_close_is_refused_and_closing_twice_is_harmless() {
+    let (a, _b) = tokio::io::duplex(4096);
+    let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, Config::default()).unwrap();
+    ws.close(None).await.unwrap();
+    ws.close(None).await.unwrap();
+    assert!(ws.is_close_sent());
+    assert!(matches!(
+        ws.send(Message::text("late")).await,
+        Err(Error::AlreadyClosed)
+    ));
+}
+
+#[tokio::test]
+async fn raw_frames_send_custom_fragments() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(echo_server(l, Config::default()));
+    let mut ws = client(addr, Config::default()).await;
+    ws.feed(Message::Frame(Frame::new(false, OpCode::Text, "Hel")))
+        .await
+        .unwrap();
+    ws.feed(Message::Frame(Frame::new(true, OpCode::Continuation, "lo")))
+        .await
+        .unwrap();
+    ws.flush().await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("Hello"));
+    ws.close(None).await.unwrap();
+    while ws.next().await.is_some() {}
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn client_refuses_masked_frames_from_the_server() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(async move {
+        let (mut tcp, _) = l.accept().await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = tcp.read(&mut buf).await.unwrap();
+        let req = wavesock::handshake::server::parse_request(&buf[..n], 64)
+            .unwrap()
+            .unwrap()
+            .0;
+        let accept = wavesock::handshake::server::check_request(&req).unwrap();
+        let mut out = Vec::new();
+        wavesock::handshake::server::write_response(
+            &wavesock::handshake::server::accept_response(&accept),
+            &[],
+            &mut out,
+        );
+        tcp.write_all(&out).await.unwrap();
+        tcp.write_all(&masked(0x81, b"masked")).await.unwrap();
+        let mut rest = BytesMut::new();
+        let mut frames = Vec::new();
+        loop {
+            if tcp.read_buf(&mut rest).await.unwrap() == 0 {
+                break;
+            }
+        }
+        // The client's close frame is masked: unmask its code.
+        if rest.len() >= 8 {
+            let key = [rest[2], rest[3], rest[4], rest[5]];
+            frames.push(u16::from_be_bytes([rest[6] ^ key[0], rest[7] ^ key[1]]));
+        }
+        frames
+    });
+    let mut ws = client(addr, Config::default()).await;
+    let err = ws.next().await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, Error::Protocol(ProtocolError::MaskedFrame)),
+        "{err}"
+    );
+    assert!(ws.next().await.is_none());
+    drop(ws);
+    assert_eq!(server.await.unwrap(), vec![1002]);
+}
+
+#[tokio::test]
+async fn eof_without_close_is_an_error() {
+    let (a, b) = tokio::io::duplex(4096);
+    let mut ws = WebSocketStream::from_raw_socket(a, Role::Client, Config::default()).unwrap();
+    drop(b);
+    let err = ws.next().await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, Error::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof),
+        "{err}"
+    );
+    assert!(ws.next().await.is_none());
+}
+
+#[tokio::test]
+async fn invalid_config_is_an_error_not_a_panic() {
+    let (a, _b) = tokio::io::duplex(64);
+    let r = WebSocketStream::from_raw_socket(a, Role::Server, Config::default().max_frame_size(0));
+    assert!(matches!(r, Err(Error::InvalidConfig(_))));
+}
