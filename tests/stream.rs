@@ -414,3 +414,33 @@ async fn invalid_config_is_an_error_not_a_panic() {
     let r = WebSocketStream::from_raw_socket(a, Role::Server, Config::default().max_frame_size(0));
     assert!(matches!(r, Err(Error::InvalidConfig(_))));
 }
+
+#[tokio::test]
+async fn client_waits_for_the_server_to_close_tcp() {
+    let (a, mut server) = tokio::io::duplex(4096);
+    let mut ws = WebSocketStream::from_raw_socket(a, Role::Client, Config::default()).unwrap();
+    server
+        .write_all(&unmasked(0x88, &close_payload(1000, "")))
+        .await
+        .unwrap();
+    assert!(ws.next().await.unwrap().unwrap().is_close());
+    let waiting = tokio::spawn(async move { ws.next().await.is_none() });
+    // The client's masked close reply arrives; the client has not hung up.
+    let mut buf = [0u8; 8];
+    server.read_exact(&mut buf).await.unwrap();
+    assert_eq!(buf[0], 0x88);
+    assert_eq!(buf[1], 0x82, "masked, two-byte payload");
+    let code = u16::from_be_bytes([buf[6] ^ buf[2], buf[7] ^ buf[3]]);
+    assert_eq!(code, 1000);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the client waits for the server's TCP close"
+    );
+    server
+        .write_all(b"bytes after close are discarded")
+        .await
+        .unwrap();
+    drop(server);
+    assert!(waiting.await.unwrap());
+}
