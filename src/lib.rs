@@ -52,3 +52,8 @@ pub use proto::message::{Frame, Message};
 pub use proto::text::Utf8Bytes;
 pub use server::{accept_async, accept_async_with_config};
 pub use stream::{WebSocketReceiver, WebSocketSender, WebSocketStream};
+
+// The README's examples are compiled as doc tests so that they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
