@@ -1,47 +1,17 @@
 //! The `tokio_util::codec` glue: a [`Decoder`] that turns a byte buffer into
-//! [`Message`]s and an [`Encoder`] that turns messages into frames.
-//!
-//! The decoder works in place on the read buffer: each payload byte is
-//! unmasked and (for text) UTF-8-checked once, as it arrives, and a complete
-//! single-frame message is split off the buffer as [`bytes::Bytes`] without a
-//! copy.
-//! Limits are checked on the header, before any memory is reserved for the
-//! payload.
+//! [`Message`]s and an [`Encoder`] that turns messages into frames, over the
+//! sans-IO [`MessageDecoder`] and [`FrameEncoder`].
 
-use bytes::{Buf, BufMut, BytesMut};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use bytes::BytesMut;
 use tokio_util::codec::{Decoder, Encoder};
 
 use crate::config::Config;
-use crate::error::{Error, ProtocolError};
+use crate::error::Error;
 use crate::proto::Role;
-use crate::proto::close::CloseFrame;
-use crate::proto::header::{FrameHeader, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, OpCode};
-use crate::proto::mask::apply_mask;
-use crate::proto::message::{Frame, Message};
-use crate::proto::text::Utf8Bytes;
-use crate::proto::utf8::Utf8Validator;
-
-#[derive(Debug)]
-enum DecodeState {
-    /// Waiting for a frame header.
-    Head,
-    /// The header was consumed; `len` payload bytes follow, the first `done`
-    /// of which are already unmasked and checked.
-    Payload {
-        header: FrameHeader,
-        len: usize,
-        done: usize,
-    },
-}
-
-/// A fragmented message being put together.
-#[derive(Debug)]
-struct Fragments {
-    text: bool,
-    buf: BytesMut,
-}
+use crate::proto::decoder::MessageDecoder;
+use crate::proto::encoder::FrameEncoder;
+use crate::proto::header::OpCode;
+use crate::proto::message::Message;
 
 /// Encodes and decodes WebSocket frames for one side of a connection.
 ///
@@ -60,125 +30,28 @@ struct Fragments {
 /// ```
 #[derive(Debug)]
 pub struct WebSocketCodec {
-    role: Role,
-    max_frame_size: usize,
-    max_message_size: usize,
-    accept_unmasked: bool,
-    state: DecodeState,
-    fragments: Option<Fragments>,
-    utf8: Utf8Validator,
-    /// Text checking applies to the frame being read.
-    checking_text: bool,
-    rng: Option<SmallRng>,
+    decoder: MessageDecoder,
+    encoder: FrameEncoder,
 }
 
 impl WebSocketCodec {
     /// A codec for `role` with the limits of `config`.
     pub fn new(role: Role, config: &Config) -> Self {
         WebSocketCodec {
-            role,
-            max_frame_size: config.max_frame_size,
-            max_message_size: config.max_message_size,
-            accept_unmasked: config.accept_unmasked_frames,
-            state: DecodeState::Head,
-            fragments: None,
-            utf8: Utf8Validator::new(),
-            checking_text: false,
-            rng: None,
+            decoder: MessageDecoder::new(role, config),
+            encoder: FrameEncoder::new(role),
         }
     }
 
     /// Which side this codec speaks for.
     pub fn role(&self) -> Role {
-        self.role
+        self.decoder.role()
     }
 
     /// How many more bytes the frame being read needs, if a payload is being
     /// read; the caller can size its next read with it.
     pub fn payload_remaining(&self, buffered: usize) -> Option<usize> {
-        match self.state {
-            DecodeState::Head => None,
-            DecodeState::Payload { len, .. } => Some(len.saturating_sub(buffered)),
-        }
-    }
-
-    fn start_frame(&mut self, header: FrameHeader) -> Result<usize, Error> {
-        header.check(self.role, 0, self.accept_unmasked)?;
-        let len = header.payload_len;
-        let in_progress = self.fragments.as_ref().map_or(0, |f| f.buf.len());
-        match header.opcode {
-            OpCode::Continuation if self.fragments.is_none() => {
-                return Err(ProtocolError::UnexpectedContinuation.into());
-            }
-            OpCode::Text | OpCode::Binary if self.fragments.is_some() => {
-                return Err(ProtocolError::ExpectedContinuation.into());
-            }
-            _ => {}
-        }
-        if !header.opcode.is_control() {
-            if len > self.max_frame_size as u64 {
-                return Err(Error::FrameTooLarge {
-                    size: len,
-                    max: self.max_frame_size,
-                });
-            }
-            let total = in_progress as u64 + len;
-            if total > self.max_message_size as u64 {
-                return Err(Error::MessageTooLarge {
-                    size: total,
-                    max: self.max_message_size,
-                });
-            }
-        }
-        self.checking_text = match header.opcode {
-            OpCode::Text => true,
-            OpCode::Continuation => self.fragments.as_ref().is_some_and(|f| f.text),
-            _ => false,
-        };
-        // Bounded by max_frame_size or by 125 above, so it fits in usize.
-        Ok(len as usize)
-    }
-
-    fn finish_frame(
-        &mut self,
-        header: FrameHeader,
-        payload: BytesMut,
-    ) -> Result<Option<Message>, Error> {
-        match header.opcode {
-            OpCode::Ping => Ok(Some(Message::Ping(payload.freeze()))),
-            OpCode::Pong => Ok(Some(Message::Pong(payload.freeze()))),
-            OpCode::Close => Ok(Some(Message::Close(CloseFrame::parse(&payload)?))),
-            OpCode::Text | OpCode::Binary if header.fin => {
-                let text = header.opcode == OpCode::Text;
-                self.message(text, payload).map(Some)
-            }
-            OpCode::Text | OpCode::Binary => {
-                self.fragments = Some(Fragments {
-                    text: header.opcode == OpCode::Text,
-                    buf: payload,
-                });
-                Ok(None)
-            }
-            OpCode::Continuation => {
-                let f = self.fragments.as_mut().expect("checked in start_frame");
-                f.buf.extend_from_slice(&payload);
-                if header.fin {
-                    let f = self.fragments.take().expect("present");
-                    self.message(f.text, f.buf).map(Some)
-                } else {
-                    Ok(None)
-                }
-            }
-        }
-    }
-
-    fn message(&mut self, text: bool, payload: BytesMut) -> Result<Message, Error> {
-        if text {
-            self.utf8.finish().map_err(|_| Error::InvalidUtf8)?;
-            Ok(Message::Text(Utf8Bytes::from_validated(payload.freeze())))
-        } else {
-            Ok(Message::Binary(payload.freeze()))
-        }
+        self.decoder.payload_remaining(buffered)
     }
 
     /// Encodes one frame into `dst`, masking it if this side is a client.
@@ -189,41 +62,7 @@ impl WebSocketCodec {
         payload: &[u8],
         dst: &mut BytesMut,
     ) -> Result<(), Error> {
-        if opcode.is_control() {
-            if !fin {
-                return Err(Error::InvalidMessage("control frames cannot be fragmented"));
-            }
-            if payload.len() as u64 > MAX_CONTROL_PAYLOAD {
-                return Err(Error::InvalidMessage(
-                    "control frame payload over 125 bytes",
-                ));
-            }
-        }
-        let mask = match self.role {
-            Role::Server => None,
-            Role::Client => Some(
-                self.rng
-                    .get_or_insert_with(SmallRng::from_os_rng)
-                    .random::<[u8; 4]>(),
-            ),
-        };
-        let header = FrameHeader {
-            fin,
-            rsv: 0,
-            opcode,
-            mask,
-            payload_len: payload.len() as u64,
-        };
-        let mut head = [0u8; MAX_HEADER_LEN];
-        let n = header.encode(&mut head);
-        dst.reserve(n + payload.len());
-        dst.put_slice(&head[..n]);
-        let start = dst.len();
-        dst.put_slice(payload);
-        if let Some(key) = mask {
-            apply_mask(&mut dst[start..], key, 0);
-        }
-        Ok(())
+        self.encoder.encode_frame(fin, opcode, payload, dst)
     }
 }
 
@@ -232,43 +71,7 @@ impl Decoder for WebSocketCodec {
     type Error = Error;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Message>, Error> {
-        loop {
-            if let DecodeState::Head = self.state {
-                let Some((header, header_len)) = FrameHeader::parse(src)? else {
-                    return Ok(None);
-                };
-                let len = self.start_frame(header)?;
-                src.advance(header_len);
-                self.state = DecodeState::Payload {
-                    header,
-                    len,
-                    done: 0,
-                };
-            }
-            let DecodeState::Payload { header, len, done } = &mut self.state else {
-                unreachable!("state set above");
-            };
-            let avail = src.len().min(*len);
-            if avail > *done {
-                let fresh = &mut src[*done..avail];
-                if let Some(key) = header.mask {
-                    apply_mask(fresh, key, *done);
-                }
-                if self.checking_text {
-                    self.utf8.feed(fresh).map_err(|_| Error::InvalidUtf8)?;
-                }
-                *done = avail;
-            }
-            if avail < *len {
-                return Ok(None);
-            }
-            let header = *header;
-            let payload = src.split_to(*len);
-            self.state = DecodeState::Head;
-            if let Some(msg) = self.finish_frame(header, payload)? {
-                return Ok(Some(msg));
-            }
-        }
+        self.decoder.decode(src)
     }
 }
 
@@ -276,7 +79,7 @@ impl Encoder<Message> for WebSocketCodec {
     type Error = Error;
 
     fn encode(&mut self, msg: Message, dst: &mut BytesMut) -> Result<(), Error> {
-        self.encode(&msg, dst)
+        self.encoder.encode_message(&msg, dst)
     }
 }
 
@@ -284,28 +87,18 @@ impl Encoder<&Message> for WebSocketCodec {
     type Error = Error;
 
     fn encode(&mut self, msg: &Message, dst: &mut BytesMut) -> Result<(), Error> {
-        match msg {
-            Message::Text(t) => self.encode_frame(true, OpCode::Text, t.as_bytes(), dst),
-            Message::Binary(b) => self.encode_frame(true, OpCode::Binary, b, dst),
-            Message::Ping(b) => self.encode_frame(true, OpCode::Ping, b, dst),
-            Message::Pong(b) => self.encode_frame(true, OpCode::Pong, b, dst),
-            Message::Close(f) => {
-                let payload = CloseFrame::encode(f.as_ref())?;
-                self.encode_frame(true, OpCode::Close, &payload, dst)
-            }
-            Message::Frame(Frame {
-                fin,
-                opcode,
-                payload,
-            }) => self.encode_frame(*fin, *opcode, payload, dst),
-        }
+        self.encoder.encode_message(msg, dst)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ProtocolError;
     use crate::proto::close::CloseCode;
+    use crate::proto::close::CloseFrame;
+    use crate::proto::mask::apply_mask;
+    use crate::proto::message::Frame;
     use bytes::Bytes;
     use proptest::prelude::*;
 
@@ -489,6 +282,9 @@ mod tests {
     }
 
     fn decode_error(role: Role, config: &Config, input: &[u8]) -> Error {
+        // The same error whatever the read boundaries (asserted inside).
+        let fed = all_feeds(role, config, input);
+        assert!(matches!(fed.last(), Some(Err(_))), "{fed:?}");
         let mut codec = WebSocketCodec::new(role, config);
         let mut buf = BytesMut::from(input);
         loop {

@@ -2,6 +2,8 @@
 //! message types and close rules. Nothing here knows about sockets or async.
 
 pub mod close;
+pub mod decoder;
+pub mod encoder;
 pub mod header;
 pub mod mask;
 pub mod message;

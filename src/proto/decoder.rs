@@ -1,0 +1,207 @@
+//! Message decoding: frames in a byte buffer to [`Message`]s.
+//!
+//! Works in place on the read buffer: each payload byte is unmasked and (for
+//! text) UTF-8-checked once, as it arrives, and a complete single-frame
+//! message is split off the buffer as [`bytes::Bytes`] without a copy.
+//! Limits are checked on the header, before any memory is reserved for the
+//! payload. Control frames may come between the fragments of a message.
+
+use bytes::{Buf, BytesMut};
+
+use crate::config::Config;
+use crate::error::{Error, ProtocolError};
+use crate::proto::Role;
+use crate::proto::close::CloseFrame;
+use crate::proto::header::{FrameHeader, OpCode};
+use crate::proto::mask::apply_mask;
+use crate::proto::message::Message;
+use crate::proto::text::Utf8Bytes;
+use crate::proto::utf8::Utf8Validator;
+
+#[derive(Debug)]
+enum DecodeState {
+    /// Waiting for a frame header.
+    Head,
+    /// The header was consumed; `len` payload bytes follow, the first `done`
+    /// of which are already unmasked and checked.
+    Payload {
+        header: FrameHeader,
+        len: usize,
+        done: usize,
+    },
+}
+
+/// A fragmented message being put together.
+#[derive(Debug)]
+struct Fragments {
+    text: bool,
+    buf: BytesMut,
+}
+
+/// Turns received bytes into messages for one side of a connection.
+#[derive(Debug)]
+pub struct MessageDecoder {
+    role: Role,
+    max_frame_size: usize,
+    max_message_size: usize,
+    accept_unmasked: bool,
+    state: DecodeState,
+    fragments: Option<Fragments>,
+    utf8: Utf8Validator,
+    /// Text checking applies to the frame being read.
+    checking_text: bool,
+}
+
+impl MessageDecoder {
+    /// A decoder for `role` (the side that reads) with the limits of `config`.
+    pub fn new(role: Role, config: &Config) -> Self {
+        MessageDecoder {
+            role,
+            max_frame_size: config.max_frame_size,
+            max_message_size: config.max_message_size,
+            accept_unmasked: config.accept_unmasked_frames,
+            state: DecodeState::Head,
+            fragments: None,
+            utf8: Utf8Validator::new(),
+            checking_text: false,
+        }
+    }
+
+    /// Which side this decoder reads for.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// How many more bytes the frame being read needs, if a payload is being
+    /// read; the caller can size its next read with it.
+    pub fn payload_remaining(&self, buffered: usize) -> Option<usize> {
+        match self.state {
+            DecodeState::Head => None,
+            DecodeState::Payload { len, .. } => Some(len.saturating_sub(buffered)),
+        }
+    }
+
+    fn start_frame(&mut self, header: FrameHeader) -> Result<usize, Error> {
+        header.check(self.role, 0, self.accept_unmasked)?;
+        let len = header.payload_len;
+        let in_progress = self.fragments.as_ref().map_or(0, |f| f.buf.len());
+        match header.opcode {
+            OpCode::Continuation if self.fragments.is_none() => {
+                return Err(ProtocolError::UnexpectedContinuation.into());
+            }
+            OpCode::Text | OpCode::Binary if self.fragments.is_some() => {
+                return Err(ProtocolError::ExpectedContinuation.into());
+            }
+            _ => {}
+        }
+        if !header.opcode.is_control() {
+            if len > self.max_frame_size as u64 {
+                return Err(Error::FrameTooLarge {
+                    size: len,
+                    max: self.max_frame_size,
+                });
+            }
+            let total = in_progress as u64 + len;
+            if total > self.max_message_size as u64 {
+                return Err(Error::MessageTooLarge {
+                    size: total,
+                    max: self.max_message_size,
+                });
+            }
+        }
+        self.checking_text = match header.opcode {
+            OpCode::Text => true,
+            OpCode::Continuation => self.fragments.as_ref().is_some_and(|f| f.text),
+            _ => false,
+        };
+        // Bounded by max_frame_size or by 125 above, so it fits in usize.
+        Ok(len as usize)
+    }
+
+    fn finish_frame(
+        &mut self,
+        header: FrameHeader,
+        payload: BytesMut,
+    ) -> Result<Option<Message>, Error> {
+        match header.opcode {
+            OpCode::Ping => Ok(Some(Message::Ping(payload.freeze()))),
+            OpCode::Pong => Ok(Some(Message::Pong(payload.freeze()))),
+            OpCode::Close => Ok(Some(Message::Close(CloseFrame::parse(&payload)?))),
+            OpCode::Text | OpCode::Binary if header.fin => {
+                let text = header.opcode == OpCode::Text;
+                self.message(text, payload).map(Some)
+            }
+            OpCode::Text | OpCode::Binary => {
+                self.fragments = Some(Fragments {
+                    text: header.opcode == OpCode::Text,
+                    buf: payload,
+                });
+                Ok(None)
+            }
+            OpCode::Continuation => {
+                let f = self.fragments.as_mut().expect("checked in start_frame");
+                f.buf.extend_from_slice(&payload);
+                if header.fin {
+                    let f = self.fragments.take().expect("present");
+                    self.message(f.text, f.buf).map(Some)
+                } else {
+                    Ok(None)
+                }
+            }
+        }
+    }
+
+    fn message(&mut self, text: bool, payload: BytesMut) -> Result<Message, Error> {
+        if text {
+            self.utf8.finish().map_err(|_| Error::InvalidUtf8)?;
+            Ok(Message::Text(Utf8Bytes::from_validated(payload.freeze())))
+        } else {
+            Ok(Message::Binary(payload.freeze()))
+        }
+    }
+
+    /// Decodes the next message from the front of `src`.
+    ///
+    /// Returns `Ok(None)` when `src` needs more bytes. Consumed bytes are
+    /// split off `src`; the payload bytes of a frame still arriving stay in
+    /// `src`, already unmasked and checked, and are not processed again.
+    pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Message>, Error> {
+        loop {
+            if let DecodeState::Head = self.state {
+                let Some((header, header_len)) = FrameHeader::parse(src)? else {
+                    return Ok(None);
+                };
+                let len = self.start_frame(header)?;
+                src.advance(header_len);
+                self.state = DecodeState::Payload {
+                    header,
+                    len,
+                    done: 0,
+                };
+            }
+            let DecodeState::Payload { header, len, done } = &mut self.state else {
+                unreachable!("state set above");
+            };
+            let avail = src.len().min(*len);
+            if avail > *done {
+                let fresh = &mut src[*done..avail];
+                if let Some(key) = header.mask {
+                    apply_mask(fresh, key, *done);
+                }
+                if self.checking_text {
+                    self.utf8.feed(fresh).map_err(|_| Error::InvalidUtf8)?;
+                }
+                *done = avail;
+            }
+            if avail < *len {
+                return Ok(None);
+            }
+            let header = *header;
+            let payload = src.split_to(*len);
+            self.state = DecodeState::Head;
+            if let Some(msg) = self.finish_frame(header, payload)? {
+                return Ok(Some(msg));
+            }
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Frame encoding, with fresh masking keys for clients.
+
+use bytes::{BufMut, BytesMut};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::error::Error;
+use crate::proto::Role;
+use crate::proto::close::CloseFrame;
+use crate::proto::header::{FrameHeader, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, OpCode};
+use crate::proto::mask::apply_mask;
+use crate::proto::message::{Frame, Message};
+
+/// Writes frames for one side of a connection. A client's encoder draws a
+/// fresh masking key per frame from a fast generator seeded from the OS.
+#[derive(Debug)]
+pub struct FrameEncoder {
+    role: Role,
+    rng: Option<SmallRng>,
+}
+
+impl FrameEncoder {
+    /// An encoder for `role` (the side that writes).
+    pub fn new(role: Role) -> Self {
+        FrameEncoder { role, rng: None }
+    }
+
+    /// Encodes one frame into `dst`, masking it if this side is a client.
+    pub fn encode_frame(
+        &mut self,
+        fin: bool,
+        opcode: OpCode,
+        payload: &[u8],
+        dst: &mut BytesMut,
+    ) -> Result<(), Error> {
+        if opcode.is_control() {
+            if !fin {
+                return Err(Error::InvalidMessage("control frames cannot be fragmented"));
+            }
+            if payload.len() as u64 > MAX_CONTROL_PAYLOAD {
+                return Err(Error::InvalidMessage(
+                    "control frame payload over 125 bytes",
+                ));
+            }
+        }
+        let mask = match self.role {
+            Role::Server => None,
+            Role::Client => Some(
+                self.rng
+                    .get_or_insert_with(SmallRng::from_os_rng)
+                    .random::<[u8; 4]>(),
+            ),
+        };
+        let header = FrameHeader {
+            fin,
+            rsv: 0,
+            opcode,
+            mask,
+            payload_len: payload.len() as u64,
+        };
+        let mut head = [0u8; MAX_HEADER_LEN];
+        let n = header.encode(&mut head);
+        dst.reserve(n + payload.len());
+        dst.put_slice(&head[..n]);
+        let start = dst.len();
+        dst.put_slice(payload);
+        if let Some(key) = mask {
+            apply_mask(&mut dst[start..], key, 0);
+        }
+        Ok(())
+    }
+
+    /// Encodes a whole message as one frame into `dst`.
+    pub fn encode_message(&mut self, msg: &Message, dst: &mut BytesMut) -> Result<(), Error> {
+        match msg {
+            Message::Text(t) => self.encode_frame(true, OpCode::Text, t.as_bytes(), dst),
+            Message::Binary(b) => self.encode_frame(true, OpCode::Binary, b, dst),
+            Message::Ping(b) => self.encode_frame(true, OpCode::Ping, b, dst),
+            Message::Pong(b) => self.encode_frame(true, OpCode::Pong, b, dst),
+            Message::Close(f) => {
+                let payload = CloseFrame::encode(f.as_ref())?;
+                self.encode_frame(true, OpCode::Close, &payload, dst)
+            }
+            Message::Frame(Frame {
+                fin,
+                opcode,
+                payload,
+            }) => self.encode_frame(*fin, *opcode, payload, dst),
+        }
+    }
+}
