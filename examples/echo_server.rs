@@ -19,7 +19,7 @@ async fn serve(tcp: TcpStream) -> wavesock::Result<()> {
     while let Some(msg) = ws.next().await {
         let msg = msg?;
         if msg.is_data() {
-            ws.send(msg).await?;
+            ws.feed(msg).await?;
         }
     }
     Ok(())

@@ -23,7 +23,7 @@
 //!     while let Some(msg) = ws.next().await {
 //!         let msg = msg?;
 //!         if msg.is_data() {
-//!             ws.send(msg).await?; // echo
+//!             ws.feed(msg).await?; // echo; written when next() waits
 //!         }
 //!     }
 //!     Ok(())

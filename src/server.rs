@@ -31,7 +31,7 @@ use crate::stream::WebSocketStream;
 ///         while let Some(msg) = ws.next().await {
 ///             let msg = msg?;
 ///             if msg.is_data() {
-///                 ws.send(msg).await?;
+///                 ws.feed(msg).await?;
 ///             }
 ///         }
 ///         Ok::<_, wavesock::Error>(())

@@ -1,6 +1,7 @@
 //! [`WebSocketStream`]: a [`Stream`] of received messages and a [`Sink`] of
 //! messages to send over any `AsyncRead + AsyncWrite`.
 
+use std::cell::RefCell;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker, ready};
@@ -8,7 +9,7 @@ use std::task::{Context, Poll, Waker, ready};
 use bytes::{Buf, BytesMut};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::io::poll_read_buf;
 
@@ -21,9 +22,12 @@ use crate::proto::message::Message;
 
 /// Reads are made at least this large while a frame's size is unknown.
 const READ_CHUNK: usize = 8 << 10;
-/// Buffers grown past this are released once empty, so a connection that
-/// received one large message does not keep its memory while idle.
-const KEEP_CAPACITY: usize = 64 << 10;
+/// The per-thread buffer that reads land in while a connection holds none.
+const SCRATCH_LEN: usize = 64 << 10;
+
+thread_local! {
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; SCRATCH_LEN].into_boxed_slice());
+}
 
 #[derive(Clone, Copy)]
 enum Side {
@@ -33,10 +37,16 @@ enum Side {
 
 /// A WebSocket connection over `S`.
 ///
-/// Receive with [`StreamExt::next`]; send with [`SinkExt::send`], or with
-/// [`SinkExt::feed`] for several messages followed by one
-/// [`SinkExt::flush`]: fed messages are buffered (up to
-/// [`Config::write_buffer_size`]) and written together.
+/// Receive with [`StreamExt::next`]; send with [`SinkExt::send`] (one write
+/// per message), or with [`SinkExt::feed`]: fed messages are buffered and
+/// written together when you [`flush`](SinkExt::flush), when the buffer
+/// passes [`Config::write_buffer_size`], or when the stream is polled and
+/// has no more buffered input, just before it waits for the socket. So a
+/// read loop that answers with `feed` answers a burst of pipelined messages
+/// with one write, and a lone message at once.
+///
+/// An idle connection holds no read or write buffer: reads land in a
+/// per-thread scratch buffer until a frame needs more bytes than arrived.
 ///
 /// Pings are answered and close frames echoed automatically, from whichever
 /// half of the connection is being polled. After the peer's close frame is
@@ -56,7 +66,7 @@ enum Side {
 /// while let Some(msg) = ws.next().await {
 ///     let msg = msg?;
 ///     if msg.is_data() {
-///         ws.send(msg).await?;
+///         ws.feed(msg).await?; // written before next() waits for input
 ///     }
 /// }
 /// # Ok(()) }
@@ -220,9 +230,8 @@ where
         if progressed {
             self.wake_other(side, cx);
         }
-        if self.write_buf.capacity() > KEEP_CAPACITY {
-            self.write_buf = BytesMut::new();
-        }
+        // Nothing held between bursts: an idle connection owns no buffers.
+        self.write_buf = BytesMut::new();
         Poll::Ready(Ok(()))
     }
 
@@ -271,6 +280,37 @@ where
         }
     }
 
+    /// Reads more input. With no partial frame buffered, the connection
+    /// holds no read buffer at all: the read goes to a per-thread scratch
+    /// buffer and only the bytes that arrived are copied into a buffer of
+    /// their size. This keeps idle connections small; payload bytes still
+    /// reach the user without a further copy.
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.read_buf.is_empty() {
+            // Drops our share of the last burst; messages handed out keep theirs.
+            self.read_buf = BytesMut::new();
+            let scratch_read = SCRATCH.with(|scratch| {
+                let Ok(mut scratch) = scratch.try_borrow_mut() else {
+                    return None; // a nested read on this thread: no scratch
+                };
+                let mut rb = ReadBuf::new(&mut scratch[..]);
+                Some(match Pin::new(&mut self.io).poll_read(cx, &mut rb) {
+                    Poll::Ready(Ok(())) => {
+                        self.read_buf = BytesMut::from(rb.filled());
+                        Poll::Ready(Ok(rb.filled().len()))
+                    }
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    Poll::Pending => Poll::Pending,
+                })
+            });
+            if let Some(r) = scratch_read {
+                return r;
+            }
+        }
+        self.reserve_read();
+        poll_read_buf(Pin::new(&mut self.io), cx, &mut self.read_buf)
+    }
+
     fn reserve_read(&mut self) {
         let len = self.read_buf.len();
         let spare = self.read_buf.capacity() - len;
@@ -305,18 +345,6 @@ where
                 self.terminated = true;
                 return Poll::Ready(None);
             }
-            if !self.write_buf.is_empty() {
-                // Pongs queued by earlier reads; don't wait for them.
-                if let Poll::Ready(r) = self.poll_write_buf(cx, Side::Read) {
-                    if let Err(e) = r.and_then(|()| match Pin::new(&mut self.io).poll_flush(cx) {
-                        Poll::Ready(r) => r,
-                        Poll::Pending => Ok(()),
-                    }) {
-                        self.terminated = true;
-                        return Poll::Ready(Some(Err(e.into())));
-                    }
-                }
-            }
             match self.codec.decode(&mut self.read_buf) {
                 Ok(Some(msg)) => {
                     match &msg {
@@ -340,15 +368,23 @@ where
                     continue;
                 }
             }
-            if self.read_buf.is_empty() && self.read_buf.capacity() > KEEP_CAPACITY {
-                self.read_buf = BytesMut::new();
+            // About to wait for input: write out what was queued meanwhile
+            // (replies fed by the user, pongs), all in one write. This is
+            // what makes `feed` in a read loop cork replies to pipelined
+            // messages without delaying a lone one.
+            if !self.write_buf.is_empty() {
+                if let Poll::Ready(r) = self.poll_write_buf(cx, Side::Read) {
+                    let flushed = r.and_then(|()| match Pin::new(&mut self.io).poll_flush(cx) {
+                        Poll::Ready(r) => r,
+                        Poll::Pending => Ok(()),
+                    });
+                    if let Err(e) = flushed {
+                        self.terminated = true;
+                        return Poll::Ready(Some(Err(e.into())));
+                    }
+                }
             }
-            self.reserve_read();
-            match ready!(poll_read_buf(
-                Pin::new(&mut self.io),
-                cx,
-                &mut self.read_buf
-            )) {
+            match ready!(self.poll_read(cx)) {
                 Ok(0) => {
                     self.terminated = true;
                     return Poll::Ready(Some(Err(Error::Io(io::Error::new(

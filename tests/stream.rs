@@ -444,3 +444,43 @@ async fn client_waits_for_the_server_to_close_tcp() {
     drop(server);
     assert!(waiting.await.unwrap());
 }
+
+#[tokio::test]
+async fn feed_in_a_read_loop_corks_replies_to_pipelined_messages() {
+    let (a, mut peer) = tokio::io::duplex(1 << 20);
+    let (io, writes) = CountingIo::new(a);
+    let mut server = WebSocketStream::from_raw_socket(io, Role::Server, Config::default()).unwrap();
+    let echo = tokio::spawn(async move {
+        while let Some(msg) = server.next().await {
+            let msg = msg.unwrap();
+            if msg.is_data() {
+                server.feed(msg).await.unwrap();
+            }
+        }
+    });
+    // Ten messages in one burst: ten replies in one write.
+    let burst: Vec<u8> = (0..10)
+        .flat_map(|i| masked(0x81, format!("m{i}").as_bytes()))
+        .collect();
+    peer.write_all(&burst).await.unwrap();
+    let mut buf = BytesMut::new();
+    for i in 0..10 {
+        assert_eq!(
+            read_frame(&mut peer, &mut buf).await,
+            Some((0x81, format!("m{i}").into_bytes()))
+        );
+    }
+    assert_eq!(
+        writes.load(Ordering::SeqCst),
+        1,
+        "replies to one burst go out together"
+    );
+    // A lone message is answered at once, with no explicit flush.
+    peer.write_all(&masked(0x82, b"alone")).await.unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(5), read_frame(&mut peer, &mut buf)).await;
+    assert_eq!(reply.unwrap(), Some((0x82, b"alone".to_vec())));
+    assert_eq!(writes.load(Ordering::SeqCst), 2);
+    peer.write_all(&masked(0x88, b"")).await.unwrap();
+    assert_eq!(read_frame(&mut peer, &mut buf).await, Some((0x88, vec![])));
+    echo.await.unwrap();
+}
