@@ -373,7 +373,13 @@ where
             // what makes `feed` in a read loop cork replies to pipelined
             // messages without delaying a lone one.
             if !self.write_buf.is_empty() {
-                if let Poll::Ready(r) = self.poll_write_buf(cx, Side::Read) {
+                let polled = self.poll_write_buf(cx, Side::Read);
+                if polled.is_pending() && self.write_buf.len() >= self.write_buffer_size {
+                    // The peer is not reading what we owe it (pongs, replies):
+                    // stop reading its input rather than buffer without bound.
+                    return Poll::Pending;
+                }
+                if let Poll::Ready(r) = polled {
                     let flushed = r.and_then(|()| match Pin::new(&mut self.io).poll_flush(cx) {
                         Poll::Ready(r) => r,
                         Poll::Pending => Ok(()),

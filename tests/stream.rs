@@ -484,3 +484,33 @@ async fn feed_in_a_read_loop_corks_replies_to_pipelined_messages() {
     assert_eq!(read_frame(&mut peer, &mut buf).await, Some((0x88, vec![])));
     echo.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_peer_that_floods_pings_and_never_reads_cannot_grow_our_buffers() {
+    // The peer's receive window is tiny (duplex of 1 KiB) and it never reads.
+    let (a, mut peer) = tokio::io::duplex(1024);
+    let config = Config::default().write_buffer_size(4096);
+    let mut server = WebSocketStream::from_raw_socket(a, Role::Server, config).unwrap();
+    let reader = tokio::spawn(async move {
+        let mut pings = 0usize;
+        while let Some(Ok(Message::Ping(_))) = server.next().await {
+            pings += 1;
+        }
+        pings
+    });
+    let ping = masked(0x89, &[0u8; 125]);
+    let flood = async {
+        for _ in 0..10_000 {
+            peer.write_all(&ping).await.unwrap();
+        }
+    };
+    // The flood stalls: the server stops reading once it owes ~4 KiB of
+    // pongs it cannot write, and the tiny pipe fills up.
+    let stalled = tokio::time::timeout(Duration::from_millis(300), flood)
+        .await
+        .is_err();
+    assert!(stalled, "the server kept reading while its pongs piled up");
+    drop(peer);
+    let pings = reader.await.unwrap();
+    assert!(pings < 200, "read {pings} pings while unable to answer");
+}
