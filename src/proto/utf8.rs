@@ -29,6 +29,18 @@ fn sequence_len(lead: u8) -> usize {
     }
 }
 
+/// Where validation stopped: `Err((valid_up_to, complete))`, where
+/// `complete` is false when the input merely ends inside a code point.
+#[inline]
+fn check(input: &[u8]) -> Result<(), (usize, bool)> {
+    #[cfg(feature = "simd")]
+    let r =
+        simdutf8::compat::from_utf8(input).map_err(|e| (e.valid_up_to(), e.error_len().is_some()));
+    #[cfg(not(feature = "simd"))]
+    let r = std::str::from_utf8(input).map_err(|e| (e.valid_up_to(), e.error_len().is_some()));
+    r.map(|_| ())
+}
+
 impl Utf8Validator {
     /// A validator at the start of a text.
     pub fn new() -> Self {
@@ -43,10 +55,10 @@ impl Utf8Validator {
             let take = need.min(input.len());
             self.partial[have..have + take].copy_from_slice(&input[..take]);
             let len = have + take;
-            match std::str::from_utf8(&self.partial[..len]) {
-                Ok(_) => self.partial_len = 0,
-                Err(e) if e.error_len().is_some() => return Err(InvalidUtf8),
-                Err(_) => {
+            match check(&self.partial[..len]) {
+                Ok(()) => self.partial_len = 0,
+                Err((_, true)) => return Err(InvalidUtf8),
+                Err((_, false)) => {
                     // Still a valid but unfinished prefix: the input ran out.
                     self.partial_len = len as u8;
                     return Ok(());
@@ -54,11 +66,11 @@ impl Utf8Validator {
             }
             input = &input[take..];
         }
-        match std::str::from_utf8(input) {
-            Ok(_) => Ok(()),
-            Err(e) if e.error_len().is_some() => Err(InvalidUtf8),
-            Err(e) => {
-                let tail = &input[e.valid_up_to()..];
+        match check(input) {
+            Ok(()) => Ok(()),
+            Err((_, true)) => Err(InvalidUtf8),
+            Err((valid_up_to, false)) => {
+                let tail = &input[valid_up_to..];
                 self.partial[..tail.len()].copy_from_slice(tail);
                 self.partial_len = tail.len() as u8;
                 Ok(())
