@@ -54,6 +54,17 @@ impl WebSocketCodec {
         self.decoder.payload_remaining(buffered)
     }
 
+    /// Writes only a frame header; see [`FrameEncoder::encode_header`].
+    pub fn encode_header(
+        &mut self,
+        fin: bool,
+        opcode: OpCode,
+        len: usize,
+        dst: &mut BytesMut,
+    ) -> Result<Option<[u8; 4]>, Error> {
+        self.encoder.encode_header(fin, opcode, len, dst)
+    }
+
     /// Encodes one frame into `dst`, masking it if this side is a client.
     pub fn encode_frame(
         &mut self,

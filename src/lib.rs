@@ -38,6 +38,7 @@ pub mod codec;
 pub mod config;
 pub mod error;
 pub mod handshake;
+mod outbox;
 pub mod proto;
 mod server;
 pub mod stream;

@@ -6,7 +6,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker, ready};
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -16,12 +16,17 @@ use tokio_util::io::poll_read_buf;
 use crate::codec::WebSocketCodec;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::outbox::Outbox;
 use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
+use crate::proto::header::OpCode;
 use crate::proto::message::Message;
 
 /// Reads are made at least this large while a frame's size is unknown.
 const READ_CHUNK: usize = 8 << 10;
+/// Server payloads at least this large are written from where they are
+/// (vectored write) rather than copied next to their header.
+const ZERO_COPY_MIN: usize = 4 << 10;
 /// The per-thread buffer that reads land in while a connection holds none.
 const SCRATCH_LEN: usize = 64 << 10;
 
@@ -77,7 +82,7 @@ pub struct WebSocketStream<S> {
     codec: WebSocketCodec,
     write_buffer_size: usize,
     read_buf: BytesMut,
-    write_buf: BytesMut,
+    outbox: Outbox,
     close_sent: bool,
     close_received: bool,
     /// A protocol error waiting for our close frame to go out.
@@ -117,7 +122,7 @@ where
             codec: WebSocketCodec::new(role, &config),
             write_buffer_size: config.write_buffer_size,
             read_buf: read,
-            write_buf: BytesMut::new(),
+            outbox: Outbox::default(),
             close_sent: false,
             close_received: false,
             failing: None,
@@ -211,13 +216,10 @@ where
     /// task to ask; whichever half makes progress wakes the other.
     fn poll_write_buf(&mut self, cx: &mut Context<'_>, side: Side) -> Poll<io::Result<()>> {
         let mut progressed = false;
-        while !self.write_buf.is_empty() {
-            match Pin::new(&mut self.io).poll_write(cx, &self.write_buf) {
+        while !self.outbox.is_empty() {
+            match self.outbox.poll_write_once(&mut self.io, cx) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Poll::Ready(Ok(n)) => {
-                    self.write_buf.advance(n);
-                    progressed = true;
-                }
+                Poll::Ready(Ok(_)) => progressed = true,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => {
                     if progressed {
@@ -230,13 +232,33 @@ where
         if progressed {
             self.wake_other(side, cx);
         }
-        // Nothing held between bursts: an idle connection owns no buffers.
-        self.write_buf = BytesMut::new();
         Poll::Ready(Ok(()))
     }
 
     fn queue(&mut self, msg: &Message) -> Result<()> {
-        self.codec.encode(msg, &mut self.write_buf)
+        if self.role() == Role::Server {
+            let large = match msg {
+                Message::Text(t) if t.len() >= ZERO_COPY_MIN => {
+                    Some((true, OpCode::Text, t.as_bytes()))
+                }
+                Message::Binary(b) if b.len() >= ZERO_COPY_MIN => Some((true, OpCode::Binary, b)),
+                Message::Frame(f) if f.payload.len() >= ZERO_COPY_MIN => {
+                    Some((f.fin, f.opcode, &f.payload))
+                }
+                _ => None,
+            };
+            if let Some((fin, opcode, payload)) = large {
+                // Server frames are not masked: write the payload from where
+                // it is instead of copying it into the write buffer.
+                let codec = &mut self.codec;
+                self.outbox
+                    .encode(|b| codec.encode_header(fin, opcode, payload.len(), b).map(drop))?;
+                self.outbox.push_shared(payload.clone());
+                return Ok(());
+            }
+        }
+        let codec = &mut self.codec;
+        self.outbox.encode(|b| codec.encode(msg, b))
     }
 
     fn fail(&mut self, err: Error) {
@@ -256,7 +278,7 @@ where
     fn poll_finish(&mut self, cx: &mut Context<'_>, wait_for_peer: bool) -> Poll<()> {
         if !self.shutdown {
             if ready!(self.poll_write_buf(cx, Side::Read)).is_err() {
-                self.write_buf.clear();
+                self.outbox.clear();
             }
             let _ = ready!(Pin::new(&mut self.io).poll_flush(cx));
             if !wait_for_peer {
@@ -372,9 +394,9 @@ where
             // (replies fed by the user, pongs), all in one write. This is
             // what makes `feed` in a read loop cork replies to pipelined
             // messages without delaying a lone one.
-            if !self.write_buf.is_empty() {
+            if !self.outbox.is_empty() {
                 let polled = self.poll_write_buf(cx, Side::Read);
-                if polled.is_pending() && self.write_buf.len() >= self.write_buffer_size {
+                if polled.is_pending() && self.outbox.len() >= self.write_buffer_size {
                     // The peer is not reading what we owe it (pongs, replies):
                     // stop reading its input rather than buffer without bound.
                     return Poll::Pending;
@@ -449,7 +471,7 @@ where
 
     fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
-        if this.write_buf.len() >= this.write_buffer_size {
+        if this.outbox.len() >= this.write_buffer_size {
             ready!(this.poll_send_buffered(cx))?;
         }
         Poll::Ready(Ok(()))

@@ -33,11 +33,31 @@ impl FrameEncoder {
         payload: &[u8],
         dst: &mut BytesMut,
     ) -> Result<(), Error> {
+        dst.reserve(MAX_HEADER_LEN + payload.len());
+        let mask = self.encode_header(fin, opcode, payload.len(), dst)?;
+        let start = dst.len();
+        dst.put_slice(payload);
+        if let Some(key) = mask {
+            apply_mask(&mut dst[start..], key, 0);
+        }
+        Ok(())
+    }
+
+    /// Writes only the header of a frame with `len` payload bytes, and returns the masking key the payload must be
+    /// masked with, if this side is a client. A server can then send the
+    /// payload from where it already is, without copying it.
+    pub fn encode_header(
+        &mut self,
+        fin: bool,
+        opcode: OpCode,
+        len: usize,
+        dst: &mut BytesMut,
+    ) -> Result<Option<[u8; 4]>, Error> {
         if opcode.is_control() {
             if !fin {
                 return Err(Error::InvalidMessage("control frames cannot be fragmented"));
             }
-            if payload.len() as u64 > MAX_CONTROL_PAYLOAD {
+            if len as u64 > MAX_CONTROL_PAYLOAD {
                 return Err(Error::InvalidMessage(
                     "control frame payload over 125 bytes",
                 ));
@@ -56,18 +76,12 @@ impl FrameEncoder {
             rsv: 0,
             opcode,
             mask,
-            payload_len: payload.len() as u64,
+            payload_len: len as u64,
         };
         let mut head = [0u8; MAX_HEADER_LEN];
         let n = header.encode(&mut head);
-        dst.reserve(n + payload.len());
         dst.put_slice(&head[..n]);
-        let start = dst.len();
-        dst.put_slice(payload);
-        if let Some(key) = mask {
-            apply_mask(&mut dst[start..], key, 0);
-        }
-        Ok(())
+        Ok(mask)
     }
 
     /// Encodes a whole message as one frame into `dst`.

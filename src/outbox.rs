@@ -1,0 +1,200 @@
+//! Bytes waiting to be written: small frames copied into one buffer, large
+//! server payloads kept where they are and written with vectored writes.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::AsyncWrite;
+
+/// At most this many slices go into one vectored write.
+const MAX_IOV: usize = 32;
+
+/// Outgoing bytes in order: `chunks` first, then `tail`.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    chunks: VecDeque<Bytes>,
+    tail: BytesMut,
+    len: usize,
+}
+
+impl Outbox {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends whatever `f` writes into the copy buffer.
+    pub(crate) fn encode<E>(
+        &mut self,
+        f: impl FnOnce(&mut BytesMut) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let before = self.tail.len();
+        let r = f(&mut self.tail);
+        self.len += self.tail.len() - before;
+        r
+    }
+
+    /// Appends bytes without copying them.
+    pub(crate) fn push_shared(&mut self, bytes: Bytes) {
+        if !self.tail.is_empty() {
+            self.chunks.push_back(self.tail.split().freeze());
+        }
+        self.len += bytes.len();
+        self.chunks.push_back(bytes);
+    }
+
+    /// Drops everything queued.
+    pub(crate) fn clear(&mut self) {
+        *self = Outbox::default();
+    }
+
+    /// Writes once; returns how many bytes went out.
+    pub(crate) fn poll_write_once<W: AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut W,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        let n = if self.chunks.is_empty() {
+            ready!(Pin::new(io).poll_write(cx, &self.tail))?
+        } else {
+            let mut iov = [IoSlice::new(&[]); MAX_IOV];
+            let mut k = 0;
+            for c in self.chunks.iter().take(MAX_IOV) {
+                iov[k] = IoSlice::new(c);
+                k += 1;
+            }
+            if k < MAX_IOV && !self.tail.is_empty() {
+                iov[k] = IoSlice::new(&self.tail);
+                k += 1;
+            }
+            ready!(Pin::new(io).poll_write_vectored(cx, &iov[..k]))?
+        };
+        self.consume(n);
+        Poll::Ready(Ok(n))
+    }
+
+    fn consume(&mut self, mut n: usize) {
+        self.len -= n;
+        while n > 0 {
+            match self.chunks.front_mut() {
+                Some(front) if n >= front.len() => {
+                    n -= front.len();
+                    self.chunks.pop_front();
+                }
+                Some(front) => {
+                    front.advance(n);
+                    n = 0;
+                }
+                None => {
+                    self.tail.advance(n);
+                    n = 0;
+                }
+            }
+        }
+        if self.len == 0 {
+            // Nothing held between bursts: an idle connection owns no buffers.
+            *self = Outbox::default();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::Waker;
+
+    /// A writer that takes at most `max` bytes per call, vectored or not.
+    struct Trickle {
+        out: Vec<u8>,
+        max: usize,
+        vectored: bool,
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            let n = buf.len().min(self.max);
+            self.out.extend_from_slice(&buf[..n]);
+            Poll::Ready(Ok(n))
+        }
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            if !self.vectored {
+                let first = bufs
+                    .iter()
+                    .find(|b| !b.is_empty())
+                    .map_or(&[][..], |b| &b[..]);
+                let n = first.len().min(self.max);
+                self.out.extend_from_slice(&first[..n]);
+                return Poll::Ready(Ok(n));
+            }
+            let mut left = self.max;
+            let mut n = 0;
+            for b in bufs {
+                let take = b.len().min(left);
+                self.out.extend_from_slice(&b[..take]);
+                n += take;
+                left -= take;
+            }
+            Poll::Ready(Ok(n))
+        }
+        fn is_write_vectored(&self) -> bool {
+            self.vectored
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[test]
+    fn order_is_kept_across_partial_and_vectored_writes() {
+        for vectored in [false, true] {
+            for max in [1usize, 3, 7, 100, 1 << 20] {
+                let mut ob = Outbox::default();
+                let mut expect = Vec::new();
+                for i in 0..50u8 {
+                    let small = vec![i; i as usize % 5];
+                    ob.encode(|b| {
+                        b.extend_from_slice(&small);
+                        Ok::<_, ()>(())
+                    })
+                    .unwrap();
+                    expect.extend_from_slice(&small);
+                    if i % 3 == 0 {
+                        let big = Bytes::from(vec![i.wrapping_mul(7); 40 + i as usize]);
+                        expect.extend_from_slice(&big);
+                        ob.push_shared(big);
+                    }
+                }
+                assert_eq!(ob.len(), expect.len());
+                let mut w = Trickle {
+                    out: Vec::new(),
+                    max,
+                    vectored,
+                };
+                let mut cx = Context::from_waker(Waker::noop());
+                while !ob.is_empty() {
+                    let Poll::Ready(Ok(_)) = ob.poll_write_once(&mut w, &mut cx) else {
+                        panic!("trickle never blocks")
+                    };
+                }
+                assert_eq!(w.out, expect, "vectored {vectored} max {max}");
+            }
+        }
+    }
+}
