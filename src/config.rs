@@ -38,6 +38,16 @@ pub struct Config {
     /// Accept unmasked frames from clients (servers only). RFC 6455 forbids
     /// them; default `false`.
     pub accept_unmasked_frames: bool,
+    /// Send a ping after this long without hearing from the peer. Default
+    /// `None` (no keepalive).
+    pub ping_interval: Option<Duration>,
+    /// With `ping_interval` set: how long to wait for anything from the peer
+    /// after a keepalive ping before giving it up for dead. Default 10 s.
+    pub pong_timeout: Duration,
+    /// How long the closing handshake may take (our close frame out, the
+    /// peer's back, the TCP connection closed) before the connection is
+    /// dropped anyway. Default 10 s.
+    pub close_timeout: Duration,
 }
 
 impl Default for Config {
@@ -50,6 +60,9 @@ impl Default for Config {
             max_headers: 64,
             handshake_timeout: Some(Duration::from_secs(10)),
             accept_unmasked_frames: false,
+            ping_interval: None,
+            pong_timeout: Duration::from_secs(10),
+            close_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -97,6 +110,24 @@ impl Config {
         self
     }
 
+    /// Sets [`Config::ping_interval`].
+    pub fn ping_interval(mut self, interval: Option<Duration>) -> Self {
+        self.ping_interval = interval;
+        self
+    }
+
+    /// Sets [`Config::pong_timeout`].
+    pub fn pong_timeout(mut self, timeout: Duration) -> Self {
+        self.pong_timeout = timeout;
+        self
+    }
+
+    /// Sets [`Config::close_timeout`].
+    pub fn close_timeout(mut self, timeout: Duration) -> Self {
+        self.close_timeout = timeout;
+        self
+    }
+
     /// Checks that the settings can work together.
     pub fn validate(&self) -> Result<()> {
         if self.max_frame_size == 0 {
@@ -119,6 +150,15 @@ impl Config {
             return Err(Error::InvalidConfig(
                 "max_headers below 8 cannot hold a handshake",
             ));
+        }
+        if self.ping_interval.is_some_and(|i| i.is_zero()) {
+            return Err(Error::InvalidConfig("ping_interval must not be zero"));
+        }
+        if self.pong_timeout.is_zero() {
+            return Err(Error::InvalidConfig("pong_timeout must not be zero"));
+        }
+        if self.close_timeout.is_zero() {
+            return Err(Error::InvalidConfig("close_timeout must not be zero"));
         }
         if let Some(t) = self.handshake_timeout {
             if t.is_zero() {

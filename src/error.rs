@@ -47,16 +47,24 @@ pub enum Error {
     #[error("handshake failed: {0}")]
     Handshake(#[from] HandshakeError),
 
-    /// The connection was closed: the close handshake completed, or the peer
-    /// went away. Reading again returns `None`; writing returns
-    /// [`Error::AlreadyClosed`].
-    #[error("connection closed")]
+    /// A message was sent on a connection the peer closed (its close frame
+    /// arrived, or the connection ended).
+    #[error("connection closed by the peer")]
     ConnectionClosed,
 
-    /// A message was sent after the connection was closed or after a close
-    /// frame was sent.
-    #[error("connection already closed")]
+    /// A message was sent after this side closed the connection (sent its
+    /// close frame, or failed it over an error).
+    #[error("connection already closed by this side")]
     AlreadyClosed,
+
+    /// Keepalive: the peer sent nothing within `pong_timeout` of a ping.
+    #[error("peer did not answer a keepalive ping in time")]
+    KeepaliveTimeout,
+
+    /// The closing handshake did not finish within `close_timeout`; the
+    /// connection was dropped anyway.
+    #[error("closing handshake timed out")]
+    CloseTimeout,
 
     /// The message given to `send` cannot be put on the wire (for example a
     /// control frame over 125 bytes or a close code that is not allowed).

@@ -5,11 +5,13 @@ use std::cell::RefCell;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker, ready};
+use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep, sleep_until};
 use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::io::poll_read_buf;
 
@@ -89,8 +91,62 @@ pub struct WebSocketStream<S> {
     failing: Option<Error>,
     shutdown: bool,
     terminated: bool,
+    /// The peer ended the connection (its close frame, EOF or a transport error).
+    peer_closed: bool,
     read_waker: Option<Waker>,
     write_waker: Option<Waker>,
+    close_timeout: Duration,
+    /// Bounds the closing handshake once it starts; made when first needed.
+    close_timer: Option<Pin<Box<Sleep>>>,
+    keepalive: Option<Keepalive>,
+}
+
+/// Keepalive state: a ping after `interval` of silence, the peer declared
+/// dead when `timeout` passes after it with nothing received.
+#[derive(Debug)]
+struct Keepalive {
+    interval: Duration,
+    timeout: Duration,
+    last_rx: Instant,
+    ping_sent: Option<Instant>,
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+enum Tick {
+    Quiet,
+    Ping,
+    Dead,
+}
+
+impl Keepalive {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Tick {
+        let first = self.last_rx + self.interval;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(sleep_until(first)));
+        loop {
+            if timer.as_mut().poll(cx).is_pending() {
+                return Tick::Quiet;
+            }
+            let now = Instant::now();
+            if let Some(sent) = self.ping_sent {
+                if self.last_rx < sent {
+                    return Tick::Dead;
+                }
+                self.ping_sent = None;
+            }
+            let due = self.last_rx + self.interval;
+            if now < due {
+                timer.as_mut().reset(due);
+                continue;
+            }
+            self.ping_sent = Some(now);
+            timer.as_mut().reset(now + self.timeout);
+            // Registers the waker for the new deadline.
+            let _ = timer.as_mut().poll(cx);
+            return Tick::Ping;
+        }
+    }
 }
 
 impl<S> WebSocketStream<S>
@@ -128,14 +184,30 @@ where
             failing: None,
             shutdown: false,
             terminated: false,
+            peer_closed: false,
             read_waker: None,
             write_waker: None,
+            close_timeout: config.close_timeout,
+            close_timer: None,
+            keepalive: config.ping_interval.map(|interval| Keepalive {
+                interval,
+                timeout: config.pong_timeout,
+                last_rx: Instant::now(),
+                ping_sent: None,
+                timer: None,
+            }),
         })
     }
 
-    /// Sends a close frame (code and reason, or none) and flushes it. Keep
-    /// reading afterwards to receive the peer's reply and end the stream.
-    /// Closing an already closing connection does nothing.
+    /// Closes the connection: sends a close frame (code and reason, or
+    /// none), then waits for the peer's close frame and the end of the TCP
+    /// connection, discarding messages that arrive meanwhile. The whole
+    /// handshake is bounded by [`Config::close_timeout`]; past it the
+    /// connection is given up and [`Error::CloseTimeout`] returned. Closing a
+    /// connection that is already closing or closed does nothing more.
+    ///
+    /// To keep receiving until the peer answers instead, send
+    /// [`Message::Close`] and keep polling the stream.
     ///
     /// ```no_run
     /// # async fn f(mut ws: wavesock::WebSocketStream<tokio::net::TcpStream>) -> wavesock::Result<()> {
@@ -144,7 +216,24 @@ where
     /// # Ok(()) }
     /// ```
     pub async fn close(&mut self, frame: Option<CloseFrame>) -> Result<()> {
-        self.send(Message::Close(frame)).await
+        if !self.close_sent && !self.terminated {
+            self.feed(Message::Close(frame)).await?;
+        }
+        let timeout = self.close_timeout;
+        let handshake = async {
+            self.flush().await?;
+            while let Some(msg) = self.next().await {
+                msg?;
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(timeout, handshake).await {
+            Ok(r) => r,
+            Err(_) => {
+                self.give_up();
+                Err(Error::CloseTimeout)
+            }
+        }
     }
 
     /// Splits the connection into a receiving half and a sending half that can
@@ -261,6 +350,13 @@ where
         self.outbox.encode(|b| codec.encode(msg, b))
     }
 
+    /// Ends the connection without waiting for anything more.
+    fn give_up(&mut self) {
+        self.terminated = true;
+        self.outbox.clear();
+        self.read_buf = BytesMut::new();
+    }
+
     fn fail(&mut self, err: Error) {
         if let Some(code) = err.close_code() {
             if !self.close_sent {
@@ -274,8 +370,13 @@ where
 
     /// Flushes what is queued (our close frame) and ends the connection:
     /// at once when failing or as the server, after the server's TCP close
-    /// as a client. Transport errors are ignored: the peer may be gone.
+    /// as a client. Bounded by the close timeout; transport errors are
+    /// ignored, as the peer may be gone.
     fn poll_finish(&mut self, cx: &mut Context<'_>, wait_for_peer: bool) -> Poll<()> {
+        if self.poll_close_timer(cx).is_ready() {
+            self.give_up();
+            return Poll::Ready(());
+        }
         if !self.shutdown {
             if ready!(self.poll_write_buf(cx, Side::Read)).is_err() {
                 self.outbox.clear();
@@ -290,16 +391,21 @@ where
         // A client waits for the server to close the TCP connection.
         loop {
             self.read_buf.clear();
-            self.reserve_read();
-            match ready!(poll_read_buf(
-                Pin::new(&mut self.io),
-                cx,
-                &mut self.read_buf
-            )) {
+            match ready!(self.poll_read(cx)) {
                 Ok(0) | Err(_) => return Poll::Ready(()),
                 Ok(_) => {}
             }
         }
+    }
+
+    /// Ready once the closing handshake has taken longer than allowed. The
+    /// timer starts the first time this is asked.
+    fn poll_close_timer(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let timeout = self.close_timeout;
+        self.close_timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)))
+            .as_mut()
+            .poll(cx)
     }
 
     /// Reads more input. With no partial frame buffered, the connection
@@ -326,11 +432,20 @@ where
                 })
             });
             if let Some(r) = scratch_read {
-                return r;
+                return self.heard(r);
             }
         }
         self.reserve_read();
-        poll_read_buf(Pin::new(&mut self.io), cx, &mut self.read_buf)
+        let r = poll_read_buf(Pin::new(&mut self.io), cx, &mut self.read_buf);
+        self.heard(r)
+    }
+
+    /// Any bytes from the peer prove it alive, for keepalive.
+    fn heard(&mut self, r: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if let (Some(k), Poll::Ready(Ok(1..))) = (&mut self.keepalive, &r) {
+            k.last_rx = Instant::now();
+        }
+        r
     }
 
     fn reserve_read(&mut self) {
@@ -375,6 +490,7 @@ where
                         }
                         Message::Close(frame) => {
                             self.close_received = true;
+                            self.peer_closed = true;
                             if !self.close_sent {
                                 self.close_sent = true;
                                 self.queue(&Message::Close(frame.clone()))?;
@@ -412,9 +528,38 @@ where
                     }
                 }
             }
+            if self.close_sent && self.poll_close_timer(cx).is_ready() {
+                // We closed and the peer has not answered in time.
+                self.give_up();
+                return Poll::Ready(Some(Err(Error::CloseTimeout)));
+            }
+            if let Some(k) = &mut self.keepalive {
+                match k.poll(cx) {
+                    Tick::Quiet => {}
+                    Tick::Ping if self.close_sent => {}
+                    Tick::Ping => {
+                        self.queue(&Message::Ping(Bytes::new()))?;
+                        continue;
+                    }
+                    Tick::Dead => {
+                        // Say why if the transport still takes bytes, but
+                        // wait for nothing: the peer is presumed gone.
+                        if !self.close_sent {
+                            self.close_sent = true;
+                            let close =
+                                CloseFrame::new(CloseCode::INTERNAL_ERROR, "keepalive timeout");
+                            self.queue(&Message::Close(Some(close)))?;
+                            let _ = self.poll_write_buf(cx, Side::Read);
+                        }
+                        self.give_up();
+                        return Poll::Ready(Some(Err(Error::KeepaliveTimeout)));
+                    }
+                }
+            }
             match ready!(self.poll_read(cx)) {
                 Ok(0) => {
                     self.terminated = true;
+                    self.peer_closed = true;
                     return Poll::Ready(Some(Err(Error::Io(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "connection closed without a close frame",
@@ -423,6 +568,7 @@ where
                 Ok(_) => {}
                 Err(e) => {
                     self.terminated = true;
+                    self.peer_closed = true;
                     return Poll::Ready(Some(Err(e.into())));
                 }
             }
@@ -482,6 +628,8 @@ where
         if this.close_sent || this.terminated {
             return if msg.is_close() {
                 Ok(())
+            } else if this.peer_closed {
+                Err(Error::ConnectionClosed)
             } else {
                 Err(Error::AlreadyClosed)
             };

@@ -38,9 +38,13 @@ async fn echoes_text_and_binary_of_many_sizes() {
         ws.send(Message::binary(bin.clone())).await.unwrap();
         assert_eq!(ws.next().await.unwrap().unwrap(), Message::binary(bin));
     }
-    ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "done")))
-        .await
-        .unwrap();
+    // Send our close by hand and read the reply (close() would discard it).
+    ws.send(Message::Close(Some(CloseFrame::new(
+        CloseCode::NORMAL,
+        "done",
+    ))))
+    .await
+    .unwrap();
     let reply = ws.next().await.unwrap().unwrap();
     assert_eq!(
         reply,
@@ -255,8 +259,9 @@ async fn split_reader_answers_pings_while_writer_is_idle() {
         ws.next().await.unwrap().unwrap(),
         Message::Pong(Bytes::from_static(b"1"))
     );
+    // close() completes the whole handshake: the reply came and TCP ended.
     ws.close(None).await.unwrap();
-    assert_eq!(ws.next().await.unwrap().unwrap(), Message::Close(None));
+    assert!(ws.is_close_received());
     assert!(ws.next().await.is_none());
     let seen = server.await.unwrap();
     assert_eq!(
@@ -319,16 +324,35 @@ async fn split_halves_work_from_two_tasks() {
     assert_eq!(server.await.unwrap(), 1000);
 }
 
-#[tokio::test]
-async fn sending_after_close_is_refused_and_closing_twice_is_harmless() {
-    let (a, _b) = tokio::io::duplex(4096);
-    let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, Config::default()).unwrap();
-    ws.close(None).await.unwrap();
+#[tokio::test(start_paused = true)]
+async fn close_gives_up_after_the_timeout_and_closing_twice_is_harmless() {
+    // The peer never answers our close.
+    let (a, _peer) = tokio::io::duplex(4096);
+    let config = Config::default().close_timeout(Duration::from_secs(3));
+    let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, config).unwrap();
+    let started = tokio::time::Instant::now();
+    assert!(matches!(ws.close(None).await, Err(Error::CloseTimeout)));
+    assert_eq!(started.elapsed(), Duration::from_secs(3));
     ws.close(None).await.unwrap();
     assert!(ws.is_close_sent());
     assert!(matches!(
         ws.send(Message::text("late")).await,
         Err(Error::AlreadyClosed)
+    ));
+    assert!(ws.next().await.is_none());
+}
+
+#[tokio::test]
+async fn sending_after_the_peer_closed_is_connection_closed() {
+    let (a, mut peer) = tokio::io::duplex(4096);
+    let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, Config::default()).unwrap();
+    peer.write_all(&masked(0x88, &close_payload(1000, "")))
+        .await
+        .unwrap();
+    assert!(ws.next().await.unwrap().unwrap().is_close());
+    assert!(matches!(
+        ws.send(Message::text("late")).await,
+        Err(Error::ConnectionClosed)
     ));
 }
 
@@ -513,4 +537,88 @@ async fn a_peer_that_floods_pings_and_never_reads_cannot_grow_our_buffers() {
     drop(peer);
     let pings = reader.await.unwrap();
     assert!(pings < 200, "read {pings} pings while unable to answer");
+}
+
+#[tokio::test(start_paused = true)]
+async fn keepalive_detects_a_silent_peer() {
+    let (a, mut peer) = tokio::io::duplex(4096);
+    let config = Config::default()
+        .ping_interval(Some(Duration::from_secs(5)))
+        .pong_timeout(Duration::from_secs(2));
+    let (_tx, mut rx) = WebSocketStream::from_raw_socket(a, Role::Server, config)
+        .unwrap()
+        .split();
+    let started = tokio::time::Instant::now();
+    let reader = tokio::spawn(async move { rx.next().await });
+    // The keepalive ping goes out after five quiet seconds.
+    let mut buf = BytesMut::new();
+    assert_eq!(read_frame(&mut peer, &mut buf).await, Some((0x89, vec![])));
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    // No answer: given up at interval + timeout, with close code 1011.
+    let err = reader.await.unwrap().unwrap().unwrap_err();
+    assert!(matches!(err, Error::KeepaliveTimeout), "{err}");
+    assert_eq!(started.elapsed(), Duration::from_secs(7));
+    let (b0, payload) = read_frame(&mut peer, &mut buf).await.unwrap();
+    assert_eq!((b0, &payload[..2]), (0x88, &1011u16.to_be_bytes()[..]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn keepalive_keeps_a_responsive_peer() {
+    let (a, mut peer) = tokio::io::duplex(4096);
+    let config = Config::default()
+        .ping_interval(Some(Duration::from_secs(5)))
+        .pong_timeout(Duration::from_secs(2));
+    let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, config).unwrap();
+    let answering = tokio::spawn(async move {
+        let mut buf = BytesMut::new();
+        let mut pings = 0;
+        while let Some((b0, payload)) = read_frame(&mut peer, &mut buf).await {
+            if b0 == 0x89 {
+                pings += 1;
+                peer.write_all(&masked(0x8A, &payload)).await.unwrap();
+            }
+            if pings == 12 {
+                peer.write_all(&masked(0x88, b"")).await.unwrap();
+            }
+        }
+        pings
+    });
+    let mut pongs = 0;
+    while let Some(msg) = ws.next().await {
+        match msg.unwrap() {
+            Message::Pong(_) => pongs += 1,
+            Message::Close(_) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(pongs, 12, "a minute of pings, all answered, no timeout");
+    assert_eq!(answering.await.unwrap(), 12);
+}
+
+#[tokio::test(start_paused = true)]
+async fn keepalive_counts_any_traffic_as_life() {
+    let (a, mut peer) = tokio::io::duplex(1 << 16);
+    let config = Config::default()
+        .ping_interval(Some(Duration::from_secs(5)))
+        .pong_timeout(Duration::from_secs(2));
+    let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, config).unwrap();
+    let chatty = tokio::spawn(async move {
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            peer.write_all(&masked(0x81, b"still here")).await.unwrap();
+        }
+        peer.write_all(&masked(0x88, b"")).await.unwrap();
+        let mut rest = Vec::new();
+        peer.read_to_end(&mut rest).await.unwrap();
+        rest
+    });
+    let mut texts = 0;
+    while let Some(msg) = ws.next().await {
+        if msg.unwrap().is_text() {
+            texts += 1;
+        }
+    }
+    assert_eq!(texts, 20);
+    let written = chatty.await.unwrap();
+    assert_eq!(written, unmasked(0x88, b""), "no keepalive ping was needed");
 }
