@@ -35,6 +35,10 @@ pub struct Config {
     pub max_headers: usize,
     /// Time allowed for the opening handshake. Default 10 s; `None` waits for ever.
     pub handshake_timeout: Option<Duration>,
+    /// Time a client allows for opening the TCP connection (name resolution
+    /// included) before the handshake starts. Default 10 s; `None` waits as
+    /// long as the operating system does.
+    pub connect_timeout: Option<Duration>,
     /// Accept unmasked frames from clients (servers only). RFC 6455 forbids
     /// them; default `false`.
     pub accept_unmasked_frames: bool,
@@ -49,6 +53,7 @@ impl Default for Config {
             max_handshake_size: 8 << 10,
             max_headers: 64,
             handshake_timeout: Some(Duration::from_secs(10)),
+            connect_timeout: Some(Duration::from_secs(10)),
             accept_unmasked_frames: false,
         }
     }
@@ -91,6 +96,12 @@ impl Config {
         self
     }
 
+    /// Sets [`Config::connect_timeout`].
+    pub fn connect_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
     /// Sets [`Config::accept_unmasked_frames`].
     pub fn accept_unmasked_frames(mut self, accept: bool) -> Self {
         self.accept_unmasked_frames = accept;
@@ -125,6 +136,9 @@ impl Config {
                 return Err(Error::InvalidConfig("handshake_timeout must not be zero"));
             }
         }
+        if self.connect_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::InvalidConfig("connect_timeout must not be zero"));
+        }
         Ok(())
     }
 }
@@ -155,6 +169,12 @@ mod tests {
         assert!(
             Config::default()
                 .handshake_timeout(Some(std::time::Duration::ZERO))
+                .validate()
+                .is_err()
+        );
+        assert!(
+            Config::default()
+                .connect_timeout(Some(std::time::Duration::ZERO))
                 .validate()
                 .is_err()
         );

@@ -34,6 +34,7 @@
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
 
+mod client;
 pub mod codec;
 pub mod config;
 pub mod error;
@@ -42,13 +43,22 @@ pub mod proto;
 mod server;
 pub mod stream;
 
+pub use client::{
+    ClientResponse, MaybeTlsStream, client_async, client_async_with_config, connect_async,
+    connect_async_with_config,
+};
 pub use codec::WebSocketCodec;
 pub use config::Config;
 pub use error::{Error, HandshakeError, ProtocolError, Result};
+pub use handshake::client::IntoClientRequest;
+pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols};
 pub use proto::Role;
 pub use proto::close::{CloseCode, CloseFrame};
 pub use proto::header::OpCode;
 pub use proto::message::{Frame, Message};
 pub use proto::text::Utf8Bytes;
-pub use server::{accept_async, accept_async_with_config};
+pub use server::{
+    accept_async, accept_async_callback, accept_async_callback_with_config,
+    accept_async_with_config, accept_hdr_async, accept_hdr_async_with_config,
+};
 pub use stream::{WebSocketReceiver, WebSocketSender, WebSocketStream};
