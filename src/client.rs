@@ -205,6 +205,7 @@ where
 /// Like [`client_async`], with your own [`Config`].
 ///
 /// ```no_run
+/// # #[cfg(unix)]
 /// # async fn run() -> wavesock::Result<()> {
 /// let unix = tokio::net::UnixStream::connect("/run/app.sock").await?;
 /// let request = http::Request::builder()

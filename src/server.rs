@@ -255,7 +255,7 @@ where
             write_response(&refusal, body.as_bytes(), &mut out);
             // Refused either way; a peer that is gone changes nothing.
             let _ = io.write_all(&out).await;
-            let _ = io.flush().await;
+            let _ = io.shutdown().await;
             return Err(HandshakeError::Refused(refusal.status()).into());
         }
     };
@@ -283,8 +283,10 @@ where
         let mut out = Vec::new();
         write_response(&resp, resp.body(), &mut out);
         // The request already failed; a peer that is gone changes nothing.
+        // Shutting down sends the end of the response before the socket is
+        // dropped.
         let _ = io.write_all(&out).await;
-        let _ = io.flush().await;
+        let _ = io.shutdown().await;
     }
     err.into()
 }

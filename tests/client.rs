@@ -1,5 +1,8 @@
 //! The client side of the opening handshake and the connect entry points.
 
+// Callbacks spell out tokio-tungstenite's `Result<Response<()>, Response<Option<String>>>`.
+#![allow(clippy::result_large_err)]
+
 mod support;
 
 use std::sync::atomic::Ordering;

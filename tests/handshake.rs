@@ -1,4 +1,7 @@
 //! The server side of the opening handshake, over loopback TCP and in-memory
+
+// Callbacks spell out tokio-tungstenite's `Result<Response<()>, Response<Option<String>>>`.
+#![allow(clippy::result_large_err)]
 //! streams.
 
 mod support;
