@@ -11,6 +11,11 @@
 //! - [`WebSocketStream`]: a `Stream + Sink` over any `AsyncRead + AsyncWrite`,
 //!   with automatic pongs, the close handshake, and [`split`](WebSocketStream::split)
 //!   halves for two tasks.
+//! - The opening handshake on both sides ([`handshake`]), strict and bounded
+//!   (head size, header count, timeout): [`accept_async`],
+//!   [`accept_hdr_async`] and [`accept_async_callback`] to see, amend or
+//!   refuse a request; [`connect_async`] for `ws://` URLs and
+//!   [`client_async`] over any stream you opened.
 //!
 //! ```no_run
 //! use futures_util::{SinkExt, StreamExt};
@@ -28,6 +33,18 @@
 //!     }
 //!     Ok(())
 //! }
+//! ```
+//!
+//! A client:
+//!
+//! ```no_run
+//! use futures_util::{SinkExt, StreamExt};
+//!
+//! # async fn run() -> wavesock::Result<()> {
+//! let (mut ws, _response) = wavesock::connect_async("ws://127.0.0.1:9001/").await?;
+//! ws.send(wavesock::Message::text("hello")).await?;
+//! let reply = ws.next().await;
+//! # Ok(()) }
 //! ```
 //!
 //! [RFC 6455]: https://www.rfc-editor.org/rfc/rfc6455
