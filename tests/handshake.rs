@@ -492,3 +492,58 @@ async fn invalid_config_is_an_error_not_a_panic() {
         Err(Error::InvalidConfig(_))
     ));
 }
+
+mod split_reads {
+    use super::*;
+    use proptest::prelude::*;
+    use wavesock::handshake::server::{accept_response, write_response};
+
+    /// Runs the server over a scripted stream that delivers `request +
+    /// frame` in the given chunks and expects exactly the 101 response.
+    fn accept_in_chunks(cuts: Vec<usize>) -> Message {
+        let head = request("").into_bytes();
+        let mut input = head.clone();
+        input.extend_from_slice(&masked_frame(0x1, b"pipelined"));
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % input.len()).collect();
+        cuts.push(head.len());
+        cuts.push(input.len());
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut response = Vec::new();
+        write_response(&accept_response(ACCEPT), &[], &mut response);
+        let mut builder = tokio_test::io::Builder::new();
+        let mut start = 0;
+        for end in cuts.into_iter().filter(|&c| c > 0) {
+            builder.read(&input[start..end]);
+            if end == head.len() {
+                // The server answers once the head is complete, before it
+                // reads any further.
+                builder.write(&response);
+            }
+            start = end;
+        }
+        let mock = builder.build();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let mut ws = wavesock::accept_async(mock).await.unwrap();
+                ws.next().await.unwrap().unwrap()
+            })
+    }
+
+    #[test]
+    fn one_byte_at_a_time() {
+        let all: Vec<usize> = (1..300).collect();
+        assert_eq!(accept_in_chunks(all), Message::text("pipelined"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn any_chunking_gives_the_same_result(cuts in proptest::collection::vec(0usize..1000, 0..40)) {
+            prop_assert_eq!(accept_in_chunks(cuts), Message::text("pipelined"));
+        }
+    }
+}
