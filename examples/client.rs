@@ -57,7 +57,11 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    if let Err(e) = rt.block_on(run(&url)) {
+    let result = rt.block_on(run(&url));
+    // Stdin is read on a blocking thread that may still wait for a line
+    // (when the server closed first); don't wait for it.
+    rt.shutdown_background();
+    if let Err(e) = result {
         eprintln!("error: {e}");
         std::process::exit(1);
     }

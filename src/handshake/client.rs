@@ -295,7 +295,7 @@ pub fn check_response(
     if h.contains_key(header::SEC_WEBSOCKET_EXTENSIONS) {
         return Err(HandshakeError::BadHeader {
             name: "Sec-WebSocket-Extensions",
-            reason: "the server chose an extension that was not offered",
+            reason: "the server chose an extension; wavesock negotiates none",
         });
     }
     chosen_subprotocol(request.headers(), h)
