@@ -489,3 +489,31 @@ async fn client_async_over_a_stream_you_opened() {
     let (mut ws, _) = wavesock::client_async(request, tcp).await.unwrap();
     assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("hi"));
 }
+
+// Relies on Linux dropping SYNs to a listener whose backlog is full.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn connect_timeout_fires_when_the_server_never_answers() {
+    // A listener that never accepts, with its backlog filled: the kernel
+    // drops further SYNs, so connecting hangs.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        match tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await {
+            Ok(Ok(tcp)) => held.push(tcp),
+            _ => break,
+        }
+    }
+    let config = Config::default().connect_timeout(Some(Duration::from_millis(300)));
+    let started = std::time::Instant::now();
+    let result = wavesock::connect_async_with_config(format!("ws://{addr}/"), config).await;
+    assert!(
+        matches!(handshake_error(result), HandshakeError::ConnectTimeout),
+        "after {} held connections",
+        held.len()
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
