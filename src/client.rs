@@ -156,11 +156,7 @@ where
     let request = prepare_request(request.into_client_request()?)?;
     let uri = request.uri();
     if is_secure(uri) {
-        return Err(HandshakeError::UnsupportedScheme(
-            "wss (TLS is not supported yet; open the TLS stream yourself and use client_async)"
-                .into(),
-        )
-        .into());
+        return Err(HandshakeError::UnsupportedScheme("wss".into()).into());
     }
     // prepare_request accepts ws://, wss:// or a bare path with a Host header.
     let Some(host) = uri.host().filter(|_| uri.scheme().is_some()) else {

@@ -172,7 +172,9 @@ pub enum HandshakeError {
     Refused(StatusCode),
     /// The URL's scheme cannot be used (yet): `wss://` needs TLS, which is
     /// not built in; anything but `ws://` and `wss://` is not WebSocket.
-    #[error("unsupported URL scheme {0:?}")]
+    #[error(
+        "unsupported URL scheme {0:?}: connect_async takes ws:// (for wss://, open the TLS stream yourself and use client_async)"
+    )]
     UnsupportedScheme(String),
     /// The TCP connection could not be opened within the configured
     /// [`connect_timeout`](crate::Config::connect_timeout).
