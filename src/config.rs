@@ -35,6 +35,10 @@ pub struct Config {
     pub max_headers: usize,
     /// Time allowed for the opening handshake. Default 10 s; `None` waits for ever.
     pub handshake_timeout: Option<Duration>,
+    /// Time a client allows for opening the TCP connection (name resolution
+    /// included) before the handshake starts. Default 10 s; `None` waits as
+    /// long as the operating system does.
+    pub connect_timeout: Option<Duration>,
     /// Accept unmasked frames from clients (servers only). RFC 6455 forbids
     /// them; default `false`.
     pub accept_unmasked_frames: bool,
@@ -59,6 +63,7 @@ impl Default for Config {
             max_handshake_size: 8 << 10,
             max_headers: 64,
             handshake_timeout: Some(Duration::from_secs(10)),
+            connect_timeout: Some(Duration::from_secs(10)),
             accept_unmasked_frames: false,
             ping_interval: None,
             pong_timeout: Duration::from_secs(10),
@@ -101,6 +106,12 @@ impl Config {
     /// Sets [`Config::handshake_timeout`].
     pub fn handshake_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.handshake_timeout = timeout;
+        self
+    }
+
+    /// Sets [`Config::connect_timeout`].
+    pub fn connect_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.connect_timeout = timeout;
         self
     }
 
@@ -165,6 +176,9 @@ impl Config {
                 return Err(Error::InvalidConfig("handshake_timeout must not be zero"));
             }
         }
+        if self.connect_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::InvalidConfig("connect_timeout must not be zero"));
+        }
         Ok(())
     }
 }
@@ -195,6 +209,12 @@ mod tests {
         assert!(
             Config::default()
                 .handshake_timeout(Some(std::time::Duration::ZERO))
+                .validate()
+                .is_err()
+        );
+        assert!(
+            Config::default()
+                .connect_timeout(Some(std::time::Duration::ZERO))
                 .validate()
                 .is_err()
         );

@@ -178,6 +178,16 @@ pub enum HandshakeError {
     /// The server's callback refused the request.
     #[error("request refused with status {0}")]
     Refused(StatusCode),
+    /// The URL's scheme cannot be used (yet): `wss://` needs TLS, which is
+    /// not built in; anything but `ws://` and `wss://` is not WebSocket.
+    #[error(
+        "unsupported URL scheme {0:?}: connect_async takes ws:// (for wss://, open the TLS stream yourself and use client_async)"
+    )]
+    UnsupportedScheme(String),
+    /// The TCP connection could not be opened within the configured
+    /// [`connect_timeout`](crate::Config::connect_timeout).
+    #[error("connecting timed out")]
+    ConnectTimeout,
 }
 
 impl HandshakeError {
@@ -190,6 +200,7 @@ impl HandshakeError {
             HandshakeError::TooLarge(_) => Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE),
             HandshakeError::MethodNotAllowed(_) => Some(StatusCode::METHOD_NOT_ALLOWED),
             HandshakeError::UnsupportedVersion => Some(StatusCode::UPGRADE_REQUIRED),
+            HandshakeError::Refused(status) => Some(*status),
             _ => None,
         }
     }

@@ -11,6 +11,11 @@
 //! - [`WebSocketStream`]: a `Stream + Sink` over any `AsyncRead + AsyncWrite`,
 //!   with automatic pongs, the close handshake, and [`split`](WebSocketStream::split)
 //!   halves for two tasks.
+//! - The opening handshake on both sides ([`handshake`]), strict and bounded
+//!   (head size, header count, timeout): [`accept_async`],
+//!   [`accept_hdr_async`] and [`accept_async_callback`] to see, amend or
+//!   refuse a request; [`connect_async`] for `ws://` URLs and
+//!   [`client_async`] over any stream you opened.
 //!
 //! ```no_run
 //! use futures_util::{SinkExt, StreamExt};
@@ -30,10 +35,23 @@
 //! }
 //! ```
 //!
+//! A client:
+//!
+//! ```no_run
+//! use futures_util::{SinkExt, StreamExt};
+//!
+//! # async fn run() -> wavesock::Result<()> {
+//! let (mut ws, _response) = wavesock::connect_async("ws://127.0.0.1:9001/").await?;
+//! ws.send(wavesock::Message::text("hello")).await?;
+//! let reply = ws.next().await;
+//! # Ok(()) }
+//! ```
+//!
 //! [RFC 6455]: https://www.rfc-editor.org/rfc/rfc6455
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
 
+mod client;
 pub mod codec;
 pub mod config;
 pub mod error;
@@ -43,15 +61,24 @@ pub mod proto;
 mod server;
 pub mod stream;
 
+pub use client::{
+    ClientResponse, MaybeTlsStream, client_async, client_async_with_config, connect_async,
+    connect_async_with_config,
+};
 pub use codec::WebSocketCodec;
 pub use config::Config;
 pub use error::{Error, HandshakeError, ProtocolError, Result};
+pub use handshake::client::IntoClientRequest;
+pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols};
 pub use proto::Role;
 pub use proto::close::{CloseCode, CloseFrame};
 pub use proto::header::OpCode;
 pub use proto::message::{Frame, Message};
 pub use proto::text::Utf8Bytes;
-pub use server::{accept_async, accept_async_with_config};
+pub use server::{
+    accept_async, accept_async_callback, accept_async_callback_with_config,
+    accept_async_with_config, accept_hdr_async, accept_hdr_async_with_config,
+};
 pub use stream::{WebSocketReceiver, WebSocketSender, WebSocketStream};
 
 // The README's examples are compiled as doc tests so that they stay true.

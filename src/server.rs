@@ -1,12 +1,14 @@
 //! Accepting connections: the server's opening handshake over any stream.
 
 use bytes::BytesMut;
+use http::{Request, Response};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::config::Config;
 use crate::error::{Error, HandshakeError, Result};
 use crate::handshake::server::{
-    accept_response, check_request, error_response, parse_request, write_response,
+    AsyncCallback, Callback, NoCallback, accept_response, check_request, error_response,
+    parse_request, write_response,
 };
 use crate::proto::Role;
 use crate::stream::WebSocketStream;
@@ -55,12 +57,128 @@ where
 /// let ws = wavesock::accept_async_with_config(tcp, config).await?;
 /// # Ok(()) }
 /// ```
-pub async fn accept_async_with_config<S>(mut io: S, config: Config) -> Result<WebSocketStream<S>>
+pub async fn accept_async_with_config<S>(io: S, config: Config) -> Result<WebSocketStream<S>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    accept_hdr_async_with_config(io, NoCallback, config).await
+}
+
+/// Like [`accept_async`], with a [`Callback`] that sees the request (method,
+/// path, query, headers) and may add headers to the response, pick a
+/// subprotocol, or refuse with an HTTP response of its own.
+///
+/// A refusal is written to the client as given (status, headers, body) and
+/// returned as [`HandshakeError::Refused`]. The callback runs only for
+/// requests that are valid WebSocket upgrades.
+///
+/// ```no_run
+/// use http::{Request, Response, StatusCode};
+/// use wavesock::handshake::server::ErrorResponse;
+///
+/// # async fn run(tcp: tokio::net::TcpStream) -> wavesock::Result<()> {
+/// let callback = |req: &Request<()>, mut resp: Response<()>| -> Result<Response<()>, ErrorResponse> {
+///     if req.headers().get("authorization").is_none() {
+///         let mut refusal = Response::new(Some("log in first".to_string()));
+///         *refusal.status_mut() = StatusCode::UNAUTHORIZED;
+///         return Err(refusal);
+///     }
+///     resp.headers_mut().insert("x-served-by", "wavesock".parse().unwrap());
+///     Ok(resp)
+/// };
+/// let ws = wavesock::accept_hdr_async(tcp, callback).await?;
+/// # Ok(()) }
+/// ```
+pub async fn accept_hdr_async<S, C>(io: S, callback: C) -> Result<WebSocketStream<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    C: Callback,
+{
+    accept_hdr_async_with_config(io, callback, Config::default()).await
+}
+
+/// Like [`accept_hdr_async`], with your own [`Config`].
+///
+/// ```no_run
+/// use wavesock::Config;
+/// use wavesock::handshake::server::Subprotocols;
+///
+/// # async fn run(tcp: tokio::net::TcpStream) -> wavesock::Result<()> {
+/// let config = Config::default().max_handshake_size(4096);
+/// let ws = wavesock::accept_hdr_async_with_config(tcp, Subprotocols::new(["chat"]), config).await?;
+/// # Ok(()) }
+/// ```
+pub async fn accept_hdr_async_with_config<S, C>(
+    io: S,
+    callback: C,
+    config: Config,
+) -> Result<WebSocketStream<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    C: Callback,
+{
+    let callback =
+        |req: Request<()>, resp: Response<()>| std::future::ready(callback.on_request(&req, resp));
+    accept_async_callback_with_config(io, callback, config).await
+}
+
+/// Like [`accept_hdr_async`], with an [`AsyncCallback`]: a closure taking
+/// the request by value and returning a future, for checks that wait on
+/// something else.
+///
+/// The [`handshake_timeout`](Config::handshake_timeout) covers the whole
+/// handshake, callback included.
+///
+/// ```no_run
+/// use http::{Request, Response, StatusCode};
+///
+/// # async fn token_is_valid(_: &str) -> bool { true }
+/// # async fn run(tcp: tokio::net::TcpStream) -> wavesock::Result<()> {
+/// let ws = wavesock::accept_async_callback(tcp, |req: Request<()>, resp: Response<()>| async move {
+///     let token = req.uri().query().unwrap_or_default().to_owned();
+///     if token_is_valid(&token).await {
+///         Ok(resp)
+///     } else {
+///         let mut refusal = Response::new(None);
+///         *refusal.status_mut() = StatusCode::FORBIDDEN;
+///         Err(refusal)
+///     }
+/// })
+/// .await?;
+/// # Ok(()) }
+/// ```
+pub async fn accept_async_callback<S, C>(io: S, callback: C) -> Result<WebSocketStream<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    C: AsyncCallback,
+{
+    accept_async_callback_with_config(io, callback, Config::default()).await
+}
+
+/// Like [`accept_async_callback`], with your own [`Config`].
+///
+/// ```no_run
+/// # async fn run(tcp: tokio::net::TcpStream) -> wavesock::Result<()> {
+/// let config = wavesock::Config::default();
+/// let ws = wavesock::accept_async_callback_with_config(
+///     tcp,
+///     |_req, resp| async move { Ok(resp) },
+///     config,
+/// )
+/// .await?;
+/// # Ok(()) }
+/// ```
+pub async fn accept_async_callback_with_config<S, C>(
+    mut io: S,
+    callback: C,
+    config: Config,
+) -> Result<WebSocketStream<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    C: AsyncCallback,
+{
     config.validate()?;
-    let handshake = server_handshake(&mut io, &config);
+    let handshake = server_handshake(&mut io, &config, callback);
     let leftover = match config.handshake_timeout {
         Some(t) => tokio::time::timeout(t, handshake)
             .await
@@ -70,37 +188,86 @@ where
     WebSocketStream::from_partially_read(io, leftover, Role::Server, config)
 }
 
-async fn server_handshake<S>(io: &mut S, config: &Config) -> Result<BytesMut>
+/// Reads the request head into `buf`, never holding more than the cap.
+async fn read_request<S>(
+    io: &mut S,
+    buf: &mut BytesMut,
+    config: &Config,
+) -> std::result::Result<(Request<()>, usize), ReadFailure>
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + Unpin,
 {
-    let mut buf = BytesMut::new();
-    let (request, head_len) = loop {
-        match parse_request(&buf, config.max_headers) {
-            Ok(Some(parsed)) => break parsed,
+    loop {
+        match parse_request(buf, config.max_headers) {
+            Ok(Some((_, len))) if len > config.max_handshake_size => {
+                return Err(ReadFailure::Refuse(HandshakeError::TooLarge(
+                    config.max_handshake_size,
+                )));
+            }
+            Ok(Some(parsed)) => return Ok(parsed),
             Ok(None) if buf.len() >= config.max_handshake_size => {
-                return Err(refuse(io, HandshakeError::TooLarge(config.max_handshake_size)).await);
+                return Err(ReadFailure::Refuse(HandshakeError::TooLarge(
+                    config.max_handshake_size,
+                )));
             }
             Ok(None) => {}
-            Err(e) => return Err(refuse(io, e).await),
+            Err(e) => return Err(ReadFailure::Refuse(e)),
         }
         // Never read past the cap, so a flood costs at most the cap.
         let room = config.max_handshake_size - buf.len();
         buf.reserve(room.min(1024));
         let mut limited = (&mut *io).take(room as u64);
-        if limited.read_buf(&mut buf).await? == 0 {
-            return Err(HandshakeError::ConnectionClosed.into());
+        match limited.read_buf(buf).await {
+            Ok(0) => return Err(ReadFailure::Fatal(HandshakeError::ConnectionClosed.into())),
+            Ok(_) => {}
+            Err(e) => return Err(ReadFailure::Fatal(e.into())),
         }
-    };
-    if head_len > config.max_handshake_size {
-        return Err(refuse(io, HandshakeError::TooLarge(config.max_handshake_size)).await);
     }
+}
+
+enum ReadFailure {
+    /// A bad request: answer it with an HTTP error.
+    Refuse(HandshakeError),
+    /// The transport failed: nothing to answer.
+    Fatal(Error),
+}
+
+async fn server_handshake<S, C>(io: &mut S, config: &Config, callback: C) -> Result<BytesMut>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    C: AsyncCallback,
+{
+    let mut buf = BytesMut::new();
+    let (request, head_len) = match read_request(io, &mut buf, config).await {
+        Ok(parsed) => parsed,
+        Err(ReadFailure::Refuse(e)) => return Err(refuse(io, e).await),
+        Err(ReadFailure::Fatal(e)) => return Err(e),
+    };
     let accept = match check_request(&request) {
         Ok(a) => a,
         Err(e) => return Err(refuse(io, e).await),
     };
+    let mut response = match callback.on_request(request, accept_response(&accept)).await {
+        Ok(r) => r,
+        Err(refusal) => {
+            let mut out = Vec::new();
+            let body = refusal.body().as_deref().unwrap_or_default();
+            write_response(&refusal, body.as_bytes(), &mut out);
+            // Refused either way; a peer that is gone changes nothing.
+            let _ = io.write_all(&out).await;
+            let _ = io.shutdown().await;
+            return Err(HandshakeError::Refused(refusal.status()).into());
+        }
+    };
+    // The callback may add headers; the handshake itself is not its to change.
+    let required = accept_response(&accept);
+    *response.status_mut() = required.status();
+    *response.version_mut() = required.version();
+    for (name, value) in required.headers() {
+        response.headers_mut().insert(name, value.clone());
+    }
     let mut out = Vec::with_capacity(160);
-    write_response(&accept_response(&accept), &[], &mut out);
+    write_response(&response, &[], &mut out);
     io.write_all(&out).await?;
     io.flush().await?;
     let _ = buf.split_to(head_len);
@@ -116,8 +283,10 @@ where
         let mut out = Vec::new();
         write_response(&resp, resp.body(), &mut out);
         // The request already failed; a peer that is gone changes nothing.
+        // Shutting down sends the end of the response before the socket is
+        // dropped.
         let _ = io.write_all(&out).await;
-        let _ = io.flush().await;
+        let _ = io.shutdown().await;
     }
     err.into()
 }

@@ -102,9 +102,12 @@ async fn server_initiated_close_waits_for_the_reply() {
         .read(&masked(0x88, &close_payload(1000, "")))
         .build();
     let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default()).unwrap();
-    ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "bye")))
-        .await
-        .unwrap();
+    ws.send(Message::Close(Some(CloseFrame::new(
+        CloseCode::NORMAL,
+        "bye",
+    ))))
+    .await
+    .unwrap();
     // Data the peer sent before seeing our close still arrives.
     assert_eq!(
         ws.next().await.unwrap().unwrap(),

@@ -1,5 +1,6 @@
 //! The opening HTTP/1.1 handshake (RFC 6455 §4), without I/O.
 
+pub mod client;
 pub mod server;
 
 use base64::Engine;
@@ -53,6 +54,21 @@ pub(crate) fn headers_have_token(
         .any(|v| has_token(v.as_bytes(), token))
 }
 
+/// The values of a comma-separated list header, across all its lines, in
+/// order: trimmed, empty items and values that are not UTF-8 skipped.
+pub(crate) fn list_values(
+    headers: &http::HeaderMap,
+    name: http::header::HeaderName,
+) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(name)
+        .into_iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,5 +103,14 @@ mod tests {
         assert!(has_token(b"UPGRADE", "upgrade"));
         assert!(!has_token(b"keep-alive", "upgrade"));
         assert!(!has_token(b"upgraded", "upgrade"));
+    }
+
+    #[test]
+    fn list_values_span_repeated_headers() {
+        let mut h = http::HeaderMap::new();
+        h.append("x", http::HeaderValue::from_static("a, b,,"));
+        h.append("x", http::HeaderValue::from_static(" c "));
+        let v: Vec<_> = list_values(&h, http::header::HeaderName::from_static("x")).collect();
+        assert_eq!(v, ["a", "b", "c"]);
     }
 }

@@ -1,11 +1,233 @@
 //! The server side of the handshake: parse and check the client's request,
 //! write the response.
 
+// Callbacks return `Result<Response<()>, Response<Option<String>>>`, the
+// shape users know from tokio-tungstenite; a refusal is rare and cheap next
+// to the I/O around it, so its size does not matter.
+#![allow(clippy::result_large_err)]
+
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
 
 use crate::error::HandshakeError;
-use crate::handshake::{derive_accept_key, headers_have_token, is_valid_key};
+use crate::handshake::{derive_accept_key, headers_have_token, is_valid_key, list_values};
+
+/// The response a callback refuses a request with: status, headers and an
+/// optional body, written to the client as they are.
+pub type ErrorResponse = Response<Option<String>>;
+
+/// Looks at the client's request before it is accepted: may add headers to
+/// the `101` response (cookies, a chosen subprotocol), or refuse with an
+/// [`ErrorResponse`] of its own.
+///
+/// Implemented for closures
+/// `FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, ErrorResponse>`.
+/// The response handed in already has status `101` and the handshake
+/// headers; whatever the callback returns, the status and the `Upgrade`,
+/// `Connection` and `Sec-WebSocket-Accept` headers are kept as RFC 6455
+/// requires. Refuse with an error status (4xx or 5xx).
+///
+/// ```
+/// use http::{Request, Response, StatusCode};
+/// use wavesock::handshake::server::{Callback, ErrorResponse};
+///
+/// let check = |req: &Request<()>, resp: Response<()>| -> Result<Response<()>, ErrorResponse> {
+///     if req.uri().path() != "/chat" {
+///         let mut refusal = Response::new(Some("no such room".into()));
+///         *refusal.status_mut() = StatusCode::NOT_FOUND;
+///         return Err(refusal);
+///     }
+///     Ok(resp)
+/// };
+/// let req = Request::get("/lobby").body(()).unwrap();
+/// let refused = check.on_request(&req, Response::new(())).unwrap_err();
+/// assert_eq!(refused.status(), StatusCode::NOT_FOUND);
+/// ```
+pub trait Callback {
+    /// Called once with the parsed, checked request and the response about
+    /// to be sent.
+    fn on_request(
+        self,
+        request: &Request<()>,
+        response: Response<()>,
+    ) -> Result<Response<()>, ErrorResponse>;
+}
+
+impl<F> Callback for F
+where
+    F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, ErrorResponse>,
+{
+    fn on_request(
+        self,
+        request: &Request<()>,
+        response: Response<()>,
+    ) -> Result<Response<()>, ErrorResponse> {
+        self(request, response)
+    }
+}
+
+/// Accepts every valid request unchanged.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoCallback;
+
+impl Callback for NoCallback {
+    fn on_request(
+        self,
+        _: &Request<()>,
+        response: Response<()>,
+    ) -> Result<Response<()>, ErrorResponse> {
+        Ok(response)
+    }
+}
+
+/// An asynchronous [`Callback`], for checks that wait on something (a token
+/// looked up in a database). It owns the request, so the future it returns
+/// borrows nothing.
+///
+/// Implemented for closures `FnOnce(Request<()>, Response<()>) -> F` where `F`
+/// is a future of `Result<Response<()>, ErrorResponse>`, such as
+/// `|req, resp| async move { ... }`. The same rules as for [`Callback`]
+/// apply to the response.
+pub trait AsyncCallback {
+    /// The future [`on_request`](Self::on_request) returns.
+    type Future: Future<Output = Result<Response<()>, ErrorResponse>>;
+
+    /// Called once with the parsed, checked request and the response about
+    /// to be sent.
+    fn on_request(self, request: Request<()>, response: Response<()>) -> Self::Future;
+}
+
+impl<F, Fut> AsyncCallback for F
+where
+    F: FnOnce(Request<()>, Response<()>) -> Fut,
+    Fut: Future<Output = Result<Response<()>, ErrorResponse>>,
+{
+    type Future = Fut;
+
+    fn on_request(self, request: Request<()>, response: Response<()>) -> Fut {
+        self(request, response)
+    }
+}
+
+/// The subprotocol to speak: the first entry of `supported` (the server's
+/// list, most preferred first) that the client offered in
+/// `Sec-WebSocket-Protocol`. The server's preference order wins; the order
+/// of the client's list does not matter. Names are compared exactly (they
+/// are case-sensitive tokens).
+///
+/// ```
+/// use wavesock::handshake::server::select_subprotocol;
+///
+/// let req = http::Request::get("/")
+///     .header("Sec-WebSocket-Protocol", "chat.v1, chat.v2")
+///     .body(())
+///     .unwrap();
+/// assert_eq!(select_subprotocol(&req, &["chat.v2", "chat.v1"]), Some("chat.v2"));
+/// assert_eq!(select_subprotocol(&req, &["mqtt"]), None);
+/// ```
+pub fn select_subprotocol<'a, B>(request: &Request<B>, supported: &[&'a str]) -> Option<&'a str> {
+    supported.iter().copied().find(|s| {
+        list_values(request.headers(), header::SEC_WEBSOCKET_PROTOCOL).any(|offered| offered == *s)
+    })
+}
+
+/// A [`Callback`] that negotiates the subprotocol with
+/// [`select_subprotocol`] and names the choice in the response.
+///
+/// When nothing matches, the connection goes ahead without a subprotocol,
+/// unless [`required`](Self::required) is set: then the request is refused
+/// with `400 Bad Request`. Use [`apply`](Self::apply) from inside a callback
+/// of your own to combine it with other checks.
+///
+/// ```no_run
+/// use wavesock::handshake::server::Subprotocols;
+///
+/// # async fn run(tcp: tokio::net::TcpStream) -> wavesock::Result<()> {
+/// let protocols = Subprotocols::new(["chat.v2", "chat.v1"]).required(true);
+/// let ws = wavesock::accept_hdr_async(tcp, protocols).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Subprotocols {
+    supported: Vec<String>,
+    required: bool,
+}
+
+impl Subprotocols {
+    /// The subprotocols the server speaks, most preferred first.
+    pub fn new<I, P>(supported: I) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<String>,
+    {
+        Subprotocols {
+            supported: supported.into_iter().map(Into::into).collect(),
+            required: false,
+        }
+    }
+
+    /// Whether a client that offers none of them is refused (default: no).
+    pub fn required(mut self, required: bool) -> Self {
+        self.required = required;
+        self
+    }
+
+    /// Negotiates for `request`: sets `Sec-WebSocket-Protocol` on `response`
+    /// to the chosen subprotocol, or refuses if one is required and none
+    /// matches.
+    pub fn apply(
+        &self,
+        request: &Request<()>,
+        mut response: Response<()>,
+    ) -> Result<Response<()>, ErrorResponse> {
+        let supported: Vec<&str> = self.supported.iter().map(String::as_str).collect();
+        match select_subprotocol(request, &supported) {
+            Some(p) => match HeaderValue::from_str(p) {
+                Ok(v) => {
+                    response
+                        .headers_mut()
+                        .insert(header::SEC_WEBSOCKET_PROTOCOL, v);
+                    Ok(response)
+                }
+                Err(_) => Err(refusal(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "bad subprotocol name",
+                )),
+            },
+            None if self.required => Err(refusal(
+                StatusCode::BAD_REQUEST,
+                "none of the offered subprotocols is supported",
+            )),
+            None => Ok(response),
+        }
+    }
+}
+
+impl Callback for Subprotocols {
+    fn on_request(
+        self,
+        request: &Request<()>,
+        response: Response<()>,
+    ) -> Result<Response<()>, ErrorResponse> {
+        self.apply(request, response)
+    }
+}
+
+impl Callback for &Subprotocols {
+    fn on_request(
+        self,
+        request: &Request<()>,
+        response: Response<()>,
+    ) -> Result<Response<()>, ErrorResponse> {
+        self.apply(request, response)
+    }
+}
+
+fn refusal(status: StatusCode, why: &str) -> ErrorResponse {
+    let mut resp = Response::new(Some(format!("{why}\n")));
+    *resp.status_mut() = status;
+    resp
+}
 
 /// Parses an HTTP request head from the front of `buf`.
 ///
@@ -49,7 +271,10 @@ pub fn parse_request(
 
 /// Checks a request against RFC 6455 §4.2.1 and returns the
 /// `Sec-WebSocket-Accept` value to answer with.
-pub fn check_request(req: &Request<()>) -> Result<String, HandshakeError> {
+///
+/// Generic over the body so that servers doing the upgrade themselves (hyper,
+/// axum) can check their own requests with it.
+pub fn check_request<B>(req: &Request<B>) -> Result<String, HandshakeError> {
     if req.method() != Method::GET {
         return Err(HandshakeError::MethodNotAllowed(req.method().to_string()));
     }
@@ -236,6 +461,36 @@ mod tests {
             parse_request(&req, 10),
             Err(HandshakeError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn subprotocol_choice_follows_server_preference() {
+        let req = parse(b"GET / HTTP/1.1\r\nHost: x\r\nSec-WebSocket-Protocol: a, b\r\nSec-WebSocket-Protocol: c\r\n\r\n");
+        assert_eq!(select_subprotocol(&req, &["c", "b", "a"]), Some("c"));
+        assert_eq!(select_subprotocol(&req, &["x", "b"]), Some("b"));
+        assert_eq!(select_subprotocol(&req, &["A", "x"]), None);
+        assert_eq!(select_subprotocol(&req, &[]), None);
+        let none = parse(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(select_subprotocol(&none, &["a"]), None);
+    }
+
+    #[test]
+    fn subprotocols_callback() {
+        let req = parse(b"GET / HTTP/1.1\r\nHost: x\r\nSec-WebSocket-Protocol: v1, v2\r\n\r\n");
+        let resp = Subprotocols::new(["v2", "v1"])
+            .on_request(&req, Response::new(()))
+            .unwrap();
+        assert_eq!(resp.headers()["sec-websocket-protocol"], "v2");
+        // No match: fine unless required.
+        let resp = Subprotocols::new(["v3"])
+            .on_request(&req, Response::new(()))
+            .unwrap();
+        assert!(!resp.headers().contains_key("sec-websocket-protocol"));
+        let err = Subprotocols::new(["v3"])
+            .required(true)
+            .on_request(&req, Response::new(()))
+            .unwrap_err();
+        assert_eq!(err.status(), StatusCode::BAD_REQUEST);
     }
 
     #[test]

@@ -1,0 +1,334 @@
+//! Connecting: the client's opening handshake over TCP or any stream.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::BytesMut;
+use http::{Request, Response, StatusCode, header};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::error::{HandshakeError, Result};
+use crate::handshake::client::{
+    IntoClientRequest, check_response, is_secure, parse_response, prepare_request, with_body,
+    write_request,
+};
+use crate::proto::Role;
+use crate::stream::WebSocketStream;
+
+/// The server's answer to a successful handshake: status `101`, its headers
+/// (`Sec-WebSocket-Protocol` names the chosen subprotocol, if any), no body.
+pub type ClientResponse = Response<Option<Vec<u8>>>;
+
+/// The transport [`connect_async`] opens: plain TCP for `ws://`. TLS for
+/// `wss://` will be another variant, which is why the enum is
+/// `#[non_exhaustive]`.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum MaybeTlsStream<S> {
+    /// An unencrypted connection.
+    Plain(S),
+}
+
+impl<S> MaybeTlsStream<S> {
+    /// The underlying stream.
+    pub fn get_ref(&self) -> &S {
+        match self {
+            MaybeTlsStream::Plain(s) => s,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for MaybeTlsStream<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            MaybeTlsStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            MaybeTlsStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            MaybeTlsStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            MaybeTlsStream::Plain(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            MaybeTlsStream::Plain(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            MaybeTlsStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Opens a TCP connection to a `ws://` URL and performs the handshake, with
+/// the default [`Config`].
+///
+/// `request` is a URL or an [`http::Request`] with your own headers (see
+/// [`IntoClientRequest`]). Returns the connection and the server's `101`
+/// response. `wss://` is refused with [`HandshakeError::UnsupportedScheme`]
+/// until TLS support lands; use [`client_async`] over a TLS stream you open
+/// yourself meanwhile.
+///
+/// ```no_run
+/// use futures_util::{SinkExt, StreamExt};
+/// use wavesock::Message;
+///
+/// # async fn run() -> wavesock::Result<()> {
+/// let (mut ws, response) = wavesock::connect_async("ws://127.0.0.1:9001/chat").await?;
+/// println!("server said {}", response.status());
+/// ws.send(Message::text("hello")).await?;
+/// if let Some(reply) = ws.next().await {
+///     println!("{:?}", reply?);
+/// }
+/// ws.close(None).await?;
+/// # Ok(()) }
+/// ```
+pub async fn connect_async<R>(
+    request: R,
+) -> Result<(WebSocketStream<MaybeTlsStream<TcpStream>>, ClientResponse)>
+where
+    R: IntoClientRequest,
+{
+    connect_async_with_config(request, Config::default()).await
+}
+
+/// Like [`connect_async`], with your own [`Config`] (limits, the connect and
+/// handshake timeouts).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use wavesock::Config;
+///
+/// # async fn run() -> wavesock::Result<()> {
+/// let request = http::Request::builder()
+///     .uri("ws://127.0.0.1:9001/chat")
+///     .header("Authorization", "Bearer secret")
+///     .header("Sec-WebSocket-Protocol", "chat.v2, chat.v1")
+///     .body(())
+///     .unwrap();
+/// let config = Config::default().connect_timeout(Some(Duration::from_secs(3)));
+/// let (ws, response) = wavesock::connect_async_with_config(request, config).await?;
+/// let chosen = response.headers().get("sec-websocket-protocol");
+/// # Ok(()) }
+/// ```
+pub async fn connect_async_with_config<R>(
+    request: R,
+    config: Config,
+) -> Result<(WebSocketStream<MaybeTlsStream<TcpStream>>, ClientResponse)>
+where
+    R: IntoClientRequest,
+{
+    config.validate()?;
+    let request = prepare_request(request.into_client_request()?)?;
+    let uri = request.uri();
+    if is_secure(uri) {
+        return Err(HandshakeError::UnsupportedScheme("wss".into()).into());
+    }
+    // prepare_request accepts ws://, wss:// or a bare path with a Host header.
+    let Some(host) = uri.host().filter(|_| uri.scheme().is_some()) else {
+        return Err(HandshakeError::InvalidUrl("connect_async needs a ws:// URL".into()).into());
+    };
+    // IPv6 literals come bracketed in URLs but not in socket addresses.
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(80);
+    let deadline = config.connect_timeout.map(|t| Instant::now() + t);
+    let tcp = within(deadline, TcpStream::connect((host.as_str(), port)))
+        .await
+        .ok_or(HandshakeError::ConnectTimeout)??;
+    tcp.set_nodelay(true)?;
+    handshake(request, MaybeTlsStream::Plain(tcp), config).await
+}
+
+/// Performs the client handshake over a stream you opened (TCP, TLS, a Unix
+/// socket, a proxy tunnel), with the default [`Config`].
+///
+/// `request` is a URL or an [`http::Request`] (see [`IntoClientRequest`]);
+/// with a bare path (`/chat`) give a `Host` header. The URL's scheme is not
+/// acted on: the stream is yours. Bytes the server sent right after its
+/// response are kept and decoded as frames.
+///
+/// ```no_run
+/// # async fn run() -> wavesock::Result<()> {
+/// let tcp = tokio::net::TcpStream::connect("127.0.0.1:9001").await?;
+/// let (ws, response) = wavesock::client_async("ws://127.0.0.1:9001/", tcp).await?;
+/// # Ok(()) }
+/// ```
+pub async fn client_async<R, S>(request: R, io: S) -> Result<(WebSocketStream<S>, ClientResponse)>
+where
+    R: IntoClientRequest,
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    client_async_with_config(request, io, Config::default()).await
+}
+
+/// Like [`client_async`], with your own [`Config`].
+///
+/// ```no_run
+/// # #[cfg(unix)]
+/// # async fn run() -> wavesock::Result<()> {
+/// let unix = tokio::net::UnixStream::connect("/run/app.sock").await?;
+/// let request = http::Request::builder()
+///     .uri("/events")
+///     .header("Host", "localhost")
+///     .body(())
+///     .unwrap();
+/// let config = wavesock::Config::default().max_message_size(1 << 20);
+/// let (ws, _) = wavesock::client_async_with_config(request, unix, config).await?;
+/// # Ok(()) }
+/// ```
+pub async fn client_async_with_config<R, S>(
+    request: R,
+    io: S,
+    config: Config,
+) -> Result<(WebSocketStream<S>, ClientResponse)>
+where
+    R: IntoClientRequest,
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    config.validate()?;
+    let request = prepare_request(request.into_client_request()?)?;
+    handshake(request, io, config).await
+}
+
+/// Runs `fut` until `deadline`; `None` when it passed first.
+async fn within<F: Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}
+
+async fn handshake<S>(
+    request: Request<()>,
+    mut io: S,
+    config: Config,
+) -> Result<(WebSocketStream<S>, ClientResponse)>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let deadline = config.handshake_timeout.map(|t| Instant::now() + t);
+    let mut buf = BytesMut::new();
+    let (response, head_len) = within(
+        deadline,
+        send_and_read_head(&mut io, &request, &mut buf, &config),
+    )
+    .await
+    .ok_or(HandshakeError::Timeout)??;
+    let _ = buf.split_to(head_len);
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        // Whatever arrives by the deadline, up to the cap, is the body.
+        let limit = body_limit(&response, config.max_handshake_size);
+        let _ = within(deadline, read_body(&mut io, &mut buf, limit)).await;
+        let body = (limit > 0).then(|| buf[..buf.len().min(limit)].to_vec());
+        return Err(HandshakeError::UnexpectedStatus {
+            status: response.status(),
+            response: Box::new(with_body(&response, body)),
+        }
+        .into());
+    }
+    check_response(&request, &response)?;
+    let ws = WebSocketStream::from_partially_read(io, buf, Role::Client, config)?;
+    Ok((ws, with_body(&response, None)))
+}
+
+async fn send_and_read_head<S>(
+    io: &mut S,
+    request: &Request<()>,
+    buf: &mut BytesMut,
+    config: &Config,
+) -> Result<(Response<()>, usize)>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut out = Vec::with_capacity(256);
+    write_request(request, &mut out);
+    io.write_all(&out).await?;
+    io.flush().await?;
+    loop {
+        if let Some(parsed) = parse_response(buf, config.max_headers)? {
+            return Ok(parsed);
+        }
+        if buf.len() >= config.max_handshake_size {
+            return Err(HandshakeError::TooLarge(config.max_handshake_size).into());
+        }
+        // Never read past the cap; what follows the head stays for the stream.
+        let room = config.max_handshake_size - buf.len();
+        buf.reserve(room.min(1024));
+        if (&mut *io).take(room as u64).read_buf(buf).await? == 0 {
+            return Err(HandshakeError::ConnectionClosed.into());
+        }
+    }
+}
+
+/// How many body bytes of a refusal to keep: what `Content-Length` says, or
+/// everything until the server closes, never more than `cap`. Bodies in
+/// chunked encoding are not decoded and not kept.
+fn body_limit(response: &Response<()>, cap: usize) -> usize {
+    let status = response.status();
+    if status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+        || response.headers().contains_key(header::TRANSFER_ENCODING)
+    {
+        return 0;
+    }
+    match response.headers().get(header::CONTENT_LENGTH) {
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map_or(0, |n| n.min(cap as u64) as usize),
+        None => cap,
+    }
+}
+
+async fn read_body<S>(io: &mut S, buf: &mut BytesMut, limit: usize)
+where
+    S: AsyncRead + Unpin,
+{
+    while buf.len() < limit {
+        let room = limit - buf.len();
+        buf.reserve(room.min(4096));
+        match (&mut *io).take(room as u64).read_buf(buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}

@@ -1,0 +1,558 @@
+//! The client side of the handshake: build the upgrade request, parse and
+//! check the server's response. No I/O here; [`client_async`] and
+//! [`connect_async`] drive these functions over a stream.
+//!
+//! [`client_async`]: crate::client_async
+//! [`connect_async`]: crate::connect_async
+
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
+
+use crate::error::HandshakeError;
+use crate::handshake::{
+    derive_accept_key, generate_key, headers_have_token, is_valid_key, list_values,
+};
+
+/// Anything that can name the WebSocket to connect to: a URL (`&str`,
+/// `String`, [`Uri`]) or a full [`Request`] carrying your own headers
+/// (`Authorization`, `Origin`, cookies, `Sec-WebSocket-Protocol`).
+///
+/// The handshake headers (`Host` unless given, `Upgrade`, `Connection`,
+/// `Sec-WebSocket-Version`, `Sec-WebSocket-Key`) are filled in by
+/// [`prepare_request`]; you only add what is yours.
+///
+/// ```
+/// use wavesock::IntoClientRequest;
+///
+/// let req = "ws://example.com/chat?room=1".into_client_request()?;
+/// assert_eq!(req.uri().path(), "/chat");
+///
+/// let req = http::Request::builder()
+///     .uri("ws://example.com/chat")
+///     .header("Authorization", "Bearer secret")
+///     .header("Sec-WebSocket-Protocol", "chat.v2, chat.v1")
+///     .body(())
+///     .unwrap()
+///     .into_client_request()?;
+/// assert!(req.headers().contains_key("authorization"));
+/// # Ok::<(), wavesock::HandshakeError>(())
+/// ```
+pub trait IntoClientRequest {
+    /// The request to send, before the handshake headers are added.
+    fn into_client_request(self) -> Result<Request<()>, HandshakeError>;
+}
+
+impl IntoClientRequest for &str {
+    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+        let uri: Uri = self
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| HandshakeError::InvalidUrl(e.to_string()))?;
+        uri.into_client_request()
+    }
+}
+
+impl IntoClientRequest for &String {
+    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+        self.as_str().into_client_request()
+    }
+}
+
+impl IntoClientRequest for String {
+    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+        self.as_str().into_client_request()
+    }
+}
+
+impl IntoClientRequest for Uri {
+    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+        let mut req = Request::new(());
+        *req.uri_mut() = self;
+        Ok(req)
+    }
+}
+
+impl IntoClientRequest for &Uri {
+    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+        self.clone().into_client_request()
+    }
+}
+
+impl IntoClientRequest for Request<()> {
+    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+        Ok(self)
+    }
+}
+
+/// Whether the URI asks for TLS (`wss://`).
+pub(crate) fn is_secure(uri: &Uri) -> bool {
+    uri.scheme_str()
+        .is_some_and(|s| s.eq_ignore_ascii_case("wss"))
+}
+
+/// Completes a request into a valid opening handshake (RFC 6455 §4.1).
+///
+/// The URI must be `ws://` or `wss://` with a host, or a bare path with a
+/// `Host` header given (for streams you opened yourself). `Upgrade`,
+/// `Connection` and `Sec-WebSocket-Version` are set; `Host` is derived from
+/// the URI unless present; a fresh random `Sec-WebSocket-Key` is added unless
+/// the request already carries a valid one. Everything else you set is kept.
+///
+/// ```
+/// use wavesock::handshake::client::prepare_request;
+/// use wavesock::IntoClientRequest;
+///
+/// let req = prepare_request("ws://example.com:8080/chat".into_client_request()?)?;
+/// assert_eq!(req.headers()["host"], "example.com:8080");
+/// assert_eq!(req.headers()["sec-websocket-version"], "13");
+/// assert!(req.headers().contains_key("sec-websocket-key"));
+/// # Ok::<(), wavesock::HandshakeError>(())
+/// ```
+pub fn prepare_request(mut request: Request<()>) -> Result<Request<()>, HandshakeError> {
+    if request.method() != Method::GET {
+        return Err(HandshakeError::MethodNotAllowed(
+            request.method().to_string(),
+        ));
+    }
+    *request.version_mut() = Version::HTTP_11;
+    let uri = request.uri();
+    let default_port = match uri.scheme_str() {
+        Some(s) if s.eq_ignore_ascii_case("ws") => Some(80),
+        Some(s) if s.eq_ignore_ascii_case("wss") => Some(443),
+        Some(s) => return Err(HandshakeError::UnsupportedScheme(s.to_owned())),
+        None => None,
+    };
+    let host = match uri.authority() {
+        Some(auth) if !auth.host().is_empty() => {
+            // Userinfo never goes into Host; a default port is left out.
+            let host = match auth.port_u16() {
+                Some(p) if Some(p) != default_port => format!("{}:{p}", auth.host()),
+                _ => auth.host().to_owned(),
+            };
+            Some(host)
+        }
+        _ if default_port.is_some() => {
+            return Err(HandshakeError::InvalidUrl(format!("{uri}: no host")));
+        }
+        _ => None,
+    };
+    let headers = request.headers_mut();
+    if !headers.contains_key(header::HOST) {
+        let host = host.ok_or_else(|| {
+            HandshakeError::InvalidUrl("a request without a host needs a Host header".into())
+        })?;
+        let value = HeaderValue::from_str(&host)
+            .map_err(|_| HandshakeError::InvalidUrl(format!("bad host {host:?}")))?;
+        headers.insert(header::HOST, value);
+    }
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    headers.insert(
+        header::SEC_WEBSOCKET_VERSION,
+        HeaderValue::from_static("13"),
+    );
+    let mut keys = headers.get_all(header::SEC_WEBSOCKET_KEY).iter();
+    match (keys.next(), keys.next()) {
+        (None, _) => {
+            let key =
+                HeaderValue::from_str(&generate_key()).expect("base64 is a valid header value");
+            headers.insert(header::SEC_WEBSOCKET_KEY, key);
+        }
+        (Some(k), None) if is_valid_key(k.as_bytes()) => {}
+        _ => {
+            return Err(HandshakeError::BadHeader {
+                name: "Sec-WebSocket-Key",
+                reason: "must be one base64-encoded 16-byte value",
+            });
+        }
+    }
+    Ok(request)
+}
+
+/// Writes a prepared request head in HTTP/1.1 form: the request target is
+/// the URI's path and query (`/` when empty).
+pub fn write_request(request: &Request<()>, out: &mut Vec<u8>) {
+    let target = request
+        .uri()
+        .path_and_query()
+        .map(|pq| pq.as_str())
+        .filter(|t| !t.is_empty())
+        .unwrap_or("/");
+    out.extend_from_slice(request.method().as_str().as_bytes());
+    out.push(b' ');
+    if !target.starts_with('/') {
+        out.push(b'/');
+    }
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in request.headers() {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Parses an HTTP response head from the front of `buf`.
+///
+/// `Ok(None)` means the head is not complete yet; otherwise the response and
+/// the length of its head (bytes after it are body or WebSocket frames).
+pub fn parse_response(
+    buf: &[u8],
+    max_headers: usize,
+) -> Result<Option<(Response<()>, usize)>, HandshakeError> {
+    let mut headers = vec![httparse::EMPTY_HEADER; max_headers];
+    let mut resp = httparse::Response::new(&mut headers);
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(HandshakeError::Malformed(format!(
+                "more than {max_headers} headers"
+            )));
+        }
+        Err(e) => return Err(HandshakeError::Malformed(e.to_string())),
+    };
+    let status = resp
+        .code
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .ok_or_else(|| HandshakeError::Malformed("bad status code".into()))?;
+    let mut builder = Response::builder()
+        .status(status)
+        .version(match resp.version {
+            Some(1) => Version::HTTP_11,
+            _ => Version::HTTP_10,
+        });
+    for h in resp.headers.iter() {
+        builder = builder.header(h.name, h.value);
+    }
+    let response = builder
+        .body(())
+        .map_err(|e| HandshakeError::Malformed(e.to_string()))?;
+    Ok(Some((response, len)))
+}
+
+/// The response's head with `body`, for handing back to the caller.
+pub(crate) fn with_body<T>(response: &Response<()>, body: T) -> Response<T> {
+    let mut out = Response::new(body);
+    *out.status_mut() = response.status();
+    *out.version_mut() = response.version();
+    *out.headers_mut() = response.headers().clone();
+    out
+}
+
+/// Checks the server's response against the request it answers
+/// (RFC 6455 §4.1): `101 Switching Protocols`, `Upgrade: websocket`,
+/// `Connection: upgrade` (tokens case-insensitive, comma lists allowed), the
+/// right `Sec-WebSocket-Accept`, no extension (none was offered), and a
+/// subprotocol, if any, that the request offered (compared exactly).
+///
+/// Returns the chosen subprotocol. A status other than 101 is
+/// [`HandshakeError::UnexpectedStatus`] without a body; the connecting
+/// functions read a bounded body first.
+pub fn check_response(
+    request: &Request<()>,
+    response: &Response<()>,
+) -> Result<Option<String>, HandshakeError> {
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return Err(HandshakeError::UnexpectedStatus {
+            status: response.status(),
+            response: Box::new(with_body(response, None)),
+        });
+    }
+    let h = response.headers();
+    if !headers_have_token(h, header::UPGRADE, "websocket") {
+        return Err(HandshakeError::BadHeader {
+            name: "Upgrade",
+            reason: "must list websocket",
+        });
+    }
+    if !headers_have_token(h, header::CONNECTION, "upgrade") {
+        return Err(HandshakeError::BadHeader {
+            name: "Connection",
+            reason: "must list upgrade",
+        });
+    }
+    let key =
+        request
+            .headers()
+            .get(header::SEC_WEBSOCKET_KEY)
+            .ok_or(HandshakeError::BadHeader {
+                name: "Sec-WebSocket-Key",
+                reason: "missing from the request",
+            })?;
+    let expected = derive_accept_key(key.as_bytes());
+    let mut accepts = h.get_all(header::SEC_WEBSOCKET_ACCEPT).iter();
+    match (accepts.next(), accepts.next()) {
+        (Some(a), None) if a.as_bytes() == expected.as_bytes() => {}
+        _ => {
+            return Err(HandshakeError::BadHeader {
+                name: "Sec-WebSocket-Accept",
+                reason: "does not match the key sent",
+            });
+        }
+    }
+    if h.contains_key(header::SEC_WEBSOCKET_EXTENSIONS) {
+        return Err(HandshakeError::BadHeader {
+            name: "Sec-WebSocket-Extensions",
+            reason: "the server chose an extension; wavesock negotiates none",
+        });
+    }
+    chosen_subprotocol(request.headers(), h)
+}
+
+fn chosen_subprotocol(
+    request: &HeaderMap,
+    response: &HeaderMap,
+) -> Result<Option<String>, HandshakeError> {
+    let mut lines = response.get_all(header::SEC_WEBSOCKET_PROTOCOL).iter();
+    let chosen = match (lines.next(), lines.next()) {
+        (None, _) => return Ok(None),
+        (Some(v), None) => v.to_str().map(str::trim).unwrap_or_default(),
+        _ => "",
+    };
+    if chosen.is_empty() || chosen.contains(',') {
+        return Err(HandshakeError::BadHeader {
+            name: "Sec-WebSocket-Protocol",
+            reason: "the server must choose exactly one subprotocol",
+        });
+    }
+    if !list_values(request, header::SEC_WEBSOCKET_PROTOCOL).any(|p| p == chosen) {
+        return Err(HandshakeError::BadHeader {
+            name: "Sec-WebSocket-Protocol",
+            reason: "the server chose a subprotocol that was not offered",
+        });
+    }
+    Ok(Some(chosen.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(extra: &[(&str, &str)]) -> Request<()> {
+        let mut b = Request::builder()
+            .uri("ws://server.example.com/chat")
+            .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==");
+        for (n, v) in extra {
+            b = b.header(*n, *v);
+        }
+        prepare_request(b.body(()).unwrap()).unwrap()
+    }
+
+    fn response(raw: &str) -> Response<()> {
+        parse_response(raw.as_bytes(), 64).unwrap().unwrap().0
+    }
+
+    const GOOD: &str = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n";
+
+    #[test]
+    fn request_bytes_are_a_valid_handshake() {
+        let req = request(&[("Origin", "http://example.com")]);
+        let mut out = Vec::new();
+        write_request(&req, &mut out);
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(text.starts_with("GET /chat HTTP/1.1\r\n"), "{text}");
+        assert!(text.ends_with("\r\n\r\n"));
+        // Our own server-side checks accept it.
+        let (parsed, len) = crate::handshake::server::parse_request(&out, 64)
+            .unwrap()
+            .unwrap();
+        assert_eq!(len, out.len());
+        assert_eq!(parsed.headers()["origin"], "http://example.com");
+        assert_eq!(parsed.headers()["host"], "server.example.com");
+        assert_eq!(
+            crate::handshake::server::check_request(&parsed).unwrap(),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
+
+    #[test]
+    fn keys_are_fresh_per_request() {
+        let a = prepare_request("ws://h/".into_client_request().unwrap()).unwrap();
+        let b = prepare_request("ws://h/".into_client_request().unwrap()).unwrap();
+        let (ka, kb) = (
+            &a.headers()["sec-websocket-key"],
+            &b.headers()["sec-websocket-key"],
+        );
+        assert!(is_valid_key(ka.as_bytes()));
+        assert_ne!(ka, kb);
+    }
+
+    #[test]
+    fn hosts_and_targets() {
+        let cases = [
+            ("ws://h", "h", "GET / HTTP/1.1\r\n"),
+            ("ws://h:80/a?b=c", "h", "GET /a?b=c HTTP/1.1\r\n"),
+            ("ws://h:9001/", "h:9001", "GET / HTTP/1.1\r\n"),
+            ("wss://h:443/x", "h", "GET /x HTTP/1.1\r\n"),
+            ("ws://user:pw@h:81/", "h:81", "GET / HTTP/1.1\r\n"),
+            ("WS://[::1]:9001/", "[::1]:9001", "GET / HTTP/1.1\r\n"),
+        ];
+        for (url, host, line) in cases {
+            let req = prepare_request(url.into_client_request().unwrap()).unwrap();
+            assert_eq!(req.headers()["host"], host, "{url}");
+            let mut out = Vec::new();
+            write_request(&req, &mut out);
+            assert!(out.starts_with(line.as_bytes()), "{url}");
+        }
+    }
+
+    #[test]
+    fn bad_urls_are_refused() {
+        assert!(matches!(
+            prepare_request("http://h/".into_client_request().unwrap()),
+            Err(HandshakeError::UnsupportedScheme(s)) if s == "http"
+        ));
+        assert!(matches!(
+            "not a url at all".into_client_request(),
+            Err(HandshakeError::InvalidUrl(_))
+        ));
+        // A bare path needs a Host header.
+        assert!(matches!(
+            prepare_request("/chat".into_client_request().unwrap()),
+            Err(HandshakeError::InvalidUrl(_))
+        ));
+        let req = Request::builder()
+            .uri("/chat")
+            .header("Host", "unix")
+            .body(())
+            .unwrap();
+        assert_eq!(prepare_request(req).unwrap().headers()["host"], "unix");
+        let post = Request::builder()
+            .method("POST")
+            .uri("ws://h/")
+            .body(())
+            .unwrap();
+        assert!(matches!(
+            prepare_request(post),
+            Err(HandshakeError::MethodNotAllowed(_))
+        ));
+    }
+
+    #[test]
+    fn user_headers_are_kept_and_handshake_headers_forced() {
+        let req = request(&[
+            ("Authorization", "Bearer t"),
+            ("Connection", "keep-alive"),
+            ("Host", "custom:1"),
+        ]);
+        assert_eq!(req.headers()["authorization"], "Bearer t");
+        assert_eq!(req.headers()["connection"], "Upgrade");
+        assert_eq!(req.headers()["host"], "custom:1");
+    }
+
+    #[test]
+    fn rfc_response_is_accepted() {
+        let req = request(&[]);
+        assert_eq!(
+            check_response(&req, &response(&format!("{GOOD}\r\n"))).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn response_header_case_and_lists() {
+        let req = request(&[]);
+        let raw = "HTTP/1.1 101 Switching Protocols\r\nupgrade: WebSocket\r\nCONNECTION: keep-alive, UPGRADE\r\nsec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n";
+        assert!(check_response(&req, &response(raw)).is_ok());
+    }
+
+    #[test]
+    fn bad_responses_are_refused() {
+        let req = request(&[]);
+        let cases = [
+            (
+                "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+                "Upgrade",
+            ),
+            (
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+                "Connection",
+            ),
+            (
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+                "Sec-WebSocket-Accept",
+            ),
+            (
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: AAAAAAAAAAAAAAAAAAAAAAAAAAA=\r\n\r\n",
+                "Sec-WebSocket-Accept",
+            ),
+            (
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+                "Sec-WebSocket-Accept",
+            ),
+            (
+                &format!("{GOOD}Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n"),
+                "Sec-WebSocket-Extensions",
+            ),
+            (
+                &format!("{GOOD}Sec-WebSocket-Protocol: chat\r\n\r\n"),
+                "Sec-WebSocket-Protocol",
+            ),
+        ];
+        for (raw, header) in cases {
+            match check_response(&req, &response(raw)) {
+                Err(HandshakeError::BadHeader { name, .. }) => assert_eq!(name, header, "{raw}"),
+                other => panic!("{raw}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn non_101_carries_status_and_headers() {
+        let req = request(&[]);
+        let raw = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Why: no\r\n\r\n";
+        match check_response(&req, &response(raw)) {
+            Err(HandshakeError::UnexpectedStatus { status, response }) => {
+                assert_eq!(status, StatusCode::OK);
+                assert_eq!(response.headers()["x-why"], "no");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn subprotocol_must_be_one_of_those_offered() {
+        let req = request(&[("Sec-WebSocket-Protocol", "chat, superchat")]);
+        let ok = response(&format!("{GOOD}Sec-WebSocket-Protocol: superchat\r\n\r\n"));
+        assert_eq!(
+            check_response(&req, &ok).unwrap().as_deref(),
+            Some("superchat")
+        );
+        for bad in ["other", "Chat", "chat, superchat", ""] {
+            let resp = response(&format!("{GOOD}Sec-WebSocket-Protocol: {bad}\r\n\r\n"));
+            assert!(check_response(&req, &resp).is_err(), "{bad}");
+        }
+        // Not choosing one is the server's right.
+        assert_eq!(
+            check_response(&req, &response(&format!("{GOOD}\r\n"))).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn partial_response_asks_for_more() {
+        let raw = format!("{GOOD}\r\n");
+        for cut in 0..raw.len() {
+            assert!(
+                parse_response(&raw.as_bytes()[..cut], 64)
+                    .unwrap()
+                    .is_none(),
+                "{cut}"
+            );
+        }
+        let mut with_frame = raw.clone().into_bytes();
+        with_frame.extend_from_slice(&[0x81, 0x00]);
+        let (_, len) = parse_response(&with_frame, 64).unwrap().unwrap();
+        assert_eq!(&with_frame[len..], &[0x81, 0x00]);
+    }
+
+    #[test]
+    fn garbage_response_is_malformed() {
+        assert!(matches!(
+            parse_response(b"SSH-2.0-OpenSSH\r\n\r\n", 64),
+            Err(HandshakeError::Malformed(_))
+        ));
+    }
+}
