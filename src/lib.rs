@@ -60,6 +60,7 @@ mod outbox;
 pub mod proto;
 mod server;
 pub mod stream;
+mod trace;
 
 pub use client::{
     ClientResponse, MaybeTlsStream, client_async, client_async_with_config, connect_async,
@@ -73,7 +74,7 @@ pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols
 pub use proto::Role;
 pub use proto::close::{CloseCode, CloseFrame};
 pub use proto::header::OpCode;
-pub use proto::message::{Frame, Message};
+pub use proto::message::{Frame, Message, PreparedMessage};
 pub use proto::text::Utf8Bytes;
 pub use server::{
     accept_async, accept_async_callback, accept_async_callback_with_config,

@@ -23,6 +23,7 @@ use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
 use crate::proto::header::OpCode;
 use crate::proto::message::Message;
+use crate::trace;
 
 /// Reads are made at least this large while a frame's size is unknown.
 const READ_CHUNK: usize = 8 << 10;
@@ -99,6 +100,8 @@ pub struct WebSocketStream<S> {
     /// Bounds the closing handshake once it starts; made when first needed.
     close_timer: Option<Pin<Box<Sleep>>>,
     keepalive: Option<Keepalive>,
+    #[cfg(feature = "tracing")]
+    span: tracing::Span,
 }
 
 /// Keepalive state: a ping after `interval` of silence, the peer declared
@@ -196,6 +199,8 @@ where
                 ping_sent: None,
                 timer: None,
             }),
+            #[cfg(feature = "tracing")]
+            span: tracing::debug_span!("websocket", ?role),
         })
     }
 
@@ -326,6 +331,11 @@ where
 
     fn queue(&mut self, msg: &Message) -> Result<()> {
         if self.role() == Role::Server {
+            if let Message::Prepared(p) = msg {
+                // Encoded once for every connection: queue it as it is.
+                self.outbox.push_shared(p.frame.clone());
+                return Ok(());
+            }
             let large = match msg {
                 Message::Text(t) if t.len() >= ZERO_COPY_MIN => {
                     Some((true, OpCode::Text, t.as_bytes()))
@@ -358,6 +368,7 @@ where
     }
 
     fn fail(&mut self, err: Error) {
+        trace::warn_event!(error = %err, close_code = ?err.close_code(), "failing the connection");
         if let Some(code) = err.close_code() {
             if !self.close_sent {
                 self.close_sent = true;
@@ -489,6 +500,7 @@ where
                             self.queue(&Message::Pong(payload.clone()))?;
                         }
                         Message::Close(frame) => {
+                            trace::debug_event!(code = ?frame.as_ref().map(|f| f.code), "close frame received");
                             self.close_received = true;
                             self.peer_closed = true;
                             if !self.close_sent {
@@ -530,6 +542,7 @@ where
             }
             if self.close_sent && self.poll_close_timer(cx).is_ready() {
                 // We closed and the peer has not answered in time.
+                trace::warn_event!("closing handshake timed out");
                 self.give_up();
                 return Poll::Ready(Some(Err(Error::CloseTimeout)));
             }
@@ -542,6 +555,7 @@ where
                         continue;
                     }
                     Tick::Dead => {
+                        trace::warn_event!("keepalive: no answer from the peer");
                         // Say why if the transport still takes bytes, but
                         // wait for nothing: the peer is presumed gone.
                         if !self.close_sent {
@@ -601,6 +615,8 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
+        #[cfg(feature = "tracing")]
+        let _span = this.span.clone().entered();
         let r = this.poll_next_inner(cx);
         if r.is_pending() {
             store(&mut this.read_waker, cx);
@@ -636,6 +652,7 @@ where
         }
         this.queue(&msg)?;
         if msg.is_close() {
+            trace::debug_event!("close frame sent");
             this.close_sent = true;
         }
         Ok(())

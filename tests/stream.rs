@@ -622,3 +622,35 @@ async fn keepalive_counts_any_traffic_as_life() {
     let written = chatty.await.unwrap();
     assert_eq!(written, unmasked(0x88, b""), "no keepalive ping was needed");
 }
+
+#[tokio::test]
+async fn a_prepared_message_reaches_many_connections_unchanged() {
+    use wavesock::PreparedMessage;
+    let payload: String = "broadcast ".repeat(1000);
+    let prepared = PreparedMessage::new(&Message::text(payload.clone())).unwrap();
+    let mut servers = Vec::new();
+    let mut clients = Vec::new();
+    for _ in 0..50 {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        servers.push(WebSocketStream::from_raw_socket(a, Role::Server, Config::default()).unwrap());
+        clients.push(WebSocketStream::from_raw_socket(b, Role::Client, Config::default()).unwrap());
+    }
+    for ws in &mut servers {
+        ws.send(Message::Prepared(prepared.clone())).await.unwrap();
+    }
+    for ws in &mut clients {
+        assert_eq!(
+            ws.next().await.unwrap().unwrap(),
+            Message::text(payload.clone())
+        );
+    }
+    // A client-side connection encodes (and masks) it like any message.
+    clients[0]
+        .send(Message::Prepared(prepared.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        servers[0].next().await.unwrap().unwrap(),
+        Message::text(payload)
+    );
+}

@@ -95,6 +95,13 @@ impl FrameEncoder {
                 let payload = CloseFrame::encode(f.as_ref())?;
                 self.encode_frame(true, OpCode::Close, &payload, dst)
             }
+            Message::Prepared(p) => match self.role {
+                Role::Server => {
+                    dst.extend_from_slice(&p.frame);
+                    Ok(())
+                }
+                Role::Client => self.encode_frame(true, p.opcode, &p.payload, dst),
+            },
             Message::Frame(Frame {
                 fin,
                 opcode,
