@@ -25,6 +25,11 @@ impl FrameEncoder {
         FrameEncoder { role, rng: None }
     }
 
+    /// Which side this encoder writes for.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
     /// Encodes one frame into `dst`, masking it if this side is a client.
     pub fn encode_frame(
         &mut self,
