@@ -53,6 +53,7 @@
 //! `fastwebsockets`).
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
@@ -417,6 +418,11 @@ fn server_cpu_ns(pid: u32) -> Option<u64> {
     })
 }
 
+/// This process's CPU time in nanoseconds, all threads.
+fn own_cpu_ns() -> Option<u64> {
+    server_cpu_ns(std::process::id())
+}
+
 /// VmRSS and VmHWM of `pid`, in KiB.
 fn server_memory_kib(pid: u32) -> io::Result<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
@@ -434,27 +440,32 @@ struct Window {
     messages: u64,
     secs: f64,
     cpu_ns: Option<u64>,
+    own_cpu_ns: Option<u64>,
 }
 
 /// Lets the load run for the warm-up, then measures `counter` and the
 /// server's CPU time over the window.
 async fn measure(opts: &Opts, counter: &AtomicU64) -> Window {
     tokio::time::sleep(Duration::from_secs_f64(opts.warmup)).await;
-    let (m0, c0, t0) = (
+    let (m0, c0, o0, t0) = (
         counter.load(Ordering::Relaxed),
         opts.pid.and_then(server_cpu_ns),
+        own_cpu_ns(),
         Instant::now(),
     );
     tokio::time::sleep(Duration::from_secs_f64(opts.secs)).await;
-    let (m1, c1, secs) = (
+    let (m1, c1, o1, secs) = (
         counter.load(Ordering::Relaxed),
         opts.pid.and_then(server_cpu_ns),
+        own_cpu_ns(),
         t0.elapsed().as_secs_f64(),
     );
+    let diff = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| b.saturating_sub(a));
     Window {
         messages: m1 - m0,
         secs,
-        cpu_ns: c0.zip(c1).map(|(a, b)| b.saturating_sub(a)),
+        cpu_ns: diff(c0, c1),
+        own_cpu_ns: diff(o0, o1),
     }
 }
 
@@ -476,11 +487,12 @@ fn report(opts: &Opts, w: &Window, errors: u64) {
         .filter(|_| w.messages > 0)
         .map(|c| c as f64 / w.messages as f64);
     let util = w.cpu_ns.map(|c| c as f64 / 1e9 / w.secs);
+    let client_util = w.own_cpu_ns.map(|c| c as f64 / 1e9 / w.secs);
     let num = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{v:.3}"));
     println!(
         "{{\"label\":\"{}\",\"mode\":\"{}\",\"conns\":{},\"size\":{},\"inflight\":{},\
          \"secs\":{:.3},\"messages\":{},\"msgs_per_s\":{:.1},\"bytes_per_s\":{:.0},\
-         \"gib_per_s\":{:.4},\"server_cpu_ns_per_msg\":{},\"server_util\":{},\"errors\":{}}}",
+         \"gib_per_s\":{:.4},\"server_cpu_ns_per_msg\":{},\"server_util\":{},\"client_util\":{},\"errors\":{}}}",
         opts.label,
         mode_name(opts.mode),
         opts.conns,
@@ -493,10 +505,11 @@ fn report(opts: &Opts, w: &Window, errors: u64) {
         gib_per_s,
         num(cpu_per_msg),
         num(util),
+        num(client_util),
         errors,
     );
     println!(
-        "# {} {} {}x{}B{}: {:.0} msg/s, {:.3} GiB/s, server {} CPU/msg, {} busy{}",
+        "# {} {} {}x{}B{}: {:.0} msg/s, {:.3} GiB/s, server {} CPU/msg, {} busy (loadgen {}){}",
         opts.label,
         mode_name(opts.mode),
         opts.conns,
@@ -510,6 +523,7 @@ fn report(opts: &Opts, w: &Window, errors: u64) {
         gib_per_s,
         cpu_per_msg.map_or("?".into(), |c| format!("{:.2} µs", c / 1000.0)),
         util.map_or("?".into(), |u| format!("{:.0}%", u * 100.0)),
+        client_util.map_or("?".into(), |u| format!("{:.0}%", u * 100.0)),
         if errors > 0 {
             format!(", {errors} connection errors")
         } else {
@@ -713,9 +727,12 @@ fn table(args: &[String]) -> Result<(), String> {
         .filter(|l| l.starts_with('{'))
         .filter_map(parse_flat_json)
         .collect();
+    let num =
+        |row: &HashMap<String, String>, k: &str| row.get(k).and_then(|v| v.parse::<f64>().ok());
     let mut labels: Vec<String> = Vec::new();
     let mut workloads: Vec<String> = Vec::new();
-    let mut cells: HashMap<(String, String), &HashMap<String, String>> = HashMap::new();
+    let mut cells: HashMap<(String, String), HashMap<String, String>> = HashMap::new();
+    let mut rounds = 0;
     for row in &rows {
         let get = |k: &str| row.get(k).cloned().unwrap_or_default();
         let label = get("label");
@@ -726,10 +743,48 @@ fn table(args: &[String]) -> Result<(), String> {
         if !workloads.contains(&workload) {
             workloads.push(workload.clone());
         }
-        cells.insert((workload, label), row);
+        // Several rounds: keep the best of each figure, since interference
+        // from other processes only ever makes a run slower.
+        match cells.entry((workload, label)) {
+            Entry::Vacant(v) => {
+                rounds = rounds.max(1);
+                v.insert(row.clone());
+            }
+            Entry::Occupied(mut o) => {
+                let best = o.get_mut();
+                let n = best.get("rounds").and_then(|r| r.parse().ok()).unwrap_or(1) + 1;
+                rounds = rounds.max(n);
+                best.insert("rounds".into(), n.to_string());
+                let better = |best: &HashMap<String, String>, k: &str, higher: bool| match (
+                    num(row, k),
+                    num(best, k),
+                ) {
+                    (Some(new), Some(old)) => (new > old) == higher && new != old,
+                    (Some(_), None) => true,
+                    _ => false,
+                };
+                let take = |best: &mut HashMap<String, String>, keys: &[&str]| {
+                    for k in keys {
+                        if let Some(v) = row.get(*k) {
+                            best.insert((*k).into(), v.clone());
+                        }
+                    }
+                };
+                if better(best, "msgs_per_s", true) {
+                    take(
+                        best,
+                        &["msgs_per_s", "gib_per_s", "server_util", "client_util"],
+                    );
+                }
+                if better(best, "server_cpu_ns_per_msg", false) {
+                    take(best, &["server_cpu_ns_per_msg"]);
+                }
+                if better(best, "bytes_per_conn", false) {
+                    take(best, &["bytes_per_conn"]);
+                }
+            }
+        }
     }
-    let num =
-        |row: &HashMap<String, String>, k: &str| row.get(k).and_then(|v| v.parse::<f64>().ok());
     println!("| echo workload | {} |", labels.join(" | "));
     println!("| --- |{}", " --- |".repeat(labels.len()));
     for workload in &workloads {
@@ -778,7 +833,8 @@ fn table(args: &[String]) -> Result<(), String> {
     println!(
         "\nRatios: messages per second relative to {baseline} (higher is better); CPU/msg is \
          the server's CPU time per echoed message and its ratio to {baseline} (lower is better); \
-         idle: growth of the server's VmRSS per open connection."
+         idle: growth of the server's VmRSS per open connection. Best of {rounds} round(s) \
+         per figure."
     );
     Ok(())
 }
