@@ -15,7 +15,8 @@
 //! - tokio-tungstenite: `accept_async`, `split`, `try_filter(..).forward(..)`
 //!   (its `examples/echo-server.rs`).
 //!
-//! Two of those examples wrap the connection task in
+//! The loops themselves live in the `wavesock_benches` library, shared with
+//! the criterion benches. Two of those examples wrap the connection task in
 //! `tokio::task::unconstrained`; none is wrapped here, so every library runs
 //! under the same scheduler rules.
 //!
@@ -23,17 +24,13 @@
 //! generator does) are counted silently; set `ECHO_PEER_VERBOSE=1` to print
 //! them. The soft open-files limit is raised to the hard limit at start.
 
-use std::error::Error;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use futures_util::{SinkExt, StreamExt, TryStreamExt, future};
 use tokio::net::{TcpListener, TcpStream};
-
-/// The largest message any server accepts.
-const MAX_MESSAGE: usize = 64 << 20;
-
-type BoxError = Box<dyn Error + Send + Sync>;
+use wavesock_benches::{
+    BoxError, tokio_tungstenite_config, tokio_websockets_limits, wavesock_config,
+};
 
 #[derive(Clone, Copy, Debug)]
 enum Impl {
@@ -108,20 +105,8 @@ async fn serve(which: Impl, addr: SocketAddr) -> Result<(), BoxError> {
 }
 
 async fn wavesock_echo(tcp: TcpStream) -> Result<(), BoxError> {
-    let config = wavesock::Config::default()
-        .max_frame_size(MAX_MESSAGE)
-        .max_message_size(MAX_MESSAGE);
-    let mut ws = wavesock::accept_async_with_config(tcp, config).await?;
-    // Fed replies are written by the next `next()` before it waits for input,
-    // so no per-message flush is needed.
-    while let Some(msg) = ws.next().await {
-        let msg = msg?;
-        if msg.is_data() {
-            ws.feed(msg).await?;
-        }
-    }
-    ws.flush().await?;
-    Ok(())
+    let ws = wavesock::accept_async_with_config(tcp, wavesock_config()).await?;
+    wavesock_benches::wavesock_echo(ws).await
 }
 
 async fn fastwebsockets_serve(tcp: TcpStream) -> Result<(), BoxError> {
@@ -145,55 +130,23 @@ async fn fastwebsockets_upgrade(
     let (response, upgrade) = fastwebsockets::upgrade::upgrade(&mut req)?;
     tokio::spawn(async move {
         // Errors end the connection; they are expected when clients vanish.
-        let _ = fastwebsockets_echo(upgrade).await;
+        if let Ok(ws) = upgrade.await {
+            let _ = wavesock_benches::fastwebsockets_echo(ws).await;
+        }
     });
     Ok(response)
 }
 
-async fn fastwebsockets_echo(
-    upgrade: fastwebsockets::upgrade::UpgradeFut,
-) -> Result<(), fastwebsockets::WebSocketError> {
-    use fastwebsockets::OpCode;
-
-    let mut ws = upgrade.await?;
-    ws.set_max_message_size(MAX_MESSAGE);
-    let mut ws = fastwebsockets::FragmentCollector::new(ws);
-    loop {
-        let frame = ws.read_frame().await?;
-        match frame.opcode {
-            OpCode::Close => break,
-            OpCode::Text | OpCode::Binary => ws.write_frame(frame).await?,
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
 async fn tokio_websockets_echo(tcp: TcpStream) -> Result<(), BoxError> {
-    let limits = tokio_websockets::Limits::default().max_payload_len(Some(MAX_MESSAGE));
-    let (_request, mut ws) = tokio_websockets::ServerBuilder::new()
-        .limits(limits)
+    let (_request, ws) = tokio_websockets::ServerBuilder::new()
+        .limits(tokio_websockets_limits())
         .accept(tcp)
         .await?;
-    while let Some(msg) = ws.next().await {
-        let msg = msg?;
-        if msg.is_text() || msg.is_binary() {
-            ws.send(msg).await?;
-        }
-    }
-    Ok(())
+    wavesock_benches::tokio_websockets_echo(ws).await
 }
 
 async fn tokio_tungstenite_echo(tcp: TcpStream) -> Result<(), BoxError> {
-    use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-
-    let config = WebSocketConfig::default()
-        .max_frame_size(Some(MAX_MESSAGE))
-        .max_message_size(Some(MAX_MESSAGE));
+    let config = tokio_tungstenite_config();
     let ws = tokio_tungstenite::accept_async_with_config(tcp, Some(config)).await?;
-    let (write, read) = ws.split();
-    read.try_filter(|msg| future::ready(msg.is_text() || msg.is_binary()))
-        .forward(write)
-        .await?;
-    Ok(())
+    wavesock_benches::tokio_tungstenite_echo(ws).await
 }

@@ -227,23 +227,7 @@ fn parse_size(s: &str) -> Option<usize> {
 
 /// A masked binary frame carrying `size` bytes of ASCII.
 fn masked_frame(size: usize) -> Vec<u8> {
-    let payload = wavesock_benches::payload(size);
-    let mut frame = Vec::with_capacity(size + 14);
-    frame.push(0x82);
-    match size {
-        0..=125 => frame.push(0x80 | size as u8),
-        126..=0xffff => {
-            frame.push(0x80 | 126);
-            frame.extend_from_slice(&(size as u16).to_be_bytes());
-        }
-        _ => {
-            frame.push(0x80 | 127);
-            frame.extend_from_slice(&(size as u64).to_be_bytes());
-        }
-    }
-    frame.extend_from_slice(&MASK);
-    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ MASK[i % 4]));
-    frame
+    wavesock_benches::masked_binary_frame(&wavesock_benches::payload(size), MASK)
 }
 
 /// Connects, sets `TCP_NODELAY` and performs the opening handshake. Bytes
