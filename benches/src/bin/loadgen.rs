@@ -790,7 +790,8 @@ fn table(args: &[String]) -> Result<(), String> {
                         .and_then(|r| num(r, "msgs_per_s"))
                         .map_or("?".into(), |br| format!("{:.2}", rate / br));
                     let gib = num(row, "gib_per_s").unwrap_or(f64::NAN);
-                    let amount = if gib >= 0.1 {
+                    let size = num(row, "size").unwrap_or(0.0);
+                    let amount = if size >= 65536.0 {
                         format!("{gib:.2} GiB/s")
                     } else {
                         format!("{:.0} k msg/s", rate / 1000.0)
