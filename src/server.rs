@@ -45,7 +45,7 @@ pub async fn accept_async<S>(io: S) -> Result<WebSocketStream<S>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    accept_async_with_config(io, Config::default()).await
+    Box::pin(accept(io, sync(NoCallback), Config::default())).await
 }
 
 /// Like [`accept_async`], with your own [`Config`] (limits, timeouts).
@@ -61,7 +61,7 @@ pub async fn accept_async_with_config<S>(io: S, config: Config) -> Result<WebSoc
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    accept_hdr_async_with_config(io, NoCallback, config).await
+    Box::pin(accept(io, sync(NoCallback), config)).await
 }
 
 /// Like [`accept_async`], with a [`Callback`] that sees the request (method,
@@ -94,7 +94,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
     C: Callback,
 {
-    accept_hdr_async_with_config(io, callback, Config::default()).await
+    Box::pin(accept(io, sync(callback), Config::default())).await
 }
 
 /// Like [`accept_hdr_async`], with your own [`Config`].
@@ -117,9 +117,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
     C: Callback,
 {
-    let callback =
-        |req: Request<()>, resp: Response<()>| std::future::ready(callback.on_request(&req, resp));
-    accept_async_callback_with_config(io, callback, config).await
+    Box::pin(accept(io, sync(callback), config)).await
 }
 
 /// Like [`accept_hdr_async`], with an [`AsyncCallback`]: a closure taking
@@ -152,7 +150,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
     C: AsyncCallback,
 {
-    accept_async_callback_with_config(io, callback, Config::default()).await
+    Box::pin(accept(io, callback, Config::default())).await
 }
 
 /// Like [`accept_async_callback`], with your own [`Config`].
@@ -169,10 +167,26 @@ where
 /// # Ok(()) }
 /// ```
 pub async fn accept_async_callback_with_config<S, C>(
-    mut io: S,
+    io: S,
     callback: C,
     config: Config,
 ) -> Result<WebSocketStream<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    C: AsyncCallback,
+{
+    // Boxed: the handshake's state (request, buffers, timer) lives on the
+    // heap only while it runs, instead of widening, for the connection's
+    // whole life, every task that awaits this future.
+    Box::pin(accept(io, callback, config)).await
+}
+
+/// A synchronous callback as an asynchronous one.
+fn sync<C: Callback>(callback: C) -> impl AsyncCallback {
+    move |req: Request<()>, resp: Response<()>| std::future::ready(callback.on_request(&req, resp))
+}
+
+async fn accept<S, C>(mut io: S, callback: C, config: Config) -> Result<WebSocketStream<S>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
     C: AsyncCallback,

@@ -16,7 +16,8 @@ use crate::proto::message::{Frame, Message};
 #[derive(Debug)]
 pub struct FrameEncoder {
     role: Role,
-    rng: Option<SmallRng>,
+    // Boxed: servers never need it, and every connection should be small.
+    rng: Option<Box<SmallRng>>,
 }
 
 impl FrameEncoder {
@@ -72,7 +73,7 @@ impl FrameEncoder {
             Role::Server => None,
             Role::Client => Some(
                 self.rng
-                    .get_or_insert_with(SmallRng::from_os_rng)
+                    .get_or_insert_with(|| Box::new(SmallRng::from_os_rng()))
                     .random::<[u8; 4]>(),
             ),
         };

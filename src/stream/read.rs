@@ -100,7 +100,7 @@ pub(crate) struct ReadState {
     read_buf: BytesMut,
     pub(crate) close_received: bool,
     /// A protocol error waiting for our close frame to go out.
-    failing: Option<Error>,
+    failing: Option<Box<Error>>,
     terminated: bool,
     /// This side queued bytes (pongs, a close reply) that must go out even
     /// when the sending side is idle.
@@ -108,7 +108,8 @@ pub(crate) struct ReadState {
     close_timeout: Duration,
     /// Bounds the closing handshake once it starts; made when first needed.
     close_timer: Option<Pin<Box<Sleep>>>,
-    keepalive: Option<Keepalive>,
+    // Boxed, like the error above: rare, and an idle connection should be small.
+    keepalive: Option<Box<Keepalive>>,
     #[cfg(feature = "tracing")]
     pub(crate) span: tracing::Span,
 }
@@ -124,12 +125,14 @@ impl ReadState {
             owes: false,
             close_timeout: config.close_timeout,
             close_timer: None,
-            keepalive: config.ping_interval.map(|interval| Keepalive {
-                interval,
-                timeout: config.pong_timeout,
-                last_rx: Instant::now(),
-                ping_sent: None,
-                timer: None,
+            keepalive: config.ping_interval.map(|interval| {
+                Box::new(Keepalive {
+                    interval,
+                    timeout: config.pong_timeout,
+                    last_rx: Instant::now(),
+                    ping_sent: None,
+                    timer: None,
+                })
             }),
             #[cfg(feature = "tracing")]
             span: tracing::debug_span!("websocket", ?role),
@@ -170,7 +173,7 @@ impl ReadState {
             self.owes = true;
             t.with_writer(|w, _| w.queue_close(code, ""));
         }
-        self.failing = Some(err);
+        self.failing = Some(Box::new(err));
     }
 
     /// Flushes what is queued (our close frame) and ends the connection:
@@ -340,7 +343,7 @@ impl ReadState {
             if self.failing.is_some() {
                 ready!(self.poll_finish(t, cx, false));
                 self.terminated = true;
-                return Poll::Ready(self.failing.take().map(Err));
+                return Poll::Ready(self.failing.take().map(|e| Err(*e)));
             }
             if self.close_received {
                 let wait = self.role() == Role::Client;
