@@ -181,9 +181,22 @@ where
     Box::pin(accept(io, callback, config)).await
 }
 
-/// A synchronous callback as an asynchronous one.
-fn sync<C: Callback>(callback: C) -> impl AsyncCallback {
-    move |req: Request<()>, resp: Response<()>| std::future::ready(callback.on_request(&req, resp))
+/// A synchronous callback as an asynchronous one (a named type, so the
+/// handshake future stays `Send` when the callback is).
+struct Sync<C>(C);
+
+fn sync<C: Callback>(callback: C) -> Sync<C> {
+    Sync(callback)
+}
+
+impl<C: Callback> AsyncCallback for Sync<C> {
+    type Future = std::future::Ready<
+        std::result::Result<Response<()>, crate::handshake::server::ErrorResponse>,
+    >;
+
+    fn on_request(self, request: Request<()>, response: Response<()>) -> Self::Future {
+        std::future::ready(self.0.on_request(&request, response))
+    }
 }
 
 async fn accept<S, C>(mut io: S, callback: C, config: Config) -> Result<WebSocketStream<S>>

@@ -743,3 +743,24 @@ async fn next_in_a_select_loop_loses_nothing() {
     assert!(ticks > 0, "the select loop did cancel next() futures");
     writer.await.unwrap();
 }
+
+#[test]
+fn entry_point_futures_and_halves_are_send() {
+    fn send<T: Send>(_: &T) {}
+    let (a, _b) = tokio::io::duplex(64);
+    send(&wavesock::accept_async(a));
+    let (a, _b) = tokio::io::duplex(64);
+    send(&wavesock::accept_hdr_async(
+        a,
+        |_: &http::Request<()>, r| Ok(r),
+    ));
+    let (a, _b) = tokio::io::duplex(64);
+    send(&wavesock::client_async("ws://localhost/", a));
+    send(&wavesock::connect_async("ws://localhost/"));
+    let (a, _b) = tokio::io::duplex(64);
+    let (tx, rx) = WebSocketStream::from_raw_socket(a, Role::Server, Config::default())
+        .unwrap()
+        .split();
+    send(&tx);
+    send(&rx);
+}
