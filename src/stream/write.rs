@@ -37,8 +37,15 @@ pub(crate) struct WriteState {
     /// The peer ended the connection (its close frame, EOF or an error).
     pub(crate) peer_closed: bool,
     pub(crate) shutdown: bool,
-    read_waker: Option<Waker>,
-    write_waker: Option<Waker>,
+    /// Made on first need: only a split connection's halves wait on each
+    /// other, and an idle connection should be small.
+    wakers: Option<Box<Wakers>>,
+}
+
+#[derive(Debug, Default)]
+struct Wakers {
+    read: Option<Waker>,
+    write: Option<Waker>,
 }
 
 pub(crate) fn store(slot: &mut Option<Waker>, cx: &Context<'_>) {
@@ -57,8 +64,7 @@ impl WriteState {
             close_sent: false,
             peer_closed: false,
             shutdown: false,
-            read_waker: None,
-            write_waker: None,
+            wakers: None,
         }
     }
 
@@ -69,16 +75,20 @@ impl WriteState {
 
     /// Remembers the task to wake when the other side makes write progress.
     pub(crate) fn park(&mut self, side: Side, cx: &Context<'_>) {
+        let wakers = self.wakers.get_or_insert_with(Default::default);
         match side {
-            Side::Read => store(&mut self.read_waker, cx),
-            Side::Write => store(&mut self.write_waker, cx),
+            Side::Read => store(&mut wakers.read, cx),
+            Side::Write => store(&mut wakers.write, cx),
         }
     }
 
     fn wake_other(&mut self, side: Side, cx: &Context<'_>) {
+        let Some(wakers) = self.wakers.as_deref_mut() else {
+            return;
+        };
         let other = match side {
-            Side::Read => &mut self.write_waker,
-            Side::Write => &mut self.read_waker,
+            Side::Read => &mut wakers.write,
+            Side::Write => &mut wakers.read,
         };
         if let Some(w) = other.take_if(|w| !w.will_wake(cx.waker())) {
             w.wake();
