@@ -15,9 +15,7 @@ const MAX_IOV: usize = 32;
 /// Outgoing bytes in order: `chunks` first, then `tail`.
 #[derive(Debug, Default)]
 pub(crate) struct Outbox {
-    // Boxed: only large server payloads use it, and an idle connection
-    // should be small.
-    chunks: Option<Box<VecDeque<Bytes>>>,
+    chunks: VecDeque<Bytes>,
     tail: BytesMut,
     len: usize,
 }
@@ -44,12 +42,11 @@ impl Outbox {
 
     /// Appends bytes without copying them.
     pub(crate) fn push_shared(&mut self, bytes: Bytes) {
-        let chunks = self.chunks.get_or_insert_with(Default::default);
         if !self.tail.is_empty() {
-            chunks.push_back(self.tail.split().freeze());
+            self.chunks.push_back(self.tail.split().freeze());
         }
         self.len += bytes.len();
-        chunks.push_back(bytes);
+        self.chunks.push_back(bytes);
     }
 
     /// Drops everything queued.
@@ -63,21 +60,20 @@ impl Outbox {
         io: &mut W,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<usize>> {
-        let n = match self.chunks.as_deref() {
-            None => ready!(Pin::new(io).poll_write(cx, &self.tail))?,
-            Some(chunks) => {
-                let mut iov = [IoSlice::new(&[]); MAX_IOV];
-                let mut k = 0;
-                for c in chunks.iter().take(MAX_IOV) {
-                    iov[k] = IoSlice::new(c);
-                    k += 1;
-                }
-                if k < MAX_IOV && !self.tail.is_empty() {
-                    iov[k] = IoSlice::new(&self.tail);
-                    k += 1;
-                }
-                ready!(Pin::new(io).poll_write_vectored(cx, &iov[..k]))?
+        let n = if self.chunks.is_empty() {
+            ready!(Pin::new(io).poll_write(cx, &self.tail))?
+        } else {
+            let mut iov = [IoSlice::new(&[]); MAX_IOV];
+            let mut k = 0;
+            for c in self.chunks.iter().take(MAX_IOV) {
+                iov[k] = IoSlice::new(c);
+                k += 1;
             }
+            if k < MAX_IOV && !self.tail.is_empty() {
+                iov[k] = IoSlice::new(&self.tail);
+                k += 1;
+            }
+            ready!(Pin::new(io).poll_write_vectored(cx, &iov[..k]))?
         };
         self.consume(n);
         Poll::Ready(Ok(n))
@@ -85,21 +81,22 @@ impl Outbox {
 
     fn consume(&mut self, mut n: usize) {
         self.len -= n;
-        if let Some(chunks) = self.chunks.as_deref_mut() {
-            while n > 0 {
-                let Some(front) = chunks.front_mut() else {
-                    break;
-                };
-                if n >= front.len() {
+        while n > 0 {
+            match self.chunks.front_mut() {
+                Some(front) if n >= front.len() => {
                     n -= front.len();
-                    chunks.pop_front();
-                } else {
+                    self.chunks.pop_front();
+                }
+                Some(front) => {
                     front.advance(n);
+                    n = 0;
+                }
+                None => {
+                    self.tail.advance(n);
                     n = 0;
                 }
             }
         }
-        self.tail.advance(n);
         if self.len == 0 {
             // Nothing held between bursts: an idle connection owns no buffers.
             *self = Outbox::default();
