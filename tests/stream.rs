@@ -745,6 +745,7 @@ async fn next_in_a_select_loop_loses_nothing() {
 }
 
 #[test]
+#[allow(clippy::result_large_err)] // the callback shape users know from tokio-tungstenite
 fn entry_point_futures_and_halves_are_send() {
     fn send<T: Send>(_: &T) {}
     let (a, _b) = tokio::io::duplex(64);
