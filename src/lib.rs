@@ -54,12 +54,16 @@
 mod client;
 pub mod codec;
 pub mod config;
+mod connect;
 pub mod error;
 pub mod handshake;
 mod outbox;
 pub mod proto;
+pub mod proxy;
 mod server;
 pub mod stream;
+#[cfg(feature = "rustls")]
+pub mod tls;
 
 pub use client::{
     ClientResponse, MaybeTlsStream, client_async, client_async_with_config, connect_async,
@@ -67,7 +71,7 @@ pub use client::{
 };
 pub use codec::WebSocketCodec;
 pub use config::Config;
-pub use error::{Error, HandshakeError, ProtocolError, Result};
+pub use error::{ConnectError, Error, HandshakeError, ProtocolError, Result};
 pub use handshake::client::IntoClientRequest;
 pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols};
 pub use proto::Role;
@@ -80,6 +84,17 @@ pub use server::{
     accept_async_with_config, accept_hdr_async, accept_hdr_async_with_config,
 };
 pub use stream::{WebSocketReceiver, WebSocketSender, WebSocketStream};
+
+#[cfg(feature = "rustls")]
+pub use client::connect_async_tls_with_config;
+/// The rustls version wavesock is built with, for [`Connector::Rustls`] configs.
+#[cfg(feature = "rustls")]
+pub use rustls;
+#[cfg(feature = "rustls")]
+pub use tls::Connector;
+/// The tokio-rustls version wavesock is built with (a server's `TlsAcceptor`).
+#[cfg(feature = "rustls")]
+pub use tokio_rustls;
 
 // The README's examples are compiled as doc tests so that they stay true.
 #[doc = include_str!("../README.md")]
