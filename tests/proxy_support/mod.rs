@@ -234,14 +234,17 @@ async fn socks5_conn(
     Ok(())
 }
 
-/// A server that answers every connection with `bytes` and then waits.
+/// A server that answers the first bytes of every connection with `bytes`,
+/// then ends its side (FIN) and drains the client's.
 pub async fn scripted_server(bytes: &'static [u8]) -> SocketAddr {
     let (l, addr) = bind().await;
     serve(l, move |mut tcp| async move {
         let mut buf = [0u8; 1024];
         let _ = tcp.read(&mut buf).await;
         let _ = tcp.write_all(bytes).await;
-        let _ = tcp.read(&mut buf).await;
+        let _ = tcp.shutdown().await;
+        let mut rest = Vec::new();
+        let _ = tcp.read_to_end(&mut rest).await;
     });
     addr
 }
