@@ -31,9 +31,10 @@ pub type ClientResponse = Response<Option<Vec<u8>>>;
 pub enum MaybeTlsStream<S> {
     /// An unencrypted connection.
     Plain(S),
-    /// A TLS connection made with rustls.
+    /// A TLS connection made with rustls. Boxed: the TLS state is over a
+    /// kilobyte, which plain connections should not pay for.
     #[cfg(feature = "rustls")]
-    Rustls(tokio_rustls::client::TlsStream<S>),
+    Rustls(Box<tokio_rustls::client::TlsStream<S>>),
 }
 
 impl<S> MaybeTlsStream<S> {
@@ -56,7 +57,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTlsStream<S> {
         match self.get_mut() {
             MaybeTlsStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             #[cfg(feature = "rustls")]
-            MaybeTlsStream::Rustls(s) => Pin::new(s).poll_read(cx, buf),
+            MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -70,7 +71,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
         match self.get_mut() {
             MaybeTlsStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             #[cfg(feature = "rustls")]
-            MaybeTlsStream::Rustls(s) => Pin::new(s).poll_write(cx, buf),
+            MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -82,7 +83,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
         match self.get_mut() {
             MaybeTlsStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             #[cfg(feature = "rustls")]
-            MaybeTlsStream::Rustls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -98,7 +99,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
         match self.get_mut() {
             MaybeTlsStream::Plain(s) => Pin::new(s).poll_flush(cx),
             #[cfg(feature = "rustls")]
-            MaybeTlsStream::Rustls(s) => Pin::new(s).poll_flush(cx),
+            MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
@@ -106,7 +107,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
         match self.get_mut() {
             MaybeTlsStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             #[cfg(feature = "rustls")]
-            MaybeTlsStream::Rustls(s) => Pin::new(s).poll_shutdown(cx),
+            MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }

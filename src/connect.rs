@@ -70,7 +70,7 @@ pub(crate) async fn open(
         #[cfg(feature = "rustls")]
         if let Some(tls_config) = tls_config {
             let tls = crate::tls::handshake(tcp, host, tls_config).await?;
-            return Ok(MaybeTlsStream::Rustls(tls));
+            return Ok(MaybeTlsStream::Rustls(Box::new(tls)));
         }
         Ok(MaybeTlsStream::Plain(tcp))
     };

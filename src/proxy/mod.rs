@@ -20,9 +20,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The proxy protocols are written here in a sans-IO style ([`http`] and
-//! [`socks5`] build requests and parse answers over byte slices); the async
-//! driver only moves bytes, reading no more than each answer's cap.
+//! The proxy protocols are written here in a sans-IO style (requests built
+//! and answers parsed over byte slices); the async driver only moves bytes,
+//! reading no more than each answer's cap, so nothing of the tunnel is
+//! consumed.
 
 use std::fmt;
 use std::net::IpAddr;
