@@ -233,7 +233,7 @@ pub enum ConnectError {
     },
     /// No TCP connection could be opened: refused, unreachable, reset. With
     /// several addresses for the name, this is the last one tried.
-    #[error("could not connect to {addr}: {source}")]
+    #[error("TCP connection to {addr} failed: {source}")]
     Tcp {
         /// The address (of the server, or of the proxy).
         addr: SocketAddr,
