@@ -16,6 +16,9 @@
 //!   [`accept_hdr_async`] and [`accept_async_callback`] to see, amend or
 //!   refuse a request; [`connect_async`] for `ws://` URLs and
 //!   [`client_async`] over any stream you opened.
+//! - `wss://` with rustls behind the `rustls`, `rustls-webpki-roots` and
+//!   `rustls-native-roots` features (the `tls` module), and client
+//!   connections through HTTP `CONNECT` and SOCKS5 proxies ([`proxy`]).
 //!
 //! ```no_run
 //! use futures_util::{SinkExt, StreamExt};

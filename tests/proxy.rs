@@ -339,3 +339,13 @@ mod wss {
         ));
     }
 }
+
+#[tokio::test]
+#[ignore = "asks the system resolver, which may query a name server off this machine"]
+async fn a_name_that_does_not_resolve_is_a_dns_error() {
+    let err = connect_error(wavesock::connect_async("ws://does-not-exist.invalid/").await);
+    assert!(
+        matches!(err, ConnectError::Dns { ref host, .. } if host == "does-not-exist.invalid"),
+        "{err:?}"
+    );
+}
