@@ -5,7 +5,9 @@
 //! then open a tunnel to the server through the proxy and run TLS (for
 //! `wss://`) and the WebSocket handshake inside it. Both `ws://` and `wss://`
 //! go through a tunnel: an HTTP proxy is asked to `CONNECT`, never to forward
-//! a plain request, because it would strip the `Upgrade` headers.
+//! a plain request, because it would strip the `Upgrade` headers. (Some
+//! corporate proxies allow `CONNECT` only to port 443, so `ws://` on port 80
+//! may be refused with a 403 where `wss://` goes through.)
 //!
 //! ```no_run
 //! use wavesock::Config;
