@@ -261,7 +261,15 @@ where
 {
     config.validate()?;
     let request = prepare_request(request.into_client_request()?)?;
-    handshake(request, io, config).await
+    let result = handshake(request, io, config).await;
+    #[cfg(feature = "tracing")]
+    match &result {
+        Ok((_, response)) => {
+            tracing::debug!(status = %response.status(), "websocket handshake completed")
+        }
+        Err(e) => tracing::debug!(error = %e, "websocket handshake failed"),
+    }
+    result
 }
 
 /// Runs `fut` until `deadline`; `None` when it passed first.

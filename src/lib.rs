@@ -67,6 +67,7 @@ mod server;
 pub mod stream;
 #[cfg(feature = "rustls")]
 pub mod tls;
+mod trace;
 
 pub use client::{
     ClientResponse, MaybeTlsStream, client_async, client_async_with_config, connect_async,
@@ -80,7 +81,7 @@ pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols
 pub use proto::Role;
 pub use proto::close::{CloseCode, CloseFrame};
 pub use proto::header::OpCode;
-pub use proto::message::{Frame, Message};
+pub use proto::message::{Frame, Message, PreparedMessage};
 pub use proto::text::Utf8Bytes;
 pub use server::{
     accept_async, accept_async_callback, accept_async_callback_with_config,

@@ -179,13 +179,18 @@ where
 {
     config.validate()?;
     let handshake = server_handshake(&mut io, &config, callback);
-    let leftover = match config.handshake_timeout {
+    let result = match config.handshake_timeout {
         Some(t) => tokio::time::timeout(t, handshake)
             .await
-            .map_err(|_| HandshakeError::Timeout)??,
-        None => handshake.await?,
+            .unwrap_or_else(|_| Err(HandshakeError::Timeout.into())),
+        None => handshake.await,
     };
-    WebSocketStream::from_partially_read(io, leftover, Role::Server, config)
+    #[cfg(feature = "tracing")]
+    match &result {
+        Ok(_) => tracing::debug!("websocket handshake accepted"),
+        Err(e) => tracing::debug!(error = %e, "websocket handshake failed"),
+    }
+    WebSocketStream::from_partially_read(io, result?, Role::Server, config)
 }
 
 /// Reads the request head into `buf`, never holding more than the cap.

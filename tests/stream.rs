@@ -622,3 +622,124 @@ async fn keepalive_counts_any_traffic_as_life() {
     let written = chatty.await.unwrap();
     assert_eq!(written, unmasked(0x88, b""), "no keepalive ping was needed");
 }
+
+#[tokio::test]
+async fn a_prepared_message_reaches_many_connections_unchanged() {
+    use wavesock::PreparedMessage;
+    let payload: String = "broadcast ".repeat(1000);
+    let prepared = PreparedMessage::new(&Message::text(payload.clone())).unwrap();
+    let mut servers = Vec::new();
+    let mut clients = Vec::new();
+    for _ in 0..50 {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        servers.push(WebSocketStream::from_raw_socket(a, Role::Server, Config::default()).unwrap());
+        clients.push(WebSocketStream::from_raw_socket(b, Role::Client, Config::default()).unwrap());
+    }
+    for ws in &mut servers {
+        ws.send(Message::Prepared(prepared.clone())).await.unwrap();
+    }
+    for ws in &mut clients {
+        assert_eq!(
+            ws.next().await.unwrap().unwrap(),
+            Message::text(payload.clone())
+        );
+    }
+    // A client-side connection encodes (and masks) it like any message.
+    clients[0]
+        .send(Message::Prepared(prepared.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        servers[0].next().await.unwrap().unwrap(),
+        Message::text(payload)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_halves_on_two_threads_carry_traffic_both_ways() {
+    const N: u32 = 10_000;
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(async move {
+        let ws = accept(&l, Config::default()).await;
+        let (mut tx, mut rx) = ws.split();
+        let writer = tokio::spawn(async move {
+            for i in 0..N {
+                tx.feed(Message::binary(i.to_be_bytes().to_vec()))
+                    .await
+                    .unwrap();
+                if i % 64 == 0 {
+                    tx.flush().await.unwrap();
+                }
+            }
+            tx.flush().await.unwrap();
+            tx
+        });
+        let mut next = 0u32;
+        while let Some(msg) = rx.next().await {
+            if let Message::Binary(b) = msg.unwrap() {
+                assert_eq!(u32::from_be_bytes(b[..].try_into().unwrap()), next);
+                next += 1;
+            }
+        }
+        let tx = writer.await.unwrap();
+        assert!(rx.reunite(tx).is_ok());
+        next
+    });
+    let ws = client(addr, Config::default()).await;
+    let (mut tx, mut rx) = ws.split();
+    let sender = tokio::spawn(async move {
+        for i in 0..N {
+            tx.send(Message::binary(i.to_be_bytes().to_vec()))
+                .await
+                .unwrap();
+        }
+        tx
+    });
+    for i in 0..N {
+        let msg = rx.next().await.unwrap().unwrap();
+        assert_eq!(msg, Message::binary(i.to_be_bytes().to_vec()));
+    }
+    let mut tx = sender.await.unwrap();
+    tx.send(Message::Close(None)).await.unwrap();
+    assert!(rx.next().await.unwrap().unwrap().is_close());
+    assert!(rx.next().await.is_none());
+    assert_eq!(server.await.unwrap(), N);
+}
+
+#[tokio::test]
+async fn next_in_a_select_loop_loses_nothing() {
+    // Cancelled next() futures must not drop a message or a partial frame.
+    const N: usize = 10_000;
+    let (a, mut peer) = tokio::io::duplex(1 << 10);
+    let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, Config::default()).unwrap();
+    let writer = tokio::spawn(async move {
+        for i in 0..N {
+            // Odd sizes so frames straddle the small pipe's reads.
+            let payload = vec![(i % 251) as u8; i % 300];
+            peer.write_all(&masked(0x82, &payload)).await.unwrap();
+        }
+        peer.write_all(&masked(0x88, b"")).await.unwrap();
+        let mut sink = Vec::new();
+        peer.read_to_end(&mut sink).await.unwrap();
+    });
+    let mut tick = tokio::time::interval(Duration::from_micros(50));
+    let (mut got, mut ticks) = (0usize, 0usize);
+    loop {
+        tokio::select! {
+            msg = ws.next() => match msg {
+                Some(Ok(Message::Binary(b))) => {
+                    assert_eq!(b.len(), got % 300, "message {got}");
+                    assert!(b.iter().all(|&x| x == (got % 251) as u8));
+                    got += 1;
+                }
+                Some(Ok(Message::Close(_))) => {}
+                None => break,
+                other => panic!("{other:?}"),
+            },
+            _ = tick.tick() => ticks += 1,
+        }
+    }
+    assert_eq!(got, N);
+    assert!(ticks > 0, "the select loop did cancel next() futures");
+    writer.await.unwrap();
+}

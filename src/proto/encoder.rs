@@ -25,6 +25,11 @@ impl FrameEncoder {
         FrameEncoder { role, rng: None }
     }
 
+    /// Which side this encoder writes for.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
     /// Encodes one frame into `dst`, masking it if this side is a client.
     pub fn encode_frame(
         &mut self,
@@ -95,6 +100,13 @@ impl FrameEncoder {
                 let payload = CloseFrame::encode(f.as_ref())?;
                 self.encode_frame(true, OpCode::Close, &payload, dst)
             }
+            Message::Prepared(p) => match self.role {
+                Role::Server => {
+                    dst.extend_from_slice(&p.frame);
+                    Ok(())
+                }
+                Role::Client => self.encode_frame(true, p.opcode, &p.payload, dst),
+            },
             Message::Frame(Frame {
                 fin,
                 opcode,

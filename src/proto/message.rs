@@ -1,6 +1,10 @@
 //! Messages and raw frames.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+
+use crate::error::Error;
+use crate::proto::Role;
+use crate::proto::encoder::FrameEncoder;
 
 use crate::proto::close::CloseFrame;
 use crate::proto::header::OpCode;
@@ -35,6 +39,9 @@ pub enum Message {
     /// A raw frame, sent as given (masked if this side is a client). Lets you
     /// send a message in fragments of your choosing; never received.
     Frame(Frame),
+    /// A message encoded once, for sending to many connections without
+    /// encoding or copying it again for each; never received.
+    Prepared(PreparedMessage),
 }
 
 impl Message {
@@ -83,6 +90,7 @@ impl Message {
             Message::Binary(b) | Message::Ping(b) | Message::Pong(b) => b,
             Message::Close(f) => CloseFrame::encode(f.as_ref()).unwrap_or_default(),
             Message::Frame(f) => f.payload,
+            Message::Prepared(p) => p.payload,
         }
     }
 
@@ -93,6 +101,7 @@ impl Message {
             Message::Binary(b) | Message::Ping(b) | Message::Pong(b) => b.len(),
             Message::Close(f) => f.as_ref().map_or(0, |f| 2 + f.reason.len()),
             Message::Frame(f) => f.payload.len(),
+            Message::Prepared(p) => p.payload.len(),
         }
     }
 
@@ -154,5 +163,67 @@ impl Frame {
             opcode,
             payload: payload.into(),
         }
+    }
+}
+
+/// A message encoded once as a server frame, to broadcast to many
+/// connections.
+///
+/// Server frames are not masked, so the same encoded bytes serve every
+/// server-side connection: sending a prepared message queues a reference to
+/// them, with no encoding and no copy per connection. On a client-side
+/// connection it is encoded (and masked) like any message.
+///
+/// ```
+/// use wavesock::{Message, PreparedMessage};
+///
+/// let news = PreparedMessage::new(&Message::text("breaking news"))?;
+/// // for ws in &mut connections { ws.feed(Message::Prepared(news.clone())).await?; }
+/// assert_eq!(&news.frame()[..2], &[0x81, 13]);
+/// # Ok::<(), wavesock::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedMessage {
+    pub(crate) opcode: OpCode,
+    pub(crate) payload: Bytes,
+    pub(crate) frame: Bytes,
+}
+
+impl PreparedMessage {
+    /// Encodes `msg` (text, binary, ping, pong or close) once.
+    pub fn new(msg: &Message) -> Result<PreparedMessage, Error> {
+        let (opcode, payload) = match msg {
+            Message::Text(t) => (OpCode::Text, t.as_bytes().clone()),
+            Message::Binary(b) => (OpCode::Binary, b.clone()),
+            Message::Ping(b) => (OpCode::Ping, b.clone()),
+            Message::Pong(b) => (OpCode::Pong, b.clone()),
+            Message::Close(f) => (OpCode::Close, CloseFrame::encode(f.as_ref())?),
+            Message::Prepared(p) => return Ok(p.clone()),
+            Message::Frame(_) => {
+                return Err(Error::InvalidMessage("a raw frame cannot be prepared"));
+            }
+        };
+        let mut frame = BytesMut::new();
+        FrameEncoder::new(Role::Server).encode_frame(true, opcode, &payload, &mut frame)?;
+        Ok(PreparedMessage {
+            opcode,
+            payload,
+            frame: frame.freeze(),
+        })
+    }
+
+    /// The message's opcode.
+    pub fn opcode(&self) -> OpCode {
+        self.opcode
+    }
+
+    /// The payload.
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    /// The whole encoded server frame: header and payload.
+    pub fn frame(&self) -> &Bytes {
+        &self.frame
     }
 }

@@ -1,0 +1,846 @@
+//! A neutral WebSocket echo load generator: plain Tokio TCP, no WebSocket
+//! library, so that it favours no implementation.
+//!
+//! It performs the HTTP upgrade by hand (the RFC 6455 sample key, checking
+//! the server's `101` and `Sec-WebSocket-Accept`), sends binary frames built
+//! and masked once at startup (the same bytes are reused for every message),
+//! and parses the server's unmasked frames minimally: headers are read,
+//! payloads are skipped without being copied or checked, and a message counts
+//! when its final frame (FIN) has fully arrived, so fragmented replies work.
+//!
+//! ```text
+//! loadgen MODE --addr 127.0.0.1:PORT [options]
+//! loadgen table FILE [--baseline LABEL]
+//!
+//! modes:
+//!   pingpong    N connections each send one message and wait for its echo,
+//!               again and again (defaults: --conns 64 --size 1KiB)
+//!   throughput  the same loop with large messages
+//!               (defaults: --conns 16 --size 64KiB; try --conns 1 --size 16MiB)
+//!   pipelined   K messages in flight per connection at all times: K are sent
+//!               at the start, then every read that completes n echoes is
+//!               answered by one write of n new messages
+//!               (defaults: --conns 1 --inflight 64 --size 1KiB)
+//!   idle        open N connections, handshake and echo one small message on
+//!               each, wait --settle seconds, and report the growth of the
+//!               server's VmRSS divided by N (needs --pid)
+//!               (defaults: --conns 10000 --size 16)
+//!
+//! options:
+//!   --addr A       server address; must be a loopback address (required)
+//!   --conns N      connections
+//!   --size S       payload bytes; suffixes KiB/K and MiB/M allowed
+//!   --inflight K   messages in flight per connection (pipelined)
+//!   --secs D       measured window in seconds (default 5)
+//!   --warmup W     warm-up before the window in seconds (default 1)
+//!   --settle T     idle mode: wait before reading VmRSS (default 2)
+//!   --pid P        server process: its CPU time (all threads, from
+//!                  /proc/P/task/*/schedstat, else /proc/P/stat) is read at
+//!                  both ends of the window and divided by the messages echoed
+//!                  in it; idle mode reads VmRSS/VmHWM from /proc/P/status
+//!   --label L      implementation name written into the results
+//! ```
+//!
+//! Every run prints one JSON object on a line of its own (a flat object of
+//! numbers and simple strings) followed by a human-readable line starting
+//! with `#`. `bytes_per_s` counts echoed payload bytes once (one direction).
+//! `server_util` is the server's CPU time over the window's wall time: near
+//! 1.0 the server is the bottleneck; well below, the load generator or the
+//! machine is, and only `server_cpu_ns_per_msg` remains comparable.
+//!
+//! `loadgen table FILE` reads such JSON lines and prints a markdown table
+//! with one column per label and ratios to the baseline (default
+//! `fastwebsockets`).
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::Notify;
+
+/// The key from RFC 6455 §1.3 and the accept value it must produce.
+const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
+/// The masking key of every frame we send.
+const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
+/// Connections opened at once in idle mode.
+const CONNECT_CONCURRENCY: usize = 128;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    PingPong,
+    Throughput,
+    Pipelined,
+    Idle,
+}
+
+#[derive(Debug)]
+struct Opts {
+    mode: Mode,
+    addr: SocketAddr,
+    conns: usize,
+    size: usize,
+    inflight: usize,
+    secs: f64,
+    warmup: f64,
+    settle: f64,
+    pid: Option<u32>,
+    label: String,
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("table") {
+        return match table(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("loadgen table: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let opts = match parse_opts(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("loadgen: {e}\nsee the doc comment of benches/src/bin/loadgen.rs");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
+        eprintln!("loadgen: could not raise the open-files limit: {e}");
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime");
+    let result = rt.block_on(async {
+        match opts.mode {
+            Mode::PingPong | Mode::Throughput => round_trips(&opts).await,
+            Mode::Pipelined => pipelined(&opts).await,
+            Mode::Idle => idle(&opts).await,
+        }
+    });
+    // Open connections and tasks are dropped with the runtime.
+    rt.shutdown_background();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("loadgen: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse_opts(args: &[String]) -> Result<Opts, String> {
+    let mode = match args.first().map(String::as_str) {
+        Some("pingpong") => Mode::PingPong,
+        Some("throughput") => Mode::Throughput,
+        Some("pipelined") => Mode::Pipelined,
+        Some("idle") => Mode::Idle,
+        other => return Err(format!("unknown mode {other:?}")),
+    };
+    let (conns, size, inflight) = match mode {
+        Mode::PingPong => (64, 1024, 1),
+        Mode::Throughput => (16, 64 << 10, 1),
+        Mode::Pipelined => (1, 1024, 64),
+        Mode::Idle => (10_000, 16, 1),
+    };
+    let mut opts = Opts {
+        mode,
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        conns,
+        size,
+        inflight,
+        secs: 5.0,
+        warmup: 1.0,
+        settle: 2.0,
+        pid: None,
+        label: "server".into(),
+    };
+    let mut have_addr = false;
+    let mut rest = args[1..].iter();
+    while let Some(flag) = rest.next() {
+        let value = rest.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let bad = || format!("bad value for {flag}: {value}");
+        match flag.as_str() {
+            "--addr" => {
+                opts.addr = value.parse().map_err(|_| bad())?;
+                have_addr = true;
+            }
+            "--conns" => opts.conns = value.parse().map_err(|_| bad())?,
+            "--size" => opts.size = parse_size(value).ok_or_else(bad)?,
+            "--inflight" => opts.inflight = value.parse().map_err(|_| bad())?,
+            "--secs" => opts.secs = value.parse().map_err(|_| bad())?,
+            "--warmup" => opts.warmup = value.parse().map_err(|_| bad())?,
+            "--settle" => opts.settle = value.parse().map_err(|_| bad())?,
+            "--pid" => opts.pid = Some(value.parse().map_err(|_| bad())?),
+            "--label" => opts.label = value.clone(),
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    if !have_addr {
+        return Err("--addr is required".into());
+    }
+    if !opts.addr.ip().is_loopback() {
+        return Err(format!(
+            "only loopback targets are allowed, not {}",
+            opts.addr
+        ));
+    }
+    if opts.conns == 0 || opts.inflight == 0 || opts.secs <= 0.0 {
+        return Err("--conns, --inflight and --secs must be positive".into());
+    }
+    if opts.mode == Mode::Idle && opts.pid.is_none() {
+        return Err("idle mode needs --pid".into());
+    }
+    if opts.label.contains([',', ':', '"', '\\']) {
+        return Err("--label may not contain , : \" or \\".into());
+    }
+    Ok(opts)
+}
+
+/// `1024`, `1KiB`, `1K`, `16MiB`, `16M`.
+fn parse_size(s: &str) -> Option<usize> {
+    let (digits, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, ""),
+    };
+    let n: usize = digits.parse().ok()?;
+    let shift = match unit {
+        "" => 0,
+        "K" | "KiB" | "k" => 10,
+        "M" | "MiB" => 20,
+        _ => return None,
+    };
+    n.checked_mul(1 << shift)
+}
+
+/// A masked binary frame carrying `size` bytes of ASCII.
+fn masked_frame(size: usize) -> Vec<u8> {
+    wavesock_benches::masked_binary_frame(&wavesock_benches::payload(size), MASK)
+}
+
+/// Connects, sets `TCP_NODELAY` and performs the opening handshake. Bytes
+/// the server sent after its response go into the returned reader.
+async fn connect(addr: SocketAddr) -> io::Result<(TcpStream, FrameReader)> {
+    let mut tcp = TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    tcp.write_all(request.as_bytes()).await?;
+    let mut head = Vec::with_capacity(512);
+    let end = loop {
+        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if head.len() > 8192 {
+            return Err(io::Error::other("handshake response too large"));
+        }
+        let mut chunk = [0u8; 1024];
+        let n = tcp.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(io::Error::other("closed during the handshake"));
+        }
+        head.extend_from_slice(&chunk[..n]);
+    };
+    let text = String::from_utf8_lossy(&head[..end]);
+    if !text.starts_with("HTTP/1.1 101") || !text.contains(ACCEPT) {
+        return Err(io::Error::other(format!(
+            "bad handshake response: {:?}",
+            text.lines().next().unwrap_or("")
+        )));
+    }
+    let mut reader = FrameReader::new();
+    reader.push(&head[end..]);
+    Ok((tcp, reader))
+}
+
+/// Counts complete messages in the server's frames without keeping payloads.
+struct FrameReader {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Payload bytes of the current frame still to skip.
+    remaining: u64,
+    in_frame: bool,
+    /// Whether the current frame ends a data message.
+    ends_message: bool,
+}
+
+impl FrameReader {
+    fn new() -> FrameReader {
+        FrameReader {
+            buf: vec![0; 256 << 10],
+            start: 0,
+            end: 0,
+            remaining: 0,
+            in_frame: false,
+            ends_message: false,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.buf[..bytes.len()].copy_from_slice(bytes);
+        self.start = 0;
+        self.end = bytes.len();
+    }
+
+    /// Consumes what is buffered; returns the messages it completed.
+    fn parse(&mut self) -> io::Result<u64> {
+        let mut done = 0;
+        loop {
+            if self.in_frame {
+                let avail = (self.end - self.start) as u64;
+                let take = avail.min(self.remaining);
+                self.start += take as usize;
+                self.remaining -= take;
+                if self.remaining > 0 {
+                    break;
+                }
+                self.in_frame = false;
+                done += u64::from(self.ends_message);
+                continue;
+            }
+            let head = &self.buf[self.start..self.end];
+            if head.len() < 2 {
+                break;
+            }
+            let (fin, opcode) = (head[0] & 0x80 != 0, head[0] & 0x0f);
+            let masked = head[1] & 0x80 != 0;
+            let (len_bytes, short) = match head[1] & 0x7f {
+                126 => (2, None),
+                127 => (8, None),
+                n => (0, Some(u64::from(n))),
+            };
+            let header_len = 2 + len_bytes + if masked { 4 } else { 0 };
+            if head.len() < header_len {
+                break;
+            }
+            let len = short.unwrap_or_else(|| {
+                head[2..2 + len_bytes]
+                    .iter()
+                    .fold(0u64, |acc, &b| (acc << 8) | u64::from(b))
+            });
+            if opcode == 0x8 {
+                return Err(io::Error::other("the server sent a close frame"));
+            }
+            self.start += header_len;
+            self.remaining = len;
+            self.in_frame = true;
+            self.ends_message = fin && matches!(opcode, 0x0..=0x2);
+        }
+        // Only a partial header (under 14 bytes) can be left: move it to the front.
+        let left = self.end - self.start;
+        self.buf.copy_within(self.start..self.end, 0);
+        self.start = 0;
+        self.end = left;
+        Ok(done)
+    }
+
+    /// Reads once (after using what is buffered) and returns the messages completed.
+    async fn read_some(&mut self, io: &mut (impl AsyncRead + Unpin)) -> io::Result<u64> {
+        let done = self.parse()?;
+        if done > 0 {
+            return Ok(done);
+        }
+        let n = io.read(&mut self.buf[self.end..]).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        self.end += n;
+        self.parse()
+    }
+
+    /// Reads until `want` messages have completed.
+    async fn read_messages(
+        &mut self,
+        io: &mut (impl AsyncRead + Unpin),
+        want: u64,
+    ) -> io::Result<()> {
+        let mut done = 0;
+        while done < want {
+            done += self.read_some(io).await?;
+        }
+        if done > want {
+            return Err(io::Error::other("more echoes than messages sent"));
+        }
+        Ok(())
+    }
+}
+
+/// The server's CPU time in nanoseconds, all threads.
+fn server_cpu_ns(pid: u32) -> Option<u64> {
+    let from_schedstat = || -> Option<u64> {
+        let mut total = 0;
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+            let s = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+            total += s.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+        Some(total)
+    };
+    from_schedstat().filter(|&t| t > 0).or_else(|| {
+        // utime and stime are fields 14 and 15, counted after the `(comm)`;
+        // clock ticks are 100 per second on Linux.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let after = &stat[stat.rfind(')')? + 2..];
+        let mut fields = after.split_whitespace().skip(11);
+        let utime: u64 = fields.next()?.parse().ok()?;
+        let stime: u64 = fields.next()?.parse().ok()?;
+        Some((utime + stime) * 10_000_000)
+    })
+}
+
+/// This process's CPU time in nanoseconds, all threads.
+fn own_cpu_ns() -> Option<u64> {
+    server_cpu_ns(std::process::id())
+}
+
+/// VmRSS and VmHWM of `pid`, in KiB.
+fn server_memory_kib(pid: u32) -> io::Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| -> io::Result<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .ok_or_else(|| io::Error::other(format!("no {name} in /proc/{pid}/status")))
+    };
+    Ok((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+struct Window {
+    messages: u64,
+    secs: f64,
+    cpu_ns: Option<u64>,
+    own_cpu_ns: Option<u64>,
+}
+
+/// Lets the load run for the warm-up, then measures `counter` and the
+/// server's CPU time over the window.
+async fn measure(opts: &Opts, counter: &AtomicU64) -> Window {
+    tokio::time::sleep(Duration::from_secs_f64(opts.warmup)).await;
+    let (m0, c0, o0, t0) = (
+        counter.load(Ordering::Relaxed),
+        opts.pid.and_then(server_cpu_ns),
+        own_cpu_ns(),
+        Instant::now(),
+    );
+    tokio::time::sleep(Duration::from_secs_f64(opts.secs)).await;
+    let (m1, c1, o1, secs) = (
+        counter.load(Ordering::Relaxed),
+        opts.pid.and_then(server_cpu_ns),
+        own_cpu_ns(),
+        t0.elapsed().as_secs_f64(),
+    );
+    let diff = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| b.saturating_sub(a));
+    Window {
+        messages: m1 - m0,
+        secs,
+        cpu_ns: diff(c0, c1),
+        own_cpu_ns: diff(o0, o1),
+    }
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::PingPong => "pingpong",
+        Mode::Throughput => "throughput",
+        Mode::Pipelined => "pipelined",
+        Mode::Idle => "idle",
+    }
+}
+
+fn report(opts: &Opts, w: &Window, errors: u64) {
+    let msgs_per_s = w.messages as f64 / w.secs;
+    let bytes_per_s = msgs_per_s * opts.size as f64;
+    let gib_per_s = bytes_per_s / f64::from(1u32 << 30);
+    let cpu_per_msg = w
+        .cpu_ns
+        .filter(|_| w.messages > 0)
+        .map(|c| c as f64 / w.messages as f64);
+    let util = w.cpu_ns.map(|c| c as f64 / 1e9 / w.secs);
+    let client_util = w.own_cpu_ns.map(|c| c as f64 / 1e9 / w.secs);
+    let num = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{v:.3}"));
+    println!(
+        "{{\"label\":\"{}\",\"mode\":\"{}\",\"conns\":{},\"size\":{},\"inflight\":{},\
+         \"secs\":{:.3},\"messages\":{},\"msgs_per_s\":{:.1},\"bytes_per_s\":{:.0},\
+         \"gib_per_s\":{:.4},\"server_cpu_ns_per_msg\":{},\"server_util\":{},\"client_util\":{},\"errors\":{}}}",
+        opts.label,
+        mode_name(opts.mode),
+        opts.conns,
+        opts.size,
+        opts.inflight,
+        w.secs,
+        w.messages,
+        msgs_per_s,
+        bytes_per_s,
+        gib_per_s,
+        num(cpu_per_msg),
+        num(util),
+        num(client_util),
+        errors,
+    );
+    println!(
+        "# {} {} {}x{}B{}: {:.0} msg/s, {:.3} GiB/s, server {} CPU/msg, {} busy (loadgen {}){}",
+        opts.label,
+        mode_name(opts.mode),
+        opts.conns,
+        opts.size,
+        if opts.mode == Mode::Pipelined {
+            format!(" ({} in flight)", opts.inflight)
+        } else {
+            String::new()
+        },
+        msgs_per_s,
+        gib_per_s,
+        cpu_per_msg.map_or("?".into(), |c| format!("{:.2} µs", c / 1000.0)),
+        util.map_or("?".into(), |u| format!("{:.0}%", u * 100.0)),
+        client_util.map_or("?".into(), |u| format!("{:.0}%", u * 100.0)),
+        if errors > 0 {
+            format!(", {errors} connection errors")
+        } else {
+            String::new()
+        },
+    );
+}
+
+async fn connect_all(opts: &Opts) -> io::Result<Vec<(TcpStream, FrameReader)>> {
+    let mut conns = Vec::with_capacity(opts.conns);
+    for _ in 0..opts.conns {
+        conns.push(connect(opts.addr).await?);
+    }
+    Ok(conns)
+}
+
+/// `pingpong` and `throughput`: one message in flight per connection.
+async fn round_trips(opts: &Opts) -> io::Result<()> {
+    let frame: Arc<[u8]> = masked_frame(opts.size).into();
+    let counter = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for (mut tcp, mut reader) in connect_all(opts).await? {
+        let (frame, counter, errors, stop) =
+            (frame.clone(), counter.clone(), errors.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let run = async {
+                while !stop.load(Ordering::Relaxed) {
+                    tcp.write_all(&frame).await?;
+                    reader.read_messages(&mut tcp, 1).await?;
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+                io::Result::Ok(())
+            };
+            if let Err(e) = run.await {
+                errors.fetch_add(1, Ordering::Relaxed);
+                eprintln!("connection: {e}");
+            }
+        }));
+    }
+    let window = measure(opts, &counter).await;
+    stop.store(true, Ordering::Relaxed);
+    report(opts, &window, errors.load(Ordering::Relaxed));
+    tasks.iter().for_each(|t| t.abort());
+    Ok(())
+}
+
+/// `pipelined`: `inflight` messages outstanding per connection at all times.
+async fn pipelined(opts: &Opts) -> io::Result<()> {
+    let k = opts.inflight;
+    let batch: Arc<[u8]> = masked_frame(opts.size).repeat(k).into();
+    let counter = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for (tcp, reader) in connect_all(opts).await? {
+        let (rd, wr) = tcp.into_split();
+        let received = Arc::new(AtomicU64::new(0));
+        let wake = Arc::new(Notify::new());
+        let (r, w, c, e) = (
+            received.clone(),
+            wake.clone(),
+            counter.clone(),
+            errors.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let Err(err) = pipelined_reader(rd, reader, &r, &c, &w).await;
+            e.fetch_add(1, Ordering::Relaxed);
+            eprintln!("connection (read): {err}");
+        }));
+        let (batch, e) = (batch.clone(), errors.clone());
+        tasks.push(tokio::spawn(async move {
+            let Err(err) = pipelined_writer(wr, &batch, k, &received, &wake).await;
+            e.fetch_add(1, Ordering::Relaxed);
+            eprintln!("connection (write): {err}");
+        }));
+    }
+    let window = measure(opts, &counter).await;
+    report(opts, &window, errors.load(Ordering::Relaxed));
+    tasks.iter().for_each(|t| t.abort());
+    Ok(())
+}
+
+/// Counts echoes and wakes the writer after every read that completed some.
+async fn pipelined_reader(
+    mut rd: OwnedReadHalf,
+    mut reader: FrameReader,
+    received: &AtomicU64,
+    counter: &AtomicU64,
+    wake: &Notify,
+) -> io::Result<Infallible> {
+    loop {
+        let n = reader.read_some(&mut rd).await?;
+        if n > 0 {
+            received.fetch_add(n, Ordering::Relaxed);
+            counter.fetch_add(n, Ordering::Relaxed);
+            wake.notify_one();
+        }
+    }
+}
+
+/// Sends `k` messages, then tops up to `k` outstanding whenever woken, with
+/// one write per `k` messages owed.
+async fn pipelined_writer(
+    mut wr: OwnedWriteHalf,
+    batch: &[u8],
+    k: usize,
+    received: &AtomicU64,
+    wake: &Notify,
+) -> io::Result<Infallible> {
+    let frame_len = batch.len() / k;
+    wr.write_all(batch).await?;
+    let mut sent = k as u64;
+    loop {
+        wake.notified().await;
+        let mut owed = received.load(Ordering::Relaxed) + k as u64 - sent;
+        while owed > 0 {
+            let n = owed.min(k as u64);
+            wr.write_all(&batch[..n as usize * frame_len]).await?;
+            sent += n;
+            owed -= n;
+        }
+    }
+}
+
+/// `idle`: the server's resident memory per open, idle connection.
+async fn idle(opts: &Opts) -> io::Result<()> {
+    let pid = opts.pid.expect("checked by parse_opts");
+    let frame = masked_frame(opts.size);
+    let (rss0, hwm0) = server_memory_kib(pid)?;
+    let started = Instant::now();
+    let conns: Vec<io::Result<TcpStream>> = futures_util::stream::iter(0..opts.conns)
+        .map(|_| async {
+            let (mut tcp, mut reader) = connect(opts.addr).await?;
+            tcp.write_all(&frame).await?;
+            reader.read_messages(&mut tcp, 1).await?;
+            Ok(tcp)
+        })
+        .buffer_unordered(CONNECT_CONCURRENCY)
+        .collect()
+        .await;
+    let setup_secs = started.elapsed().as_secs_f64();
+    let failed = conns.iter().filter(|c| c.is_err()).count();
+    if let Some(Err(e)) = conns.iter().find(|c| c.is_err()) {
+        eprintln!("{failed} connections failed, first: {e}");
+    }
+    let open = (opts.conns - failed) as u64;
+    tokio::time::sleep(Duration::from_secs_f64(opts.settle)).await;
+    let (rss1, hwm1) = server_memory_kib(pid)?;
+    let per_conn = (rss1 as f64 - rss0 as f64) * 1024.0 / open.max(1) as f64;
+    println!(
+        "{{\"label\":\"{}\",\"mode\":\"idle\",\"conns\":{},\"size\":{},\"inflight\":0,\
+         \"open\":{},\"rss_before_kib\":{},\"rss_after_kib\":{},\"hwm_before_kib\":{},\
+         \"hwm_after_kib\":{},\"bytes_per_conn\":{:.0},\"setup_secs\":{:.3},\"errors\":{}}}",
+        opts.label,
+        opts.conns,
+        opts.size,
+        open,
+        rss0,
+        rss1,
+        hwm0,
+        hwm1,
+        per_conn,
+        setup_secs,
+        failed,
+    );
+    println!(
+        "# {} idle: {} connections open, server VmRSS {} -> {} KiB (VmHWM {} KiB): {:.0} bytes per connection",
+        opts.label, open, rss0, rss1, hwm1, per_conn,
+    );
+    drop(conns);
+    Ok(())
+}
+
+/// One flat JSON object as written by `report` or `idle`.
+fn parse_flat_json(line: &str) -> Option<HashMap<String, String>> {
+    let body = line.trim().strip_prefix('{')?.strip_suffix('}')?;
+    body.split(',')
+        .map(|pair| {
+            let (k, v) = pair.split_once(':')?;
+            Some((
+                k.trim().trim_matches('"').to_string(),
+                v.trim().trim_matches('"').to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// `loadgen table FILE [--baseline LABEL]`: a markdown table of the results.
+fn table(args: &[String]) -> Result<(), String> {
+    let file = args
+        .first()
+        .ok_or("usage: loadgen table FILE [--baseline LABEL]")?;
+    let baseline = match args.get(1..3) {
+        Some([flag, b]) if flag == "--baseline" => b.clone(),
+        _ => "fastwebsockets".to_string(),
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+    let rows: Vec<HashMap<String, String>> = text
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .filter_map(parse_flat_json)
+        .collect();
+    let num =
+        |row: &HashMap<String, String>, k: &str| row.get(k).and_then(|v| v.parse::<f64>().ok());
+    let mut labels: Vec<String> = Vec::new();
+    let mut workloads: Vec<String> = Vec::new();
+    let mut cells: HashMap<(String, String), HashMap<String, String>> = HashMap::new();
+    let mut rounds = 0;
+    for row in &rows {
+        let get = |k: &str| row.get(k).cloned().unwrap_or_default();
+        let label = get("label");
+        let workload = workload_name(&get("mode"), &get("conns"), &get("size"), &get("inflight"));
+        if !labels.contains(&label) {
+            labels.push(label.clone());
+        }
+        if !workloads.contains(&workload) {
+            workloads.push(workload.clone());
+        }
+        // Several rounds: keep the best of each figure, since interference
+        // from other processes only ever makes a run slower.
+        match cells.entry((workload, label)) {
+            Entry::Vacant(v) => {
+                rounds = rounds.max(1);
+                v.insert(row.clone());
+            }
+            Entry::Occupied(mut o) => {
+                let best = o.get_mut();
+                let n = best.get("rounds").and_then(|r| r.parse().ok()).unwrap_or(1) + 1;
+                rounds = rounds.max(n);
+                best.insert("rounds".into(), n.to_string());
+                let better = |best: &HashMap<String, String>, k: &str, higher: bool| match (
+                    num(row, k),
+                    num(best, k),
+                ) {
+                    (Some(new), Some(old)) => (new > old) == higher && new != old,
+                    (Some(_), None) => true,
+                    _ => false,
+                };
+                let take = |best: &mut HashMap<String, String>, keys: &[&str]| {
+                    for k in keys {
+                        if let Some(v) = row.get(*k) {
+                            best.insert((*k).into(), v.clone());
+                        }
+                    }
+                };
+                if better(best, "msgs_per_s", true) {
+                    take(
+                        best,
+                        &["msgs_per_s", "gib_per_s", "server_util", "client_util"],
+                    );
+                }
+                if better(best, "server_cpu_ns_per_msg", false) {
+                    take(best, &["server_cpu_ns_per_msg"]);
+                }
+                if better(best, "bytes_per_conn", false) {
+                    take(best, &["bytes_per_conn"]);
+                }
+            }
+        }
+    }
+    println!("| echo workload | {} |", labels.join(" | "));
+    println!("| --- |{}", " --- |".repeat(labels.len()));
+    for workload in &workloads {
+        let base = cells.get(&(workload.clone(), baseline.clone()));
+        let mut line = format!("| {workload} |");
+        for label in &labels {
+            let cell = match cells.get(&(workload.clone(), label.clone())) {
+                None => "—".to_string(),
+                Some(row) if row.get("mode").map(String::as_str) == Some("idle") => {
+                    let b = num(row, "bytes_per_conn").unwrap_or(f64::NAN);
+                    let ratio = base
+                        .and_then(|r| num(r, "bytes_per_conn"))
+                        .map_or(String::new(), |bb| format!(" ({:.2}×)", b / bb));
+                    format!("{:.0} B/conn{ratio}", b)
+                }
+                Some(row) => {
+                    let rate = num(row, "msgs_per_s").unwrap_or(f64::NAN);
+                    let ratio = base
+                        .and_then(|r| num(r, "msgs_per_s"))
+                        .map_or("?".into(), |br| format!("{:.2}", rate / br));
+                    let gib = num(row, "gib_per_s").unwrap_or(f64::NAN);
+                    let size = num(row, "size").unwrap_or(0.0);
+                    let amount = if size >= 65536.0 {
+                        format!("{gib:.2} GiB/s")
+                    } else {
+                        format!("{:.0} k msg/s", rate / 1000.0)
+                    };
+                    let cpu = num(row, "server_cpu_ns_per_msg").map_or(String::new(), |c| {
+                        let r = base
+                            .and_then(|b| num(b, "server_cpu_ns_per_msg"))
+                            .map_or(String::new(), |bc| format!(" = {:.2}×", c / bc));
+                        if c >= 100_000.0 {
+                            format!(", {:.2} ms CPU/msg{r}", c / 1e6)
+                        } else {
+                            format!(", {:.2} µs CPU/msg{r}", c / 1000.0)
+                        }
+                    });
+                    let util = num(row, "server_util")
+                        .map_or(String::new(), |u| format!(", {:.0}% busy", u * 100.0));
+                    format!("**{ratio}** ({amount}{cpu}{util})")
+                }
+            };
+            line.push_str(&format!(" {cell} |"));
+        }
+        println!("{line}");
+    }
+    println!(
+        "\nRatios: messages per second relative to {baseline} (higher is better); CPU/msg is \
+         the server's CPU time per echoed message and its ratio to {baseline} (lower is better); \
+         idle: growth of the server's VmRSS per open connection. Best of {rounds} round(s) \
+         per figure."
+    );
+    Ok(())
+}
+
+fn workload_name(mode: &str, conns: &str, size: &str, inflight: &str) -> String {
+    let size = size
+        .parse::<usize>()
+        .map(|s| match s {
+            s if s >= 1 << 20 && s % (1 << 20) == 0 => format!("{} MiB", s >> 20),
+            s if s >= 1 << 10 && s % (1 << 10) == 0 => format!("{} KiB", s >> 10),
+            s => format!("{s} B"),
+        })
+        .unwrap_or_default();
+    let conns_word = if conns == "1" {
+        "connection"
+    } else {
+        "connections"
+    };
+    match mode {
+        "pipelined" => format!("{conns} {conns_word}, {inflight} × {size} in flight"),
+        "idle" => format!("idle memory per connection ({conns} connections)"),
+        _ => format!("{conns} {conns_word}, {size}, {mode}"),
+    }
+}

@@ -1,0 +1,241 @@
+//! The sending side of a connection: frames queued in an outbox and written
+//! out, shared by the unsplit stream and the split halves.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker, ready};
+
+use tokio::io::AsyncWrite;
+
+use crate::error::{Error, Result};
+use crate::outbox::Outbox;
+use crate::proto::Role;
+use crate::proto::close::{CloseCode, CloseFrame};
+use crate::proto::encoder::FrameEncoder;
+use crate::proto::header::OpCode;
+use crate::proto::message::Message;
+use crate::trace;
+
+/// Server payloads at least this large are written from where they are
+/// (vectored write) rather than copied next to their header.
+const ZERO_COPY_MIN: usize = 4 << 10;
+
+/// Who is driving a write: the transport's write readiness remembers only
+/// the last task to ask, so whichever side makes progress wakes the other.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Side {
+    Read,
+    Write,
+}
+
+#[derive(Debug)]
+pub(crate) struct WriteState {
+    encoder: FrameEncoder,
+    pub(crate) outbox: Outbox,
+    write_buffer_size: usize,
+    pub(crate) close_sent: bool,
+    /// The peer ended the connection (its close frame, EOF or an error).
+    pub(crate) peer_closed: bool,
+    pub(crate) shutdown: bool,
+    read_waker: Option<Waker>,
+    write_waker: Option<Waker>,
+}
+
+pub(crate) fn store(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    match slot {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
+    }
+}
+
+impl WriteState {
+    pub(crate) fn new(role: Role, write_buffer_size: usize) -> Self {
+        WriteState {
+            encoder: FrameEncoder::new(role),
+            outbox: Outbox::default(),
+            write_buffer_size,
+            close_sent: false,
+            peer_closed: false,
+            shutdown: false,
+            read_waker: None,
+            write_waker: None,
+        }
+    }
+
+    /// Whether the outbox is past its limit.
+    pub(crate) fn is_full(&self) -> bool {
+        self.outbox.len() >= self.write_buffer_size
+    }
+
+    /// Remembers the task to wake when the other side makes write progress.
+    pub(crate) fn park(&mut self, side: Side, cx: &Context<'_>) {
+        match side {
+            Side::Read => store(&mut self.read_waker, cx),
+            Side::Write => store(&mut self.write_waker, cx),
+        }
+    }
+
+    fn wake_other(&mut self, side: Side, cx: &Context<'_>) {
+        let other = match side {
+            Side::Read => &mut self.write_waker,
+            Side::Write => &mut self.read_waker,
+        };
+        if let Some(w) = other.take_if(|w| !w.will_wake(cx.waker())) {
+            w.wake();
+        }
+    }
+
+    /// Encodes a message into the outbox.
+    pub(crate) fn queue(&mut self, msg: &Message) -> Result<()> {
+        if self.encoder.role() == Role::Server {
+            if let Message::Prepared(p) = msg {
+                // Encoded once for every connection: queue it as it is.
+                self.outbox.push_shared(p.frame.clone());
+                return Ok(());
+            }
+            let large = match msg {
+                Message::Text(t) if t.len() >= ZERO_COPY_MIN => {
+                    Some((true, OpCode::Text, t.as_bytes()))
+                }
+                Message::Binary(b) if b.len() >= ZERO_COPY_MIN => Some((true, OpCode::Binary, b)),
+                Message::Frame(f) if f.payload.len() >= ZERO_COPY_MIN => {
+                    Some((f.fin, f.opcode, &f.payload))
+                }
+                _ => None,
+            };
+            if let Some((fin, opcode, payload)) = large {
+                // Server frames are not masked: write the payload from where
+                // it is instead of copying it into the write buffer.
+                let encoder = &mut self.encoder;
+                self.outbox.encode(|b| {
+                    encoder
+                        .encode_header(fin, opcode, payload.len(), b)
+                        .map(drop)
+                })?;
+                self.outbox.push_shared(payload.clone());
+                return Ok(());
+            }
+        }
+        let encoder = &mut self.encoder;
+        self.outbox.encode(|b| encoder.encode_message(msg, b))
+    }
+
+    /// Queues our close frame for an error the peer caused, once.
+    pub(crate) fn queue_close(&mut self, code: CloseCode, reason: &'static str) {
+        if !self.close_sent {
+            self.close_sent = true;
+            // Cannot fail: the code is sendable and the reason is short.
+            let _ = self.queue(&Message::Close(Some(CloseFrame::new(code, reason))));
+        }
+    }
+
+    /// Writes out the outbox.
+    pub(crate) fn poll_drain<W>(
+        &mut self,
+        io: &mut W,
+        cx: &mut Context<'_>,
+        side: Side,
+    ) -> Poll<io::Result<()>>
+    where
+        W: AsyncWrite + Unpin,
+    {
+        let mut progressed = false;
+        while !self.outbox.is_empty() {
+            match self.outbox.poll_write_once(io, cx) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(_)) => progressed = true,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    if progressed {
+                        self.wake_other(side, cx);
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+        if progressed {
+            self.wake_other(side, cx);
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    // The Sink operations, for the unsplit stream and the sending half.
+
+    pub(crate) fn poll_ready<W>(&mut self, io: &mut W, cx: &mut Context<'_>) -> Poll<Result<()>>
+    where
+        W: AsyncWrite + Unpin,
+    {
+        if self.is_full() {
+            ready!(self.poll_send_buffered(io, cx))?;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    pub(crate) fn start_send(&mut self, msg: Message) -> Result<()> {
+        if self.close_sent || self.peer_closed {
+            return if msg.is_close() {
+                Ok(())
+            } else if self.peer_closed {
+                Err(Error::ConnectionClosed)
+            } else {
+                Err(Error::AlreadyClosed)
+            };
+        }
+        self.queue(&msg)?;
+        if msg.is_close() {
+            trace::debug_event!("close frame sent");
+            self.close_sent = true;
+        }
+        Ok(())
+    }
+
+    fn poll_send_buffered<W>(&mut self, io: &mut W, cx: &mut Context<'_>) -> Poll<Result<()>>
+    where
+        W: AsyncWrite + Unpin,
+    {
+        match self.poll_drain(io, cx, Side::Write) {
+            Poll::Ready(r) => Poll::Ready(r.map_err(Error::from)),
+            Poll::Pending => {
+                self.park(Side::Write, cx);
+                Poll::Pending
+            }
+        }
+    }
+
+    pub(crate) fn poll_flush<W>(&mut self, io: &mut W, cx: &mut Context<'_>) -> Poll<Result<()>>
+    where
+        W: AsyncWrite + Unpin,
+    {
+        ready!(self.poll_send_buffered(io, cx))?;
+        match Pin::new(io).poll_flush(cx) {
+            Poll::Ready(r) => Poll::Ready(r.map_err(Error::from)),
+            Poll::Pending => {
+                self.park(Side::Write, cx);
+                Poll::Pending
+            }
+        }
+    }
+
+    pub(crate) fn poll_close<W>(&mut self, io: &mut W, cx: &mut Context<'_>) -> Poll<Result<()>>
+    where
+        W: AsyncWrite + Unpin,
+    {
+        if !self.close_sent && !self.peer_closed {
+            self.start_send(Message::Close(Some(CloseFrame::new(CloseCode::NORMAL, ""))))?;
+        }
+        ready!(self.poll_flush(io, cx))?;
+        if !self.shutdown {
+            match Pin::new(io).poll_shutdown(cx) {
+                Poll::Ready(r) => {
+                    self.shutdown = true;
+                    r?;
+                }
+                Poll::Pending => {
+                    self.park(Side::Write, cx);
+                    return Poll::Pending;
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
