@@ -349,3 +349,19 @@ async fn a_name_that_does_not_resolve_is_a_dns_error() {
         "{err:?}"
     );
 }
+
+#[test]
+fn connect_futures_are_send() {
+    fn send<T: Send>(_: &T) {}
+    let config = Config::default().proxy(Proxy::from_env());
+    send(&wavesock::connect_async_with_config(
+        "ws://localhost:9/",
+        config,
+    ));
+    #[cfg(feature = "rustls")]
+    send(&wavesock::connect_async_tls_with_config(
+        "wss://localhost:9/",
+        Config::default(),
+        None,
+    ));
+}
