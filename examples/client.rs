@@ -2,18 +2,26 @@
 //!
 //! ```text
 //! cargo run --release --example client -- ws://HOST:PORT/PATH
+//! cargo run --release --features rustls-webpki-roots --example client -- wss://HOST/PATH
 //! ```
 //!
 //! Sends each line of stdin as a text message and prints each text message
 //! received on its own line. On the end of stdin it closes with code 1000,
 //! waits for the close handshake to finish, and exits 0.
+//!
+//! `wss://` URLs need a TLS feature (`rustls-webpki-roots` or
+//! `rustls-native-roots`). Like curl, the client goes through the proxy
+//! named by `https_proxy` / `http_proxy` / `all_proxy` (either case) unless
+//! `no_proxy` exempts the host.
 
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use wavesock::{CloseCode, CloseFrame, Message};
+use wavesock::proxy::Proxy;
+use wavesock::{CloseCode, CloseFrame, Config, Message};
 
 async fn run(url: &str) -> wavesock::Result<()> {
-    let (ws, _) = wavesock::connect_async(url).await?;
+    let config = Config::default().proxy(Proxy::from_env());
+    let (ws, _) = wavesock::connect_async_with_config(url, config).await?;
     let (mut tx, mut rx) = ws.split();
     // Printing runs on its own so messages show while stdin is idle; it ends
     // when the close handshake completes (or the connection fails).
@@ -50,7 +58,7 @@ async fn run(url: &str) -> wavesock::Result<()> {
 
 fn main() {
     let Some(url) = std::env::args().nth(1) else {
-        eprintln!("usage: client ws://HOST:PORT/PATH");
+        eprintln!("usage: client ws://HOST:PORT/PATH (or wss:// with a TLS feature)");
         std::process::exit(2);
     };
     let rt = tokio::runtime::Builder::new_current_thread()

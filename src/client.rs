@@ -11,10 +11,10 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::config::Config;
+use crate::connect;
 use crate::error::{HandshakeError, Result};
 use crate::handshake::client::{
-    IntoClientRequest, check_response, is_secure, parse_response, prepare_request, with_body,
-    write_request,
+    IntoClientRequest, check_response, parse_response, prepare_request, with_body, write_request,
 };
 use crate::proto::Role;
 use crate::stream::WebSocketStream;
@@ -23,26 +23,32 @@ use crate::stream::WebSocketStream;
 /// (`Sec-WebSocket-Protocol` names the chosen subprotocol, if any), no body.
 pub type ClientResponse = Response<Option<Vec<u8>>>;
 
-/// The transport [`connect_async`] opens: plain TCP for `ws://`. TLS for
-/// `wss://` will be another variant, which is why the enum is
-/// `#[non_exhaustive]`.
+/// The transport [`connect_async`] opens: plain TCP for `ws://`, TLS over
+/// TCP for `wss://` (with a `rustls` feature). Through a proxy, the TCP
+/// connection is the tunnel.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum MaybeTlsStream<S> {
     /// An unencrypted connection.
     Plain(S),
+    /// A TLS connection made with rustls. Boxed: the TLS state is over a
+    /// kilobyte, which plain connections should not pay for.
+    #[cfg(feature = "rustls")]
+    Rustls(Box<tokio_rustls::client::TlsStream<S>>),
 }
 
 impl<S> MaybeTlsStream<S> {
-    /// The underlying stream.
+    /// The underlying stream (under TLS, the encrypted transport).
     pub fn get_ref(&self) -> &S {
         match self {
             MaybeTlsStream::Plain(s) => s,
+            #[cfg(feature = "rustls")]
+            MaybeTlsStream::Rustls(s) => s.get_ref().0,
         }
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for MaybeTlsStream<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTlsStream<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -50,11 +56,13 @@ impl<S: AsyncRead + Unpin> AsyncRead for MaybeTlsStream<S> {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             MaybeTlsStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            #[cfg(feature = "rustls")]
+            MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -62,6 +70,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             MaybeTlsStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            #[cfg(feature = "rustls")]
+            MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -72,36 +82,47 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             MaybeTlsStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            #[cfg(feature = "rustls")]
+            MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
         match self {
             MaybeTlsStream::Plain(s) => s.is_write_vectored(),
+            #[cfg(feature = "rustls")]
+            MaybeTlsStream::Rustls(s) => s.is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             MaybeTlsStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            #[cfg(feature = "rustls")]
+            MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             MaybeTlsStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            #[cfg(feature = "rustls")]
+            MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }
 
-/// Opens a TCP connection to a `ws://` URL and performs the handshake, with
-/// the default [`Config`].
+/// Opens a connection to a `ws://` or `wss://` URL and performs the
+/// handshake, with the default [`Config`].
 ///
 /// `request` is a URL or an [`http::Request`] with your own headers (see
 /// [`IntoClientRequest`]). Returns the connection and the server's `101`
-/// response. `wss://` is refused with [`HandshakeError::UnsupportedScheme`]
-/// until TLS support lands; use [`client_async`] over a TLS stream you open
-/// yourself meanwhile.
+/// response. `wss://` needs the `rustls` feature and a root store feature
+/// (`rustls-webpki-roots` or `rustls-native-roots`), else it is refused
+/// with [`HandshakeError::UnsupportedScheme`] or
+/// `ConnectError::NoRootCertificates`; with your own rustls configuration,
+/// use `connect_async_tls_with_config`. Failures to resolve, connect,
+/// get through a proxy or agree on TLS are [`Error::Connect`](crate::Error::Connect).
 ///
 /// ```no_run
 /// use futures_util::{SinkExt, StreamExt};
@@ -127,7 +148,7 @@ where
 }
 
 /// Like [`connect_async`], with your own [`Config`] (limits, the connect and
-/// handshake timeouts).
+/// handshake timeouts, a [`proxy`](Config::proxy)).
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -154,26 +175,42 @@ where
 {
     config.validate()?;
     let request = prepare_request(request.into_client_request()?)?;
-    let uri = request.uri();
-    if is_secure(uri) {
-        return Err(HandshakeError::UnsupportedScheme("wss".into()).into());
-    }
-    // prepare_request accepts ws://, wss:// or a bare path with a Host header.
-    let Some(host) = uri.host().filter(|_| uri.scheme().is_some()) else {
-        return Err(HandshakeError::InvalidUrl("connect_async needs a ws:// URL".into()).into());
-    };
-    // IPv6 literals come bracketed in URLs but not in socket addresses.
-    let host = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_owned();
-    let port = uri.port_u16().unwrap_or(80);
-    let deadline = config.connect_timeout.map(|t| Instant::now() + t);
-    let tcp = within(deadline, TcpStream::connect((host.as_str(), port)))
-        .await
-        .ok_or(HandshakeError::ConnectTimeout)??;
-    tcp.set_nodelay(true)?;
-    handshake(request, MaybeTlsStream::Plain(tcp), config).await
+    #[cfg(feature = "rustls")]
+    let tls = None;
+    #[cfg(not(feature = "rustls"))]
+    let tls = ();
+    let io = connect::open(request.uri(), &config, tls).await?;
+    handshake(request, io, config).await
+}
+
+/// Like [`connect_async_with_config`], securing `wss://` with the given
+/// [`Connector`](crate::Connector) (`None`: the built-in configuration from
+/// the root store features). `ws://` URLs stay plain whatever the connector.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use wavesock::{Config, Connector};
+///
+/// # async fn run(tls: wavesock::rustls::ClientConfig) -> wavesock::Result<()> {
+/// let connector = Connector::Rustls(Arc::new(tls));
+/// let (ws, _) =
+///     wavesock::connect_async_tls_with_config("wss://example.com/", Config::default(), Some(connector))
+///         .await?;
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "rustls")]
+pub async fn connect_async_tls_with_config<R>(
+    request: R,
+    config: Config,
+    connector: Option<crate::tls::Connector>,
+) -> Result<(WebSocketStream<MaybeTlsStream<TcpStream>>, ClientResponse)>
+where
+    R: IntoClientRequest,
+{
+    config.validate()?;
+    let request = prepare_request(request.into_client_request()?)?;
+    let io = connect::open(request.uri(), &config, connector).await?;
+    handshake(request, io, config).await
 }
 
 /// Performs the client handshake over a stream you opened (TCP, TLS, a Unix

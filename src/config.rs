@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::proxy::Proxy;
 
 /// Settings for one WebSocket connection.
 ///
@@ -35,10 +36,14 @@ pub struct Config {
     pub max_headers: usize,
     /// Time allowed for the opening handshake. Default 10 s; `None` waits for ever.
     pub handshake_timeout: Option<Duration>,
-    /// Time a client allows for opening the TCP connection (name resolution
-    /// included) before the handshake starts. Default 10 s; `None` waits as
-    /// long as the operating system does.
+    /// Time a client allows for opening its connection before the handshake
+    /// starts: name resolution, TCP, a proxy tunnel and the TLS handshake
+    /// together. Default 10 s; `None` waits as long as the operating system
+    /// does.
     pub connect_timeout: Option<Duration>,
+    /// The proxy a client connects through (clients only). Default
+    /// [`Proxy::none`]; see [`crate::proxy`].
+    pub proxy: Proxy,
     /// Accept unmasked frames from clients (servers only). RFC 6455 forbids
     /// them; default `false`.
     pub accept_unmasked_frames: bool,
@@ -64,6 +69,7 @@ impl Default for Config {
             max_headers: 64,
             handshake_timeout: Some(Duration::from_secs(10)),
             connect_timeout: Some(Duration::from_secs(10)),
+            proxy: Proxy::none(),
             accept_unmasked_frames: false,
             ping_interval: None,
             pong_timeout: Duration::from_secs(10),
@@ -112,6 +118,22 @@ impl Config {
     /// Sets [`Config::connect_timeout`].
     pub fn connect_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets [`Config::proxy`].
+    ///
+    /// ```
+    /// use wavesock::Config;
+    /// use wavesock::proxy::Proxy;
+    ///
+    /// let config = Config::default().proxy(Proxy::socks5("socks5://127.0.0.1:1080"));
+    /// assert!(config.validate().is_ok());
+    /// let config = Config::default().proxy(Proxy::http("http://proxy:notaport"));
+    /// assert!(config.validate().is_err());
+    /// ```
+    pub fn proxy(mut self, proxy: Proxy) -> Self {
+        self.proxy = proxy;
         self
     }
 
@@ -179,6 +201,7 @@ impl Config {
         if self.connect_timeout.is_some_and(|t| t.is_zero()) {
             return Err(Error::InvalidConfig("connect_timeout must not be zero"));
         }
+        self.proxy.validate()?;
         Ok(())
     }
 }

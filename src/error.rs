@@ -1,6 +1,7 @@
 //! The crate's one error type.
 
 use std::io;
+use std::net::SocketAddr;
 
 use http::StatusCode;
 
@@ -74,6 +75,11 @@ pub enum Error {
     /// A [`Config`](crate::Config) combination that cannot work.
     #[error("invalid configuration: {0}")]
     InvalidConfig(&'static str),
+
+    /// A client could not open the connection the handshake runs over: the
+    /// name did not resolve, TCP failed, a proxy refused, or TLS failed.
+    #[error("could not connect: {0}")]
+    Connect(#[from] ConnectError),
 }
 
 impl Error {
@@ -178,13 +184,14 @@ pub enum HandshakeError {
     /// The server's callback refused the request.
     #[error("request refused with status {0}")]
     Refused(StatusCode),
-    /// The URL's scheme cannot be used (yet): `wss://` needs TLS, which is
-    /// not built in; anything but `ws://` and `wss://` is not WebSocket.
+    /// The URL's scheme cannot be used: `wss://` needs a `rustls` feature;
+    /// anything but `ws://` and `wss://` is not WebSocket.
     #[error(
-        "unsupported URL scheme {0:?}: connect_async takes ws:// (for wss://, open the TLS stream yourself and use client_async)"
+        "unsupported URL scheme {0:?}: connect_async takes ws://, and wss:// with a rustls feature (or open the TLS stream yourself and use client_async)"
     )]
     UnsupportedScheme(String),
-    /// The TCP connection could not be opened within the configured
+    /// The connection (name resolution, TCP, proxy tunnel and TLS handshake
+    /// together) could not be opened within the configured
     /// [`connect_timeout`](crate::Config::connect_timeout).
     #[error("connecting timed out")]
     ConnectTimeout,
@@ -203,6 +210,87 @@ impl HandshakeError {
             HandshakeError::Refused(status) => Some(*status),
             _ => None,
         }
+    }
+}
+
+/// Why a client could not open the connection its handshake runs over.
+///
+/// Reached as [`Error::Connect`]. Running out of
+/// [`connect_timeout`](crate::Config::connect_timeout) in any of these steps
+/// is [`HandshakeError::ConnectTimeout`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The host name (of the server, or of the proxy) did not resolve to any
+    /// address.
+    #[error("could not resolve {host:?}: {source}")]
+    Dns {
+        /// The name looked up.
+        host: String,
+        /// The resolver's error.
+        #[source]
+        source: io::Error,
+    },
+    /// No TCP connection could be opened: refused, unreachable, reset. With
+    /// several addresses for the name, this is the last one tried.
+    #[error("TCP connection to {addr} failed: {source}")]
+    Tcp {
+        /// The address (of the server, or of the proxy).
+        addr: SocketAddr,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+    /// The HTTP proxy answered `CONNECT` with a status other than 2xx
+    /// (`407` when it wants credentials or refused the ones given).
+    #[error("HTTP proxy refused the tunnel: {0}")]
+    ProxyStatus(StatusCode),
+    /// The SOCKS5 proxy answered the connect request with a failure code
+    /// (RFC 1928 §6: 1 general failure, 2 not allowed by ruleset, 3 network
+    /// unreachable, 4 host unreachable, 5 connection refused, 6 TTL expired,
+    /// 7 command not supported, 8 address type not supported).
+    #[error("SOCKS5 proxy refused the connection: {text} (reply {0})", text = socks_reply_text(*.0))]
+    SocksRefused(u8),
+    /// The SOCKS5 proxy accepted none of the authentication methods offered;
+    /// usually it wants a username and password and none were configured.
+    #[error("SOCKS5 proxy accepts none of the offered authentication methods")]
+    SocksNoAcceptableAuth,
+    /// The SOCKS5 proxy refused the username and password (RFC 1929).
+    #[error("SOCKS5 proxy refused the username and password")]
+    SocksAuthFailed,
+    /// The proxy broke its protocol: a malformed or oversized answer, or the
+    /// connection closed while the tunnel was being set up.
+    #[error("proxy protocol error: {0}")]
+    ProxyProtocol(&'static str),
+    /// The server's certificate was not accepted: untrusted issuer, wrong
+    /// host name, expired, and so on. The rustls error says which.
+    #[cfg(feature = "rustls")]
+    #[error("server certificate refused: {0}")]
+    Certificate(#[source] rustls::Error),
+    /// The TLS handshake failed for another reason: the server is not
+    /// speaking TLS, no common protocol version or cipher suite, an alert.
+    #[cfg(feature = "rustls")]
+    #[error("TLS handshake failed: {0}")]
+    Tls(#[source] rustls::Error),
+    /// A `wss://` URL with no root certificates to check the server against.
+    #[cfg(feature = "rustls")]
+    #[error(
+        "no trusted root certificates for wss:// ({0}): enable the rustls-webpki-roots or rustls-native-roots feature, or pass Connector::Rustls with your own ClientConfig"
+    )]
+    NoRootCertificates(String),
+}
+
+fn socks_reply_text(code: u8) -> &'static str {
+    match code {
+        1 => "general failure",
+        2 => "connection not allowed by ruleset",
+        3 => "network unreachable",
+        4 => "host unreachable",
+        5 => "connection refused",
+        6 => "TTL expired",
+        7 => "command not supported",
+        8 => "address type not supported",
+        _ => "unknown reply code",
     }
 }
 

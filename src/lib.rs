@@ -16,6 +16,9 @@
 //!   [`accept_hdr_async`] and [`accept_async_callback`] to see, amend or
 //!   refuse a request; [`connect_async`] for `ws://` URLs and
 //!   [`client_async`] over any stream you opened.
+//! - `wss://` with rustls behind the `rustls`, `rustls-webpki-roots` and
+//!   `rustls-native-roots` features (the `tls` module), and client
+//!   connections through HTTP `CONNECT` and SOCKS5 proxies ([`proxy`]).
 //!
 //! ```no_run
 //! use futures_util::{SinkExt, StreamExt};
@@ -54,12 +57,16 @@
 mod client;
 pub mod codec;
 pub mod config;
+mod connect;
 pub mod error;
 pub mod handshake;
 mod outbox;
 pub mod proto;
+pub mod proxy;
 mod server;
 pub mod stream;
+#[cfg(feature = "rustls")]
+pub mod tls;
 mod trace;
 
 pub use client::{
@@ -68,7 +75,7 @@ pub use client::{
 };
 pub use codec::WebSocketCodec;
 pub use config::Config;
-pub use error::{Error, HandshakeError, ProtocolError, Result};
+pub use error::{ConnectError, Error, HandshakeError, ProtocolError, Result};
 pub use handshake::client::IntoClientRequest;
 pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols};
 pub use proto::Role;
@@ -81,6 +88,17 @@ pub use server::{
     accept_async_with_config, accept_hdr_async, accept_hdr_async_with_config,
 };
 pub use stream::{WebSocketReceiver, WebSocketSender, WebSocketStream};
+
+#[cfg(feature = "rustls")]
+pub use client::connect_async_tls_with_config;
+/// The rustls version wavesock is built with, for [`Connector::Rustls`] configs.
+#[cfg(feature = "rustls")]
+pub use rustls;
+#[cfg(feature = "rustls")]
+pub use tls::Connector;
+/// The tokio-rustls version wavesock is built with (a server's `TlsAcceptor`).
+#[cfg(feature = "rustls")]
+pub use tokio_rustls;
 
 // The README's examples are compiled as doc tests so that they stay true.
 #[doc = include_str!("../README.md")]

@@ -430,8 +430,9 @@ async fn server_closing_mid_response_is_connection_closed() {
     assert!(matches!(err, HandshakeError::ConnectionClosed), "{err:?}");
 }
 
+#[cfg(not(feature = "rustls"))]
 #[tokio::test]
-async fn wss_is_refused_clearly_until_tls_lands() {
+async fn wss_is_refused_clearly_without_a_tls_feature() {
     // Nothing listens on this port; the refusal comes before connecting.
     let err = handshake_error(wavesock::connect_async("wss://127.0.0.1:1/").await);
     match err {
@@ -460,13 +461,16 @@ async fn bad_urls_are_refused() {
 }
 
 #[tokio::test]
-async fn connection_refused_is_an_io_error() {
+async fn connection_refused_is_a_connect_error_naming_the_address() {
     let port = {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         l.local_addr().unwrap().port()
     };
     match wavesock::connect_async(format!("ws://127.0.0.1:{port}/")).await {
-        Err(Error::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused),
+        Err(Error::Connect(wavesock::ConnectError::Tcp { addr, source })) => {
+            assert_eq!(addr.port(), port);
+            assert_eq!(source.kind(), std::io::ErrorKind::ConnectionRefused);
+        }
         Err(other) => panic!("{other:?}"),
         Ok(_) => panic!("connected to a closed port"),
     }

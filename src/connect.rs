@@ -1,0 +1,162 @@
+//! Opening a client's connection: name resolution, TCP, a proxy tunnel,
+//! TLS. The WebSocket handshake then runs over what this returns.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+
+use http::Uri;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::client::MaybeTlsStream;
+use crate::config::Config;
+use crate::error::{ConnectError, HandshakeError, Result};
+use crate::handshake::client::is_secure;
+use crate::proxy;
+
+/// What secures `wss://`: with the `rustls` feature, the caller's connector
+/// or the built-in configuration.
+#[cfg(feature = "rustls")]
+pub(crate) type Tls = Option<crate::tls::Connector>;
+/// Without a TLS feature there is nothing to choose.
+#[cfg(not(feature = "rustls"))]
+pub(crate) type Tls = ();
+
+/// Opens the transport for a `ws://` or `wss://` URL within
+/// `config.connect_timeout`.
+pub(crate) async fn open(
+    uri: &Uri,
+    config: &Config,
+    tls: Tls,
+) -> Result<MaybeTlsStream<TcpStream>> {
+    let secure = is_secure(uri);
+    // prepare_request accepts ws://, wss:// or a bare path with a Host header.
+    let Some(host) = uri.host().filter(|_| uri.scheme().is_some()) else {
+        return Err(
+            HandshakeError::InvalidUrl("connect_async needs a ws:// or wss:// URL".into()).into(),
+        );
+    };
+    // IPv6 literals come bracketed in URLs but not in socket addresses.
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
+    // Settle everything that needs no network first, so that a bad
+    // configuration fails at once.
+    #[cfg(feature = "rustls")]
+    let tls_config = if secure {
+        Some(crate::tls::client_config(tls)?)
+    } else {
+        None
+    };
+    #[cfg(not(feature = "rustls"))]
+    {
+        let () = tls;
+        if secure {
+            return Err(HandshakeError::UnsupportedScheme("wss".into()).into());
+        }
+    }
+    let proxy = config.proxy.server_for(uri)?;
+
+    let deadline = config.connect_timeout.map(|t| Instant::now() + t);
+    let opening = async {
+        let tcp = match &proxy {
+            Some(p) => {
+                let mut tcp = tcp_connect(&p.host, p.port).await?;
+                proxy::tunnel(&mut tcp, p, host, port, config.max_handshake_size).await?;
+                tcp
+            }
+            None => tcp_connect(host, port).await?,
+        };
+        tcp.set_nodelay(true)?;
+        #[cfg(feature = "rustls")]
+        if let Some(tls_config) = tls_config {
+            let tls = crate::tls::handshake(tcp, host, tls_config).await?;
+            return Ok(MaybeTlsStream::Rustls(Box::new(tls)));
+        }
+        Ok(MaybeTlsStream::Plain(tcp))
+    };
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, opening)
+            .await
+            .map_err(|_| HandshakeError::ConnectTimeout)?,
+        None => opening.await,
+    }
+}
+
+/// Resolves `host` and connects to its addresses in turn.
+async fn tcp_connect(host: &str, port: u16) -> Result<TcpStream> {
+    let addrs = match host.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => addresses(
+            host,
+            tokio::net::lookup_host((host, port))
+                .await
+                .map(Iterator::collect),
+        )?,
+    };
+    let mut last = None;
+    for addr in addrs {
+        match TcpStream::connect(addr).await {
+            Ok(tcp) => return Ok(tcp),
+            Err(e) => last = Some(ConnectError::Tcp { addr, source: e }),
+        }
+    }
+    // `addresses` never returns an empty list.
+    Err(last.unwrap_or_else(|| no_address(host)).into())
+}
+
+/// The resolver's answer as addresses, or [`ConnectError::Dns`].
+fn addresses(
+    host: &str,
+    found: io::Result<Vec<SocketAddr>>,
+) -> Result<Vec<SocketAddr>, ConnectError> {
+    match found {
+        Ok(addrs) if !addrs.is_empty() => Ok(addrs),
+        Ok(_) => Err(no_address(host)),
+        Err(source) => Err(ConnectError::Dns {
+            host: host.to_owned(),
+            source,
+        }),
+    }
+}
+
+fn no_address(host: &str) -> ConnectError {
+    ConnectError::Dns {
+        host: host.to_owned(),
+        source: io::Error::new(io::ErrorKind::NotFound, "the name has no addresses"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolver_failures_are_dns_errors() {
+        let failed = io::Error::other("failed to lookup address information");
+        assert!(matches!(
+            addresses("nope.invalid", Err(failed)),
+            Err(ConnectError::Dns { host, .. }) if host == "nope.invalid"
+        ));
+        assert!(matches!(
+            addresses("empty.test", Ok(vec![])),
+            Err(ConnectError::Dns { .. })
+        ));
+        let one = vec![SocketAddr::from(([127, 0, 0, 1], 80))];
+        assert_eq!(addresses("localhost", Ok(one.clone())).unwrap(), one);
+    }
+
+    #[tokio::test]
+    async fn refused_connections_name_the_address() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        match tcp_connect("127.0.0.1", port).await {
+            Err(crate::Error::Connect(ConnectError::Tcp { addr, source })) => {
+                assert_eq!(addr.port(), port);
+                assert_eq!(source.kind(), io::ErrorKind::ConnectionRefused);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! Proxy selection from environment variables, as curl and most HTTP
+//! clients read them. Pure: the variables come from a lookup function.
+
+use std::net::IpAddr;
+
+use http::Uri;
+
+use super::Proxy;
+use crate::handshake::client::is_secure;
+
+/// The first variable among `names` that is set and not blank.
+fn first<F: Fn(&str) -> Option<String>>(var: &F, names: &[&str]) -> Option<String> {
+    names
+        .iter()
+        .filter_map(|n| var(n))
+        .map(|v| v.trim().to_owned())
+        .find(|v| !v.is_empty())
+}
+
+pub(super) fn select<F: Fn(&str) -> Option<String>>(target: &Uri, var: F) -> Proxy {
+    let secure = is_secure(target);
+    let names: &[&str] = if secure {
+        &["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
+    } else {
+        &["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
+    };
+    let Some(url) = first(&var, names) else {
+        return Proxy::none();
+    };
+    let Some(host) = target.host() else {
+        return Proxy::none();
+    };
+    let port = target.port_u16().unwrap_or(if secure { 443 } else { 80 });
+    if let Some(list) = first(&var, &["no_proxy", "NO_PROXY"]) {
+        if no_proxy_matches(&list, host, port) {
+            return Proxy::none();
+        }
+    }
+    Proxy::from_url(&url)
+}
+
+/// Whether `host:port` is exempt under a `NO_PROXY` list.
+pub(super) fn no_proxy_matches(list: &str, host: &str, port: u16) -> bool {
+    let host = unbracket(host).trim_end_matches('.').to_ascii_lowercase();
+    let host_ip = host.parse::<IpAddr>().ok();
+    list.split([',', ' ', '\t'])
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .any(|entry| entry_matches(entry, &host, host_ip, port))
+}
+
+fn entry_matches(entry: &str, host: &str, host_ip: Option<IpAddr>, port: u16) -> bool {
+    if entry == "*" {
+        return true;
+    }
+    if let Some((net, bits)) = entry.split_once('/') {
+        return match (
+            host_ip,
+            unbracket(net).parse::<IpAddr>(),
+            bits.parse::<u8>(),
+        ) {
+            (Some(ip), Ok(net), Ok(bits)) => in_range(ip, net, bits),
+            _ => false,
+        };
+    }
+    let (name, entry_port) = split_port(entry);
+    if entry_port.is_some_and(|p| p != port) {
+        return false;
+    }
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    if let Ok(ip) = name.parse::<IpAddr>() {
+        return host_ip == Some(ip);
+    }
+    // "example.com", ".example.com" and "*.example.com" all cover the
+    // domain and its subdomains, as in curl.
+    let domain = name.trim_start_matches("*.").trim_start_matches('.');
+    !domain.is_empty()
+        && (host == domain
+            || host
+                .strip_suffix(domain)
+                .is_some_and(|prefix| prefix.ends_with('.')))
+}
+
+/// Splits `host:port`, `[v6]:port`, `[v6]`, a bare IPv6 address or a name.
+fn split_port(entry: &str) -> (&str, Option<u16>) {
+    if let Some(inner) = entry.strip_prefix('[') {
+        return match inner.split_once(']') {
+            Some((host, rest)) => (host, rest.strip_prefix(':').and_then(|p| p.parse().ok())),
+            None => (entry, None),
+        };
+    }
+    match entry.rsplit_once(':') {
+        // More than one colon without brackets: an IPv6 address, no port.
+        Some((host, port)) if !host.contains(':') => match port.parse() {
+            Ok(p) => (host, Some(p)),
+            Err(_) => (entry, None),
+        },
+        _ => (entry, None),
+    }
+}
+
+fn unbracket(host: &str) -> &str {
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
+/// Whether `ip` lies in `net/bits`.
+fn in_range(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
+    match (ip, net) {
+        (IpAddr::V4(ip), IpAddr::V4(net)) if bits <= 32 => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(bits)).unwrap_or(0);
+            u32::from(ip) & mask == u32::from(net) & mask
+        }
+        (IpAddr::V6(ip), IpAddr::V6(net)) if bits <= 128 => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(bits)).unwrap_or(0);
+            u128::from(ip) & mask == u128::from(net) & mask
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn pick(vars: &[(&str, &str)], url: &str) -> Proxy {
+        let env: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        select(&url.parse().unwrap(), |k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn scheme_picks_the_variable() {
+        let vars = [
+            ("HTTPS_PROXY", "http://secure:1"),
+            ("HTTP_PROXY", "http://plain:2"),
+            ("ALL_PROXY", "socks5://all:3"),
+        ];
+        assert_eq!(pick(&vars, "wss://x/"), Proxy::http("http://secure:1"));
+        assert_eq!(pick(&vars, "ws://x/"), Proxy::http("http://plain:2"));
+        assert_eq!(pick(&vars[2..], "ws://x/"), Proxy::socks5("socks5://all:3"));
+        assert_eq!(
+            pick(&vars[2..], "wss://x/"),
+            Proxy::socks5("socks5://all:3")
+        );
+        assert!(pick(&[], "wss://x/").is_none());
+    }
+
+    #[test]
+    fn lower_case_wins_and_blank_is_unset() {
+        let vars = [("https_proxy", "low:1"), ("HTTPS_PROXY", "up:2")];
+        assert_eq!(pick(&vars, "wss://x/"), Proxy::http("low:1"));
+        let vars = [("https_proxy", "  "), ("HTTPS_PROXY", "up:2")];
+        assert_eq!(pick(&vars, "wss://x/"), Proxy::http("up:2"));
+        let vars = [("all_proxy", ""), ("ALL_PROXY", "")];
+        assert!(pick(&vars, "ws://x/").is_none());
+    }
+
+    #[test]
+    fn no_proxy_exempts_matching_hosts() {
+        let p = "http://proxy:3128";
+        let base = [
+            ("ALL_PROXY", p),
+            (
+                "no_proxy",
+                "localhost, .internal,example.org:8443 10.0.0.0/8,[::1],fe80::/10",
+            ),
+        ];
+        let proxied = Proxy::http(p);
+        for (url, direct) in [
+            ("ws://localhost/", true),
+            ("ws://LOCALHOST./", true),
+            ("ws://a.localhost/", true),
+            ("ws://notlocalhost/", false),
+            ("ws://db.internal/", true),
+            ("ws://internal/", true),
+            ("ws://internal.com/", false),
+            ("wss://example.org:8443/", true),
+            ("wss://example.org/", false),
+            ("ws://10.20.30.40/", true),
+            ("ws://11.0.0.1/", false),
+            ("ws://[::1]:9000/", true),
+            ("ws://[fe80::1]/", true),
+            ("ws://[2001:db8::1]/", false),
+            ("ws://example.com/", false),
+        ] {
+            let got = pick(&base, url);
+            if direct {
+                assert!(got.is_none(), "{url}: {got:?}");
+            } else {
+                assert_eq!(got, proxied, "{url}");
+            }
+        }
+        assert!(pick(&[("ALL_PROXY", p), ("NO_PROXY", "*")], "ws://anything/").is_none());
+        // Lower case wins for NO_PROXY too.
+        let vars = [
+            ("ALL_PROXY", p),
+            ("no_proxy", "a.test"),
+            ("NO_PROXY", "b.test"),
+        ];
+        assert_eq!(pick(&vars, "ws://b.test/"), proxied);
+    }
+
+    #[test]
+    fn odd_entries_do_not_panic_or_match() {
+        for list in [
+            ".",
+            "*.",
+            "/",
+            "10.0.0.0/99",
+            "10.0.0.0/x",
+            "[",
+            "[::1",
+            ":",
+            "a:b:c",
+        ] {
+            assert!(!no_proxy_matches(list, "example.com", 80), "{list}");
+        }
+        assert!(no_proxy_matches("0.0.0.0/0", "1.2.3.4", 80));
+        assert!(no_proxy_matches("::/0", "::2", 80));
+    }
+
+    #[test]
+    fn invalid_env_proxy_is_reported_not_ignored() {
+        let got = pick(&[("HTTPS_PROXY", "ftp://nope")], "wss://x/");
+        assert!(got.validate().is_err());
+    }
+}

@@ -1,0 +1,242 @@
+//! TLS with rustls: `wss://` for clients, and how to serve over TLS.
+//!
+//! Enabled by the `rustls` feature; `rustls-webpki-roots` (Mozilla's roots,
+//! compiled in) or `rustls-native-roots` (the platform's store, loaded once)
+//! add the roots that [`connect_async`](crate::connect_async) trusts for
+//! `wss://` URLs. With both, both sets are trusted. Without either, pass your
+//! own configuration as a [`Connector`].
+//!
+//! Crypto comes from the process-wide default rustls provider when one is
+//! installed, else from *ring*, passed explicitly: wavesock never installs a
+//! process-wide provider and never hits rustls' "no process-level
+//! CryptoProvider" panic, even when another crate also enables aws-lc-rs.
+//!
+//! # Your own client configuration
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use wavesock::rustls::{ClientConfig, RootCertStore};
+//! use wavesock::{Config, Connector};
+//!
+//! # async fn run(my_ca: wavesock::rustls::pki_types::CertificateDer<'static>) -> wavesock::Result<()> {
+//! let mut roots = RootCertStore::empty();
+//! roots.add(my_ca).expect("a valid CA certificate");
+//! let provider = Arc::new(wavesock::rustls::crypto::ring::default_provider());
+//! let tls = ClientConfig::builder_with_provider(provider)
+//!     .with_safe_default_protocol_versions()
+//!     .expect("ring supports the default versions")
+//!     .with_root_certificates(roots)
+//!     .with_no_client_auth();
+//! let connector = Connector::Rustls(Arc::new(tls));
+//! let (ws, _) = wavesock::connect_async_tls_with_config(
+//!     "wss://internal.example:8443/feed",
+//!     Config::default(),
+//!     Some(connector),
+//! )
+//! .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Serving over TLS
+//!
+//! [`accept_async`](crate::accept_async) takes any stream, a
+//! [`tokio_rustls::server::TlsStream`] included: accept TCP, run the TLS
+//! handshake with a [`tokio_rustls::TlsAcceptor`], then the WebSocket one.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use wavesock::rustls::ServerConfig;
+//! use wavesock::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+//! use wavesock::tokio_rustls::TlsAcceptor;
+//!
+//! # async fn run(chain: Vec<CertificateDer<'static>>, key: PrivateKeyDer<'static>) -> wavesock::Result<()> {
+//! let provider = Arc::new(wavesock::rustls::crypto::ring::default_provider());
+//! let tls = ServerConfig::builder_with_provider(provider)
+//!     .with_safe_default_protocol_versions()
+//!     .expect("ring supports the default versions")
+//!     .with_no_client_auth()
+//!     .with_single_cert(chain, key)
+//!     .expect("a matching certificate and key");
+//! let acceptor = TlsAcceptor::from(Arc::new(tls));
+//! let listener = tokio::net::TcpListener::bind("0.0.0.0:443").await?;
+//! loop {
+//!     let (tcp, _) = listener.accept().await?;
+//!     let acceptor = acceptor.clone();
+//!     tokio::spawn(async move {
+//!         let tls = acceptor.accept(tcp).await?;
+//!         let ws = wavesock::accept_async(tls).await?;
+//!         // ... use ws as over plain TCP
+//!         Ok::<_, wavesock::Error>(())
+//!     });
+//! }
+//! # }
+//! ```
+
+use std::io;
+use std::sync::{Arc, OnceLock};
+
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+use crate::error::{ConnectError, Error, HandshakeError, Result};
+
+/// How a client secures `wss://` connections; given to
+/// [`connect_async_tls_with_config`](crate::connect_async_tls_with_config).
+///
+/// `ws://` URLs are always plain, whatever the connector.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Connector {
+    /// No TLS: `wss://` URLs are refused.
+    Plain,
+    /// rustls with this configuration (roots, client certificates, ALPN,
+    /// crypto provider).
+    Rustls(Arc<ClientConfig>),
+}
+
+impl From<Arc<ClientConfig>> for Connector {
+    fn from(config: Arc<ClientConfig>) -> Self {
+        Connector::Rustls(config)
+    }
+}
+
+impl From<ClientConfig> for Connector {
+    fn from(config: ClientConfig) -> Self {
+        Connector::Rustls(Arc::new(config))
+    }
+}
+
+impl From<TlsConnector> for Connector {
+    fn from(connector: TlsConnector) -> Self {
+        Connector::Rustls(connector.config().clone())
+    }
+}
+
+/// The rustls configuration for a `wss://` URL: the connector's, else the
+/// built-in one.
+pub(crate) fn client_config(connector: Option<Connector>) -> Result<Arc<ClientConfig>> {
+    match connector {
+        Some(Connector::Rustls(config)) => Ok(config),
+        Some(Connector::Plain) => Err(HandshakeError::InvalidUrl(
+            "a wss:// URL with Connector::Plain; use ws:// or a TLS connector".into(),
+        )
+        .into()),
+        None => default_config(),
+    }
+}
+
+/// The configuration built from the roots features, made once: loading the
+/// platform's store reads files.
+fn default_config() -> Result<Arc<ClientConfig>> {
+    static BUILT: OnceLock<Arc<ClientConfig>> = OnceLock::new();
+    if let Some(config) = BUILT.get() {
+        return Ok(config.clone());
+    }
+    #[allow(unused_mut)]
+    let mut roots = rustls::RootCertStore::empty();
+    #[cfg(feature = "rustls-native-roots")]
+    let why_empty = {
+        let found = rustls_native_certs::load_native_certs();
+        // Certificates rustls cannot parse are skipped, as browsers do.
+        let (_added, _unparsable) = roots.add_parsable_certificates(found.certs);
+        match found.errors.first() {
+            Some(e) => format!("the platform's store had none usable: {e}"),
+            None => "the platform's store had none usable".to_owned(),
+        }
+    };
+    #[cfg(not(feature = "rustls-native-roots"))]
+    let why_empty = "no root store feature is enabled".to_owned();
+    #[cfg(feature = "rustls-webpki-roots")]
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if roots.is_empty() {
+        return Err(ConnectError::NoRootCertificates(why_empty).into());
+    }
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(ConnectError::Tls)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(BUILT.get_or_init(|| Arc::new(config)).clone())
+}
+
+/// The TLS handshake over `io` for `host`, which is checked against the
+/// server's certificate (a name, or an IP address).
+pub(crate) async fn handshake<S>(
+    io: S,
+    host: &str,
+    config: Arc<ClientConfig>,
+) -> Result<TlsStream<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let name = ServerName::try_from(host.to_owned())
+        .map_err(|_| HandshakeError::InvalidUrl(format!("{host:?} is not a TLS server name")))?;
+    TlsConnector::from(config)
+        .connect(name, io)
+        .await
+        .map_err(tls_error)
+}
+
+/// tokio-rustls reports rustls errors inside `io::Error`; bring them out.
+fn tls_error(e: io::Error) -> Error {
+    if !e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) {
+        return Error::Io(e);
+    }
+    let kind = e.kind();
+    match e
+        .into_inner()
+        .map(|inner| inner.downcast::<rustls::Error>())
+    {
+        Some(Ok(tls)) => match *tls {
+            rustls::Error::InvalidCertificate(_) => ConnectError::Certificate(*tls).into(),
+            other => ConnectError::Tls(other).into(),
+        },
+        Some(Err(inner)) => Error::Io(io::Error::new(kind, inner)),
+        None => Error::Io(kind.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rustls_errors_come_out_of_io_errors() {
+        let cert = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let e = tls_error(io::Error::new(io::ErrorKind::InvalidData, cert));
+        assert!(matches!(
+            e,
+            Error::Connect(ConnectError::Certificate(
+                rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer)
+            ))
+        ));
+        let other = rustls::Error::HandshakeNotComplete;
+        let e = tls_error(io::Error::new(io::ErrorKind::InvalidData, other));
+        assert!(matches!(e, Error::Connect(ConnectError::Tls(_))));
+        let e = tls_error(io::ErrorKind::UnexpectedEof.into());
+        assert!(matches!(e, Error::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof));
+    }
+
+    #[cfg(not(any(feature = "rustls-webpki-roots", feature = "rustls-native-roots")))]
+    #[test]
+    fn no_roots_is_a_clear_error() {
+        assert!(matches!(
+            client_config(None),
+            Err(Error::Connect(ConnectError::NoRootCertificates(_)))
+        ));
+    }
+
+    #[cfg(feature = "rustls-webpki-roots")]
+    #[test]
+    fn default_config_is_built_once() {
+        let a = client_config(None).unwrap();
+        let b = client_config(None).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+    }
+}
