@@ -173,14 +173,8 @@ async fn chat(ws: WebSocketStream<TcpStream>, hub: Hub, id: u64) -> wavesock::Re
     result
 }
 
-#[tokio::main]
-async fn main() -> std::io::Result<()> {
-    let addr = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "127.0.0.1:8080".into());
-    let listener = TcpListener::bind(&addr).await?;
-    // tests/browser/run.sh reads the address from this line.
-    eprintln!("chat server on http://{}/", listener.local_addr()?);
+/// Serves the chat on `listener` until accepting fails.
+pub async fn serve(listener: TcpListener) -> std::io::Result<()> {
     let (hub, _) = broadcast::channel(256);
     loop {
         let (tcp, _) = listener.accept().await?;
@@ -191,4 +185,15 @@ async fn main() -> std::io::Result<()> {
             }
         });
     }
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let addr = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "127.0.0.1:8080".into());
+    let listener = TcpListener::bind(&addr).await?;
+    // tests/browser/run.sh reads the address from this line.
+    eprintln!("chat server on http://{}/", listener.local_addr()?);
+    serve(listener).await
 }
