@@ -55,6 +55,7 @@ mod client;
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod guide;
 pub mod handshake;
 mod outbox;
 pub mod proto;
