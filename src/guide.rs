@@ -138,6 +138,9 @@
 //!   half-written: a frame the socket took only part of stays at the head of
 //!   the queue and its remaining bytes go first on the next write, before
 //!   any other frame.
+//!   (A connection that ends without a close handshake, because the peer
+//!   vanished or the transport failed, drops what it still owed the peer,
+//!   possibly mid-frame, as the TCP connection itself would.)
 //! - **A cancelled [`close`](crate::WebSocketStream::close)** has already queued the
 //!   close frame if it got that far (sending data then fails); calling
 //!   `close` again, or polling `next()`, finishes the handshake.
