@@ -16,6 +16,14 @@
 //!   [`accept_hdr_async`] and [`accept_async_callback`] to see, amend or
 //!   refuse a request; [`connect_async`] for `ws://` URLs and
 //!   [`client_async`] over any stream you opened.
+//! - [`PreparedMessage`]: a message encoded once and sent to many
+//!   connections without a copy per connection.
+//!
+//! The [`guide`] covers what to know before production: limits, split
+//! halves and concurrency, cancel safety in `select!`, closing, keepalive,
+//! backpressure, broadcast and errors. The repository's `examples/` hold a
+//! browser chat (`cargo run --example chat`), hyper and axum integrations and
+//! a reconnecting client.
 //!
 //! ```no_run
 //! use futures_util::{SinkExt, StreamExt};
