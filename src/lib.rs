@@ -19,6 +19,14 @@
 //! - `wss://` with rustls behind the `rustls`, `rustls-webpki-roots` and
 //!   `rustls-native-roots` features (the `tls` module), and client
 //!   connections through HTTP `CONNECT` and SOCKS5 proxies ([`proxy`]).
+//! - [`PreparedMessage`]: a message encoded once and sent to many
+//!   connections without a copy per connection.
+//!
+//! The [`guide`] covers what to know before production: limits, split
+//! halves and concurrency, cancel safety in `select!`, closing, keepalive,
+//! backpressure, broadcast and errors. The repository's `examples/` hold a
+//! browser chat (`cargo run --example chat`), hyper and axum integrations and
+//! a reconnecting client.
 //!
 //! ```no_run
 //! use futures_util::{SinkExt, StreamExt};
@@ -59,6 +67,7 @@ pub mod codec;
 pub mod config;
 mod connect;
 pub mod error;
+pub mod guide;
 pub mod handshake;
 mod outbox;
 pub mod proto;

@@ -1,0 +1,352 @@
+//! # A guide to running wavesock in production
+//!
+//! How a [`WebSocketStream`] behaves at the edges: what the limits protect,
+//! how to share a connection between tasks, what survives a cancelled
+//! future, how a connection ends, and what each error means. Everything
+//! here is what the code does today; the API docs of each item hold the
+//! details.
+//!
+//! - [Limits](#limits)
+//! - [Split and concurrency](#split-and-concurrency)
+//! - [Cancel safety](#cancel-safety)
+//! - [Closing](#closing)
+//! - [Keepalive](#keepalive)
+//! - [Backpressure](#backpressure)
+//! - [Broadcast](#broadcast)
+//! - [Errors](#errors)
+//!
+//! # Limits
+//!
+//! Every limit is a field of [`Config`], checked when the bytes that would
+//! break it are announced, before memory is set aside for them:
+//!
+//! - [`max_frame_size`](crate::Config::max_frame_size) (16 MiB) is compared with
+//!   the length in a data frame's header. A peer announcing a 2^63-byte
+//!   frame costs a header parse; the connection is failed with close code
+//!   1009 and [`Error::FrameTooLarge`](crate::Error::FrameTooLarge).
+//! - [`max_message_size`](crate::Config::max_message_size) (64 MiB) bounds a
+//!   message's fragments together. It is checked on each fragment's header
+//!   against what has arrived so far, so the fragment that would cross it is
+//!   refused before its payload is read: close 1009,
+//!   [`Error::MessageTooLarge`](crate::Error::MessageTooLarge).
+//! - Control frames (ping, pong, close) carry at most 125 bytes, as RFC 6455
+//!   requires; a longer one is a protocol error (1002).
+//! - The read buffer grows with what actually arrives, never to the length a
+//!   header announces: a peer announcing 32 MiB and sending 1 KiB costs about
+//!   1 KiB.
+//! - The opening handshake, on both sides, is bounded by
+//!   [`max_handshake_size`](crate::Config::max_handshake_size) (8 KiB of HTTP head),
+//!   [`max_headers`](crate::Config::max_headers) (64) and
+//!   [`handshake_timeout`](crate::Config::handshake_timeout) (10 s); a client also
+//!   by [`connect_timeout`](crate::Config::connect_timeout) (10 s) for opening the
+//!   TCP connection.
+//!
+//! Set the message limits to what your application expects, not to what it
+//! could survive: a chat server has no use for 64 MiB lines.
+//!
+//! ```
+//! use std::time::Duration;
+//! use wavesock::Config;
+//!
+//! let chat = Config::default()
+//!     .max_frame_size(4 << 10)
+//!     .max_message_size(16 << 10)
+//!     .handshake_timeout(Some(Duration::from_secs(5)));
+//! assert!(chat.validate().is_ok());
+//!
+//! // Impossible combinations are errors, never panics.
+//! let wrong = Config::default().max_frame_size(1 << 20).max_message_size(1 << 10);
+//! assert!(matches!(wrong.validate(), Err(wavesock::Error::InvalidConfig(_))));
+//! ```
+//!
+//! # Split and concurrency
+//!
+//! A [`WebSocketStream`] is one `Stream` of received messages and one `Sink`
+//! of messages to send. One task can do both with `tokio::select!` (see
+//! [cancel safety](#cancel-safety)). To read in one task and write in
+//! another, [`split`](crate::WebSocketStream::split) it into a
+//! [`WebSocketReceiver`](crate::WebSocketReceiver) and a
+//! [`WebSocketSender`](crate::WebSocketSender);
+//! [`reunite`](crate::WebSocketReceiver::reunite) puts them back together.
+//!
+//! - The halves share the connection behind a lock held only for the
+//!   duration of one poll, so neither blocks the other for longer than that.
+//! - Pongs and the reply to the peer's close frame are written by whichever
+//!   half is being polled. A task that only reads keeps the protocol going;
+//!   **keep polling the receiver**, even if you ignore what it yields, or
+//!   pings go unanswered and the close handshake never completes.
+//! - On the sender half, finish with [`send`](futures_util::SinkExt::send)
+//!   or [`flush`](futures_util::SinkExt::flush) after a run of
+//!   [`feed`](futures_util::SinkExt::feed)s. The sender holds the last fed
+//!   message itself (the split halves' one-message slot) and hands it to the
+//!   connection on its next `feed`, `send`, `flush` or `close`; only then
+//!   can it be written, by either half.
+//! - Many tasks that want to send should hand their messages to one sender
+//!   task through a channel (`tokio::sync::mpsc`) rather than share the
+//!   sender behind a mutex: the channel gives them a queue with a bound.
+//!
+//! ```no_run
+//! use futures_util::{SinkExt, StreamExt};
+//! use tokio::sync::mpsc;
+//! use wavesock::Message;
+//!
+//! # async fn run(ws: wavesock::WebSocketStream<tokio::net::TcpStream>) -> wavesock::Result<()> {
+//! let (mut tx, mut rx) = ws.split();
+//! let (outgoing, mut queue) = mpsc::channel::<Message>(64);
+//!
+//! // The only writer. It ends when every `outgoing` clone is dropped.
+//! let writer = tokio::spawn(async move {
+//!     while let Some(msg) = queue.recv().await {
+//!         tx.send(msg).await?;
+//!     }
+//!     tx.close().await // close frame 1000, then the write side is shut
+//! });
+//!
+//! // Any number of producers.
+//! let ticker = outgoing.clone();
+//! tokio::spawn(async move { ticker.send(Message::text("tick")).await });
+//!
+//! // The reader: keeps answering pings while the others work.
+//! while let Some(msg) = rx.next().await {
+//!     if let Message::Text(t) = msg? {
+//!         let _ = outgoing.send(Message::text(format!("you said {}", t.as_str()))).await;
+//!     }
+//! }
+//! drop(outgoing);
+//! writer.await.expect("writer task")?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Cancel safety
+//!
+//! Futures get dropped: the losing branches of `tokio::select!`, a
+//! `tokio::time::timeout` that fires, a task that is aborted. wavesock keeps
+//! all of a connection's state in the connection, not in the futures, so:
+//!
+//! - **`next()` loses nothing.** Bytes read before the future was dropped
+//!   stay in the connection's read buffer, a partly received frame included
+//!   (already unmasked and checked, and not processed again); the next call
+//!   to `next()` continues where the last one stopped. `ws.next()` can sit in
+//!   a `select!` loop.
+//! - **A cancelled `send` or `feed` either never queued the message or
+//!   queued it whole.** It is queued in one step once the write buffer has
+//!   room ([`poll_ready`](futures_util::Sink::poll_ready) then
+//!   [`start_send`](futures_util::Sink::start_send)); cancelled before that,
+//!   the message is dropped unsent. Cancelled after that (while flushing), it
+//!   stays queued and goes out with the next flush, or when the stream is
+//!   next polled and is about to wait for input. No frame is ever
+//!   half-written: a frame the socket took only part of stays at the head of
+//!   the queue and its remaining bytes go first on the next write, before
+//!   any other frame.
+//!   (A connection that ends without a close handshake, because the peer
+//!   vanished or the transport failed, drops what it still owed the peer,
+//!   possibly mid-frame, as the TCP connection itself would.)
+//! - **A cancelled [`close`](crate::WebSocketStream::close)** has already queued the
+//!   close frame if it got that far (sending data then fails); calling
+//!   `close` again, or polling `next()`, finishes the handshake.
+//! - **On a [`WebSocketSender`]**, a message accepted by a cancelled `send`
+//!   may still be in the sender's one-message slot rather than in the
+//!   connection; it is whole there too, and goes in with the sender's next
+//!   `feed`, `send`, `flush` or `close`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use futures_util::{SinkExt, StreamExt};
+//! use wavesock::Message;
+//!
+//! # async fn run(mut ws: wavesock::WebSocketStream<tokio::net::TcpStream>) -> wavesock::Result<()> {
+//! let mut status = tokio::time::interval(Duration::from_secs(1));
+//! loop {
+//!     tokio::select! {
+//!         // Cancel safe: a half-received message stays buffered.
+//!         msg = ws.next() => match msg {
+//!             Some(msg) => println!("{:?}", msg?),
+//!             None => break,
+//!         },
+//!         // The send is awaited inside the branch, never raced.
+//!         _ = status.tick() => ws.send(Message::text("still here")).await?,
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Closing
+//!
+//! A WebSocket connection ends with a close handshake: one side sends a
+//! close frame, the other answers with its own, and the server closes the
+//! TCP connection.
+//!
+//! - [`ws.close(frame)`](crate::WebSocketStream::close) does all of it: sends the
+//!   close frame (or none, for `None`), waits for the peer's, and for the end
+//!   of the connection, discarding messages that arrive meanwhile. The whole
+//!   handshake is bounded by [`close_timeout`](crate::Config::close_timeout)
+//!   (10 s); past it the connection is dropped and [`Error::CloseTimeout`](crate::Error::CloseTimeout)
+//!   returned. Closing again does nothing more.
+//! - To keep receiving until the peer answers, send [`Message::Close`]
+//!   yourself and keep polling `next()`; the same `close_timeout` applies,
+//!   and `next()` returns [`Error::CloseTimeout`](crate::Error::CloseTimeout) when it passes.
+//! - When the peer closes first, `next()` yields its [`Message::Close`]; the
+//!   reply is sent for you, and the next poll finishes the handshake and
+//!   ends the stream (`None`).
+//! - [`SinkExt::close`](futures_util::SinkExt::close) (what `tx.close()` is
+//!   on a [`WebSocketSender`](crate::WebSocketSender)) sends a close frame
+//!   with code 1000 if none was sent, flushes and shuts down the write side.
+//!   It does not wait for the peer: keep polling the receiving half for that.
+//! - Once a close frame has gone out, sending a data message fails:
+//!   with [`Error::ConnectionClosed`](crate::Error::ConnectionClosed) once the peer has closed its side
+//!   (its close frame arrived, or the connection ended), which includes a
+//!   `close()` that completed normally; with [`Error::AlreadyClosed`](crate::Error::AlreadyClosed) when
+//!   only this side has (our close frame not answered yet or timed out, or
+//!   the connection failed over an error the peer caused). Sending another
+//!   close frame is accepted and does nothing.
+//!
+//! ```no_run
+//! use wavesock::{CloseCode, CloseFrame, Error, Message};
+//! use futures_util::SinkExt;
+//!
+//! # async fn run(mut ws: wavesock::WebSocketStream<tokio::net::TcpStream>) -> wavesock::Result<()> {
+//! ws.close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "restarting"))).await?;
+//! // The peer answered our close, so it counts as closed by the peer now.
+//! assert!(matches!(
+//!     ws.send(Message::text("late")).await,
+//!     Err(Error::ConnectionClosed | Error::AlreadyClosed)
+//! ));
+//! # Ok(()) }
+//! ```
+//!
+//! # Keepalive
+//!
+//! Idle TCP connections can die silently (a laptop lid closed, a NAT entry
+//! expired). Set [`ping_interval`](crate::Config::ping_interval) and the connection
+//! sends a ping after that long without receiving anything from the peer;
+//! any bytes from the peer count, not only pongs. If nothing at all arrives
+//! within [`pong_timeout`](crate::Config::pong_timeout) (10 s) after the ping, the
+//! peer is given up for dead: a close frame with code 1011 is attempted,
+//! nothing is waited for, and `next()` returns [`Error::KeepaliveTimeout`](crate::Error::KeepaliveTimeout).
+//!
+//! The timers run inside `next()`: keepalive works while the connection (or
+//! its receiving half) is being polled, which a read loop does anyway.
+//!
+//! ```
+//! use std::time::Duration;
+//! use wavesock::Config;
+//!
+//! let config = Config::default()
+//!     .ping_interval(Some(Duration::from_secs(20)))
+//!     .pong_timeout(Duration::from_secs(10));
+//! assert!(config.validate().is_ok());
+//! ```
+//!
+//! # Backpressure
+//!
+//! Memory per connection stays bounded when a peer is slower than you, or
+//! hostile:
+//!
+//! - **Sending faster than the peer reads.** Outgoing frames are queued
+//!   until written. Once the queue holds
+//!   [`write_buffer_size`](crate::Config::write_buffer_size) bytes (128 KiB) or more,
+//!   the next `send` or `feed` waits until all of it has been written, so a
+//!   producer slows to the peer's pace. (The message that crosses the mark
+//!   is queued whole, so the queue can exceed it by one message.)
+//! - **A peer that sends but never reads.** Pongs and other replies owed to
+//!   it pile up. While more than `write_buffer_size` of them cannot be
+//!   written, the connection stops reading the peer's input: a peer that
+//!   floods pings and ignores the pongs stalls instead of growing our memory.
+//! - Large payloads are not copied into the queue: server frames of 4 KiB
+//!   and more, and [prepared messages](#broadcast) on server connections, are written from the
+//!   buffer they are in with vectored writes.
+//!
+//! Lower `write_buffer_size` for many small, latency-sensitive connections;
+//! raise it for bulk transfers.
+//!
+//! # Broadcast
+//!
+//! Sending the same message to many connections would encode (and, for
+//! large payloads, queue) it once per connection. A [`PreparedMessage`] is
+//! encoded once; sending [`Message::Prepared`] to a server-side connection
+//! queues a reference to the same bytes, with no encoding and no copy. (On a
+//! client-side connection, where every frame needs its own mask, it is
+//! encoded like any message.)
+//!
+//! Pair it with `tokio::sync::broadcast`: each connection's writer
+//! subscribes and forwards what it receives. A receiver that falls behind
+//! the channel's capacity gets `Lagged` and misses messages rather than
+//! holding memory for them. `examples/broadcast.rs` and `examples/chat.rs`
+//! do this.
+//!
+//! ```no_run
+//! use futures_util::SinkExt;
+//! use tokio::sync::broadcast;
+//! use wavesock::{Message, PreparedMessage, WebSocketSender};
+//!
+//! async fn forward(
+//!     mut tx: WebSocketSender<tokio::net::TcpStream>,
+//!     mut news: broadcast::Receiver<PreparedMessage>,
+//! ) -> wavesock::Result<()> {
+//!     loop {
+//!         match news.recv().await {
+//!             Ok(prepared) => tx.send(Message::Prepared(prepared)).await?,
+//!             Err(broadcast::error::RecvError::Lagged(_)) => continue,
+//!             Err(broadcast::error::RecvError::Closed) => return Ok(()),
+//!         }
+//!     }
+//! }
+//!
+//! # fn publish(hub: &broadcast::Sender<PreparedMessage>) -> wavesock::Result<()> {
+//! // Encoded once, whatever the number of subscribers.
+//! let _ = hub.send(PreparedMessage::new(&Message::text("market open"))?);
+//! # Ok(()) }
+//! ```
+//!
+//! # Errors
+//!
+//! One [`Error`] type covers a connection's life; once `next()` has returned
+//! an error, the next call returns `None`.
+//!
+//! | error | what happened | close code sent |
+//! | --- | --- | --- |
+//! | [`Error::Protocol`](crate::Error::Protocol) | the peer broke a framing rule ([`ProtocolError`](crate::ProtocolError) says which) | 1002 |
+//! | [`Error::InvalidUtf8`](crate::Error::InvalidUtf8) | a text message or close reason was not UTF-8 (found at the first bad byte, mid-frame) | 1007 |
+//! | [`Error::FrameTooLarge`](crate::Error::FrameTooLarge), [`Error::MessageTooLarge`](crate::Error::MessageTooLarge) | a limit above was crossed | 1009 |
+//! | [`Error::KeepaliveTimeout`](crate::Error::KeepaliveTimeout) | the peer did not answer a keepalive ping | 1011, if it can still be written |
+//! | [`Error::CloseTimeout`](crate::Error::CloseTimeout) | the closing handshake took longer than `close_timeout` | (ours was sent already) |
+//! | [`Error::Io`](crate::Error::Io) | the transport failed, or ended without a close frame (`UnexpectedEof`) | none |
+//! | [`Error::Handshake`](crate::Error::Handshake) | the opening handshake failed ([`HandshakeError`](crate::HandshakeError); a server answers it with the HTTP status of [`HandshakeError::status`](crate::HandshakeError::status)) | none |
+//! | [`Error::ConnectionClosed`](crate::Error::ConnectionClosed), [`Error::AlreadyClosed`](crate::Error::AlreadyClosed) | a message was sent after the peer, or this side, closed | none |
+//! | [`Error::InvalidMessage`](crate::Error::InvalidMessage) | the message cannot be sent (a control frame over 125 bytes, a close code not allowed on the wire) | none |
+//! | [`Error::InvalidConfig`](crate::Error::InvalidConfig) | [`Config::validate`](crate::Config::validate) refused the settings | none |
+//!
+//! [`Error::close_code`](crate::Error::close_code) returns the code for the first three rows: the
+//! errors that are the peer's data's fault, for which the close frame has
+//! already been written (if the transport still took it) by the time you
+//! see the error. Use it to tell a
+//! misbehaving peer from a network failure:
+//!
+//! ```no_run
+//! use futures_util::StreamExt;
+//! use wavesock::Error;
+//!
+//! # async fn run(mut ws: wavesock::WebSocketStream<tokio::net::TcpStream>) {
+//! while let Some(msg) = ws.next().await {
+//!     match msg {
+//!         Ok(msg) => println!("{msg:?}"),
+//!         Err(e) if e.close_code().is_some() => {
+//!             eprintln!("peer misbehaved, closed with {:?}: {e}", e.close_code());
+//!         }
+//!         Err(Error::Io(e)) => eprintln!("network: {e}"),
+//!         Err(e) => eprintln!("connection ended: {e}"),
+//!     }
+//! }
+//! # }
+//! ```
+//!
+//! `Error` and [`ProtocolError`](crate::ProtocolError) are
+//! `#[non_exhaustive]`: match the cases you handle and keep a catch-all.
+//!
+//! [`WebSocketStream`]: crate::WebSocketStream
+//! [`WebSocketSender`]: crate::WebSocketSender
+//! [`Config`]: crate::Config
+//! [`Error`]: crate::Error
+//! [`Message::Close`]: crate::Message::Close
+//! [`Message::Prepared`]: crate::Message::Prepared
+//! [`PreparedMessage`]: crate::PreparedMessage

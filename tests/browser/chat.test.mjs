@@ -1,0 +1,100 @@
+// End-to-end: two headless Chromium pages on examples/chat talk to each
+// other. run.sh starts the server and passes its address in CHAT_URL.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { chromium } from 'playwright-core';
+
+const url = process.env.CHAT_URL;
+const executablePath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const timeout = 15_000;
+
+let browser;
+
+before(async () => {
+  assert.ok(url, 'set CHAT_URL to the chat server, e.g. http://127.0.0.1:8080/');
+  browser = await chromium.launch({
+    executablePath,
+    // Without the background-networking flags Chromium keeps trying to reach
+    // Google services, which the sandboxed network refuses.
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+/** A page in its own browser context (like a separate user), connected. */
+async function openChat() {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e));
+  await page.goto(url, { timeout });
+  await page.locator('#status', { hasText: /^connected$/ }).waitFor({ timeout });
+  return { page, errors };
+}
+
+async function say(page, text) {
+  await page.fill('#input', text);
+  await page.click('#send');
+}
+
+/** Waits until `page` lists a chat line ending in `text`; returns the line. */
+async function heard(page, text) {
+  const line = page.locator('#messages li', { hasText: text });
+  await line.first().waitFor({ timeout });
+  return line.first().textContent();
+}
+
+test('a message typed in one page appears in the other, both ways', async () => {
+  const a = await openChat();
+  const b = await openChat();
+  const nonce = Math.random().toString(36).slice(2);
+
+  const fromA = `hello from A ${nonce}`;
+  await say(a.page, fromA);
+  assert.match(await heard(b.page, fromA), new RegExp(`^guest \\d+: ${fromA}$`));
+  // The sender sees its own line too: everyone gets the same broadcast.
+  assert.match(await heard(a.page, fromA), new RegExp(`^guest \\d+: ${fromA}$`));
+  assert.equal(await a.page.inputValue('#input'), '', 'the input is cleared after sending');
+
+  const fromB = `réponse de B ✓ ${nonce}`;
+  await say(b.page, fromB);
+  assert.match(await heard(a.page, fromB), new RegExp(`^guest \\d+: ${fromB}$`));
+
+  // Enter sends as well as the button does.
+  const enter = `sent with Enter ${nonce}`;
+  await a.page.fill('#input', enter);
+  await a.page.press('#input', 'Enter');
+  await heard(b.page, enter);
+
+  // A and B speak under different names.
+  const nameA = (await heard(b.page, fromA)).split(':')[0];
+  const nameB = (await heard(a.page, fromB)).split(':')[0];
+  assert.notEqual(nameA, nameB);
+
+  assert.deepEqual([...a.errors, ...b.errors], [], 'no script errors in the pages');
+  await a.page.context().close();
+  await b.page.context().close();
+});
+
+test('a page that leaves is announced to the others', async () => {
+  const a = await openChat();
+  const b = await openChat();
+  const nonce = Math.random().toString(36).slice(2);
+  await say(b.page, `I am B ${nonce}`);
+  const nameB = (await heard(a.page, `I am B ${nonce}`)).split(':')[0];
+  await b.page.context().close();
+  await heard(a.page, `${nameB} left`);
+  await a.page.context().close();
+});

@@ -1,0 +1,127 @@
+//! The chat and axum examples, served in-process and driven by wavesock
+//! clients, so that `cargo test` notices when they break. (The chat page
+//! itself is tested in a real browser by tests/browser/run.sh.)
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use wavesock::{Message, WebSocketStream};
+
+#[allow(dead_code)] // its main() is not ours to call
+#[path = "../examples/chat.rs"]
+mod chat;
+
+#[allow(dead_code)]
+#[path = "../examples/axum_server.rs"]
+mod axum_server;
+
+type Client = WebSocketStream<wavesock::MaybeTlsStream<TcpStream>>;
+
+async fn local() -> (TcpListener, String) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    (l, addr)
+}
+
+/// A plain HTTP GET; returns the whole response (the servers close after it).
+async fn http_get(addr: &str, path: &str) -> String {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tcp.read_to_end(&mut out).await.unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+/// The next text message that contains `needle`, skipping others.
+async fn text_containing(ws: &mut Client, needle: &str) -> String {
+    let wait = async {
+        while let Some(msg) = ws.next().await {
+            if let Message::Text(t) = msg.unwrap() {
+                if t.as_str().contains(needle) {
+                    return t.as_str().to_owned();
+                }
+            }
+        }
+        panic!("connection ended before {needle:?} arrived");
+    };
+    tokio::time::timeout(Duration::from_secs(5), wait)
+        .await
+        .expect("message in time")
+}
+
+#[tokio::test]
+async fn chat_serves_its_page_and_broadcasts_to_every_client() {
+    let (listener, addr) = local().await;
+    tokio::spawn(chat::serve(listener));
+
+    let page = http_get(&addr, "/").await;
+    assert!(page.starts_with("HTTP/1.1 200 OK\r\n"), "{page}");
+    assert!(page.contains("content-type: text/html"), "{page}");
+    assert!(page.contains("new WebSocket("), "the page is the chat page");
+    assert!(
+        http_get(&addr, "/missing")
+            .await
+            .starts_with("HTTP/1.1 404")
+    );
+    // A plain GET on the endpoint is not an upgrade: refused as accept_async would.
+    assert!(http_get(&addr, "/ws").await.starts_with("HTTP/1.1 400"));
+
+    let url = format!("ws://{addr}/ws");
+    let (mut a, _) = wavesock::connect_async(url.as_str()).await.unwrap();
+    let (mut b, _) = wavesock::connect_async(url.as_str()).await.unwrap();
+    text_containing(&mut a, "joined").await;
+    a.send(Message::text("hello, b")).await.unwrap();
+    let heard = text_containing(&mut b, "hello, b").await;
+    assert!(
+        heard.starts_with("guest ") && heard.ends_with(": hello, b"),
+        "{heard}"
+    );
+    // The sender gets the same broadcast line.
+    assert_eq!(text_containing(&mut a, "hello, b").await, heard);
+
+    b.close(None).await.unwrap();
+    text_containing(&mut a, "left").await;
+}
+
+#[tokio::test]
+async fn chat_refuses_oversized_lines_with_1009() {
+    let (listener, addr) = local().await;
+    tokio::spawn(chat::serve(listener));
+    let (mut ws, _) = wavesock::connect_async(format!("ws://{addr}/ws").as_str())
+        .await
+        .unwrap();
+    ws.send(Message::text("x".repeat(5000))).await.unwrap();
+    let close = loop {
+        match ws.next().await {
+            Some(Ok(Message::Close(frame))) => break frame,
+            Some(Ok(_)) => {}
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    };
+    assert_eq!(close.unwrap().code, wavesock::CloseCode::MESSAGE_TOO_BIG);
+}
+
+#[tokio::test]
+async fn axum_route_upgrades_to_wavesock() {
+    let (listener, addr) = local().await;
+    tokio::spawn(async move { axum::serve(listener, axum_server::app()).await });
+
+    let (mut ws, response) = wavesock::connect_async(format!("ws://{addr}/ws").as_str())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 101);
+    ws.send(Message::text("through axum")).await.unwrap();
+    let echo = ws.next().await.unwrap().unwrap();
+    assert_eq!(echo.as_text(), Some("through axum"));
+    // Other routes are plain axum, and see the live connection.
+    let status = http_get(&addr, "/").await;
+    assert!(status.contains("1 WebSocket client(s)"), "{status}");
+    ws.close(None).await.unwrap();
+
+    // Not an upgrade: wavesock's check refuses it on axum's behalf.
+    let refused = http_get(&addr, "/ws").await;
+    assert!(refused.starts_with("HTTP/1.1 400"), "{refused}");
+}
