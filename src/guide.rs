@@ -193,10 +193,11 @@
 //!   with code 1000 if none was sent, flushes and shuts down the write side.
 //!   It does not wait for the peer: keep polling the receiving half for that.
 //! - Once a close frame has gone out, sending a data message fails:
-//!   with [`Error::ConnectionClosed`](crate::Error::ConnectionClosed) once the peer has closed its side
-//!   (its close frame arrived, or the connection ended), which includes a
-//!   `close()` that completed normally; with [`Error::AlreadyClosed`](crate::Error::AlreadyClosed) when
-//!   only this side has (our close frame not answered yet or timed out, or
+//!   with [`Error::ConnectionClosed`](crate::Error::ConnectionClosed) when the peer closed first
+//!   (its close frame arrived before ours went out, or the connection
+//!   ended); with [`Error::AlreadyClosed`](crate::Error::AlreadyClosed) when this side closed first
+//!   (a `close()` that completed, our close frame not answered yet or timed
+//!   out, or
 //!   the connection failed over an error the peer caused). Sending another
 //!   close frame is accepted and does nothing.
 //!

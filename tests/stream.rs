@@ -765,3 +765,16 @@ fn entry_point_futures_and_halves_are_send() {
     send(&tx);
     send(&rx);
 }
+
+#[tokio::test]
+async fn after_our_close_completes_sending_is_already_closed() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(echo_server(l, Config::default()));
+    let mut ws = client(addr, Config::default()).await;
+    ws.close(None).await.unwrap();
+    assert!(matches!(
+        ws.send(Message::text("late")).await,
+        Err(Error::AlreadyClosed)
+    ));
+    server.await.unwrap().unwrap();
+}

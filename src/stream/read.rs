@@ -362,13 +362,14 @@ impl ReadState {
                             self.close_received = true;
                             self.owes = true;
                             t.with_writer(|w, _| {
-                                w.peer_closed = true;
-                                if !w.close_sent {
-                                    w.close_sent = true;
-                                    w.queue(&Message::Close(frame.clone()))
-                                } else {
-                                    Ok(())
+                                if w.close_sent {
+                                    // The answer to our close: still ours
+                                    // (sending now is AlreadyClosed).
+                                    return Ok(());
                                 }
+                                w.peer_closed = true;
+                                w.close_sent = true;
+                                w.queue(&Message::Close(frame.clone()))
                             })?;
                         }
                         _ => {}
