@@ -278,11 +278,17 @@ impl ReadState {
             .max(1);
         let min_spare = want.min(READ_CHUNK);
         if spare < min_spare {
-            // Grow with what has arrived (doubling), never past what the
-            // frame still needs: a huge announced length costs nothing until
-            // its bytes come.
-            let additional = want.min(READ_CHUNK.max(len)).max(min_spare);
-            self.read_buf.reserve(additional);
+            // Grow with what has arrived (four-fold), never past what the
+            // frame still needs, so a huge announced length costs nothing
+            // until its bytes come; once a quarter of the frame is here, make
+            // room for the rest at once. Memory stays within four times what
+            // the peer actually sent, with few reallocations on the way.
+            let additional = if want <= 3 * len {
+                want
+            } else {
+                want.min((3 * len).max(READ_CHUNK))
+            };
+            self.read_buf.reserve(additional.max(min_spare));
         }
     }
 
