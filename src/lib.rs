@@ -54,8 +54,11 @@
 mod client;
 pub mod codec;
 pub mod config;
+#[cfg(feature = "deflate")]
+pub mod deflate;
 pub mod error;
 pub mod handshake;
+mod negotiated;
 mod outbox;
 pub mod proto;
 mod server;
@@ -67,6 +70,8 @@ pub use client::{
 };
 pub use codec::WebSocketCodec;
 pub use config::Config;
+#[cfg(feature = "deflate")]
+pub use deflate::{DeflateConfig, DeflateParams};
 pub use error::{Error, HandshakeError, ProtocolError, Result};
 pub use handshake::client::IntoClientRequest;
 pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols};

@@ -10,6 +10,7 @@ use crate::handshake::server::{
     AsyncCallback, Callback, NoCallback, accept_response, check_request, error_response,
     parse_request, write_response,
 };
+use crate::negotiated::Negotiated;
 use crate::proto::Role;
 use crate::stream::WebSocketStream;
 
@@ -179,13 +180,14 @@ where
 {
     config.validate()?;
     let handshake = server_handshake(&mut io, &config, callback);
-    let leftover = match config.handshake_timeout {
+    let (leftover, negotiated) = match config.handshake_timeout {
         Some(t) => tokio::time::timeout(t, handshake)
             .await
             .map_err(|_| HandshakeError::Timeout)??,
         None => handshake.await?,
     };
-    WebSocketStream::from_partially_read(io, leftover, Role::Server, config)
+    let ws = WebSocketStream::from_partially_read(io, leftover, Role::Server, config)?;
+    Ok(negotiated.apply(ws))
 }
 
 /// Reads the request head into `buf`, never holding more than the cap.
@@ -232,7 +234,11 @@ enum ReadFailure {
     Fatal(Error),
 }
 
-async fn server_handshake<S, C>(io: &mut S, config: &Config, callback: C) -> Result<BytesMut>
+async fn server_handshake<S, C>(
+    io: &mut S,
+    config: &Config,
+    callback: C,
+) -> Result<(BytesMut, Negotiated)>
 where
     S: AsyncRead + AsyncWrite + Unpin,
     C: AsyncCallback,
@@ -247,6 +253,7 @@ where
         Ok(a) => a,
         Err(e) => return Err(refuse(io, e).await),
     };
+    let (negotiated, extensions) = Negotiated::server(config, request.headers());
     let mut response = match callback.on_request(request, accept_response(&accept)).await {
         Ok(r) => r,
         Err(refusal) => {
@@ -266,12 +273,17 @@ where
     for (name, value) in required.headers() {
         response.headers_mut().insert(name, value.clone());
     }
+    if let Some(value) = extensions {
+        response
+            .headers_mut()
+            .insert(http::header::SEC_WEBSOCKET_EXTENSIONS, value);
+    }
     let mut out = Vec::with_capacity(160);
     write_response(&response, &[], &mut out);
     io.write_all(&out).await?;
     io.flush().await?;
     let _ = buf.split_to(head_len);
-    Ok(buf)
+    Ok((buf, negotiated))
 }
 
 /// Answers a refused request with its HTTP error, then returns the error.

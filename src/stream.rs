@@ -273,6 +273,12 @@ impl<S> WebSocketStream<S> {
         &mut self.io
     }
 
+    /// The codec, to set up extensions the handshake negotiated.
+    #[cfg_attr(not(feature = "deflate"), allow(dead_code))]
+    pub(crate) fn codec_mut(&mut self) -> &mut WebSocketCodec {
+        &mut self.codec
+    }
+
     /// Whether a close frame has been sent.
     pub fn is_close_sent(&self) -> bool {
         self.close_sent
@@ -325,7 +331,8 @@ where
     }
 
     fn queue(&mut self, msg: &Message) -> Result<()> {
-        if self.role() == Role::Server {
+        // Compressed payloads are new bytes: they go through the codec.
+        if self.role() == Role::Server && !self.codec.compresses(msg) {
             let large = match msg {
                 Message::Text(t) if t.len() >= ZERO_COPY_MIN => {
                     Some((true, OpCode::Text, t.as_bytes()))
