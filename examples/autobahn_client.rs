@@ -22,8 +22,12 @@ fn config() -> Config {
         .max_frame_size(64 << 20)
         .max_message_size(64 << 20);
     #[cfg(feature = "deflate")]
-    let config =
-        config.deflate(wavesock::DeflateConfig::default().client_no_context_takeover(true));
+    // Threshold 0: see examples/echo_server.rs.
+    let config = config.deflate(
+        wavesock::DeflateConfig::default()
+            .client_no_context_takeover(true)
+            .compression_threshold(0),
+    );
     config
 }
 
