@@ -212,14 +212,17 @@ impl Inflater {
         while !m.ended && (!input.is_empty() || m.full) {
             if m.out.len() == m.out.capacity() {
                 // Geometric growth, capped so that the buffer never exceeds
-                // the limit by more than the one byte that proves it passed.
+                // the limit by more than the one byte that proves it passed;
+                // the step that reaches the limit takes that byte along, so
+                // a message of exactly the limit is not copied once more.
                 let room = max + 1 - m.out.len();
                 let step = if m.out.is_empty() {
                     FIRST_STEP.min(input.len().saturating_mul(4).max(256))
                 } else {
                     m.out.len()
                 };
-                m.out.reserve_exact(step.min(room));
+                let step = if step >= room - 1 { room } else { step };
+                m.out.reserve_exact(step);
             }
             let (in_before, out_before) = (self.decompress.total_in(), m.out.len());
             let status = self
