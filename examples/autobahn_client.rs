@@ -9,7 +9,8 @@
 //! `/runCase?case=N&agent=wavesock` until the server closes, then asks for
 //! `/updateReports?agent=wavesock`. Errors within a case are expected (many
 //! cases send invalid data on purpose): they are logged and the next case
-//! runs.
+//! runs. Built with `--features deflate`, the client offers permessage-deflate
+//! (with `client_no_context_takeover`, which the 13.x cases ask to accept).
 
 use futures_util::{SinkExt, StreamExt};
 use wavesock::{Config, Message};
@@ -17,9 +18,17 @@ use wavesock::{Config, Message};
 const AGENT: &str = "wavesock";
 
 fn config() -> Config {
-    Config::default()
+    let config = Config::default()
         .max_frame_size(64 << 20)
-        .max_message_size(64 << 20)
+        .max_message_size(64 << 20);
+    #[cfg(feature = "deflate")]
+    // Threshold 0: see examples/echo_server.rs.
+    let config = config.deflate(
+        wavesock::DeflateConfig::default()
+            .client_no_context_takeover(true)
+            .compression_threshold(0),
+    );
+    config
 }
 
 async fn case_count(base: &str) -> wavesock::Result<u32> {

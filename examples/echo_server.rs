@@ -5,6 +5,7 @@
 //! ```
 //!
 //! Runs on a current-thread runtime (one core), with a 64 MiB message limit.
+//! Built with `--features deflate`, it accepts permessage-deflate offers.
 
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -15,6 +16,11 @@ async fn serve(tcp: TcpStream) -> wavesock::Result<()> {
     let config = Config::default()
         .max_frame_size(64 << 20)
         .max_message_size(64 << 20);
+    // Threshold 0: every message is echoed compressed. Short messages sent
+    // uncompressed are valid (RFC 7692 §6), but kosoku 0.1.0 fails its
+    // 12.x.1 / 13.x.1 cases on them ("Strings must be encoded before hashing").
+    #[cfg(feature = "deflate")]
+    let config = config.deflate(wavesock::DeflateConfig::default().compression_threshold(0));
     let mut ws = wavesock::accept_async_with_config(tcp, config).await?;
     while let Some(msg) = ws.next().await {
         let msg = msg?;

@@ -16,6 +16,7 @@ use crate::error::{HandshakeError, Result};
 use crate::handshake::client::{
     IntoClientRequest, check_response, parse_response, prepare_request, with_body, write_request,
 };
+use crate::negotiated::Negotiated;
 use crate::proto::Role;
 use crate::stream::WebSocketStream;
 
@@ -281,13 +282,14 @@ async fn within<F: Future>(deadline: Option<Instant>, fut: F) -> Option<F::Outpu
 }
 
 async fn handshake<S>(
-    request: Request<()>,
+    mut request: Request<()>,
     mut io: S,
     config: Config,
 ) -> Result<(WebSocketStream<S>, ClientResponse)>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    Negotiated::offer(&config, &mut request);
     let deadline = config.handshake_timeout.map(|t| Instant::now() + t);
     let mut buf = BytesMut::new();
     let (response, head_len) = within(
@@ -309,8 +311,9 @@ where
         .into());
     }
     check_response(&request, &response)?;
+    let negotiated = Negotiated::client(&config, response.headers())?;
     let ws = WebSocketStream::from_partially_read(io, buf, Role::Client, config)?;
-    Ok((ws, with_body(&response, None)))
+    Ok((negotiated.apply(ws), with_body(&response, None)))
 }
 
 async fn send_and_read_head<S>(

@@ -54,6 +54,24 @@ impl WebSocketCodec {
         self.decoder.payload_remaining(buffered)
     }
 
+    /// Whether encoding `msg` compresses it (permessage-deflate was
+    /// negotiated and the message is large enough), so that its payload
+    /// cannot be sent from where it is.
+    pub fn compresses(&self, msg: &Message) -> bool {
+        self.encoder.compresses(msg)
+    }
+
+    /// Turns permessage-deflate on in both directions, with the parameters
+    /// the handshake agreed on.
+    #[cfg(feature = "deflate")]
+    pub fn enable_deflate(
+        &mut self,
+        params: &crate::deflate::DeflateParams,
+        config: &crate::deflate::DeflateConfig,
+    ) {
+        crate::proto::deflate::enable(&mut self.decoder, &mut self.encoder, params, config);
+    }
+
     /// Writes only a frame header; see [`FrameEncoder::encode_header`].
     pub fn encode_header(
         &mut self,

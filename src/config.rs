@@ -57,6 +57,10 @@ pub struct Config {
     /// peer's back, the TCP connection closed) before the connection is
     /// dropped anyway. Default 10 s.
     pub close_timeout: Duration,
+    /// permessage-deflate: what a client offers or a server accepts.
+    /// Default `None`: no compression (a server declines offers).
+    #[cfg(feature = "deflate")]
+    pub deflate: Option<crate::deflate::DeflateConfig>,
 }
 
 impl Default for Config {
@@ -74,6 +78,8 @@ impl Default for Config {
             ping_interval: None,
             pong_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(10),
+            #[cfg(feature = "deflate")]
+            deflate: None,
         }
     }
 }
@@ -161,8 +167,27 @@ impl Config {
         self
     }
 
+    /// Sets [`Config::deflate`]: `Some(DeflateConfig::default())` (or a
+    /// `DeflateConfig` itself) turns compression on.
+    ///
+    /// ```
+    /// use wavesock::{Config, DeflateConfig};
+    ///
+    /// let on = Config::default().deflate(DeflateConfig::default());
+    /// assert!(on.deflate.is_some());
+    /// ```
+    #[cfg(feature = "deflate")]
+    pub fn deflate(mut self, deflate: impl Into<Option<crate::deflate::DeflateConfig>>) -> Self {
+        self.deflate = deflate.into();
+        self
+    }
+
     /// Checks that the settings can work together.
     pub fn validate(&self) -> Result<()> {
+        #[cfg(feature = "deflate")]
+        if let Some(d) = &self.deflate {
+            d.validate()?;
+        }
         if self.max_frame_size == 0 {
             return Err(Error::InvalidConfig("max_frame_size must be at least 1"));
         }

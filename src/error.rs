@@ -138,6 +138,9 @@ pub enum ProtocolError {
     /// Data frames arrived after the peer's close frame.
     #[error("frame received after a close frame")]
     FrameAfterClose,
+    /// A compressed message (permessage-deflate) did not inflate.
+    #[error("invalid permessage-deflate data")]
+    InvalidCompressedData,
 }
 
 /// Why the opening HTTP handshake failed.

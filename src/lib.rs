@@ -66,9 +66,12 @@ mod client;
 pub mod codec;
 pub mod config;
 mod connect;
+#[cfg(feature = "deflate")]
+pub mod deflate;
 pub mod error;
 pub mod guide;
 pub mod handshake;
+mod negotiated;
 mod outbox;
 pub mod proto;
 pub mod proxy;
@@ -84,6 +87,8 @@ pub use client::{
 };
 pub use codec::WebSocketCodec;
 pub use config::Config;
+#[cfg(feature = "deflate")]
+pub use deflate::{DeflateConfig, DeflateParams};
 pub use error::{ConnectError, Error, HandshakeError, ProtocolError, Result};
 pub use handshake::client::IntoClientRequest;
 pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols};

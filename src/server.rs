@@ -10,6 +10,7 @@ use crate::handshake::server::{
     AsyncCallback, Callback, NoCallback, accept_response, check_request, error_response,
     parse_request, write_response,
 };
+use crate::negotiated::Negotiated;
 use crate::proto::Role;
 use crate::stream::WebSocketStream;
 
@@ -217,7 +218,9 @@ where
         Ok(_) => tracing::debug!("websocket handshake accepted"),
         Err(e) => tracing::debug!(error = %e, "websocket handshake failed"),
     }
-    WebSocketStream::from_partially_read(io, result?, Role::Server, config)
+    let (leftover, negotiated) = result?;
+    let ws = WebSocketStream::from_partially_read(io, leftover, Role::Server, config)?;
+    Ok(negotiated.apply(ws))
 }
 
 /// Reads the request head into `buf`, never holding more than the cap.
@@ -264,7 +267,11 @@ enum ReadFailure {
     Fatal(Error),
 }
 
-async fn server_handshake<S, C>(io: &mut S, config: &Config, callback: C) -> Result<BytesMut>
+async fn server_handshake<S, C>(
+    io: &mut S,
+    config: &Config,
+    callback: C,
+) -> Result<(BytesMut, Negotiated)>
 where
     S: AsyncRead + AsyncWrite + Unpin,
     C: AsyncCallback,
@@ -279,6 +286,7 @@ where
         Ok(a) => a,
         Err(e) => return Err(refuse(io, e).await),
     };
+    let (negotiated, extensions) = Negotiated::server(config, request.headers());
     let mut response = match callback.on_request(request, accept_response(&accept)).await {
         Ok(r) => r,
         Err(refusal) => {
@@ -298,12 +306,17 @@ where
     for (name, value) in required.headers() {
         response.headers_mut().insert(name, value.clone());
     }
+    if let Some(value) = extensions {
+        response
+            .headers_mut()
+            .insert(http::header::SEC_WEBSOCKET_EXTENSIONS, value);
+    }
     let mut out = Vec::with_capacity(160);
     write_response(&response, &[], &mut out);
     io.write_all(&out).await?;
     io.flush().await?;
     let _ = buf.split_to(head_len);
-    Ok(buf)
+    Ok((buf, negotiated))
 }
 
 /// Answers a refused request with its HTTP error, then returns the error.

@@ -1,6 +1,10 @@
 //! An idle connection costs the server little heap: measured with a counting
 //! allocator over real loopback sockets, task and socket registration
 //! included. One test function, so nothing else allocates meanwhile.
+//!
+//! Not with the `tracing` feature: its per-connection span is state the
+//! user opted into (it adds one 128-byte step to the task).
+#![cfg(not(feature = "tracing"))]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};

@@ -244,8 +244,10 @@ pub(crate) fn with_body<T>(response: &Response<()>, body: T) -> Response<T> {
 /// Checks the server's response against the request it answers
 /// (RFC 6455 §4.1): `101 Switching Protocols`, `Upgrade: websocket`,
 /// `Connection: upgrade` (tokens case-insensitive, comma lists allowed), the
-/// right `Sec-WebSocket-Accept`, no extension (none was offered), and a
-/// subprotocol, if any, that the request offered (compared exactly).
+/// right `Sec-WebSocket-Accept`, no extension unless the request offered
+/// some (the caller then checks the choice: see
+/// `handshake::extensions::check_response` with the `deflate` feature), and
+/// a subprotocol, if any, that the request offered (compared exactly).
 ///
 /// Returns the chosen subprotocol. A status other than 101 is
 /// [`HandshakeError::UnexpectedStatus`] without a body; the connecting
@@ -292,10 +294,14 @@ pub fn check_response(
             });
         }
     }
-    if h.contains_key(header::SEC_WEBSOCKET_EXTENSIONS) {
+    if h.contains_key(header::SEC_WEBSOCKET_EXTENSIONS)
+        && !request
+            .headers()
+            .contains_key(header::SEC_WEBSOCKET_EXTENSIONS)
+    {
         return Err(HandshakeError::BadHeader {
             name: "Sec-WebSocket-Extensions",
-            reason: "the server chose an extension; wavesock negotiates none",
+            reason: "the server chose an extension that was not offered",
         });
     }
     chosen_subprotocol(request.headers(), h)

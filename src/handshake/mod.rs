@@ -1,6 +1,8 @@
 //! The opening HTTP/1.1 handshake (RFC 6455 §4), without I/O.
 
 pub mod client;
+#[cfg(feature = "deflate")]
+pub mod extensions;
 pub mod server;
 
 use base64::Engine;

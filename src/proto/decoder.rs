@@ -28,6 +28,8 @@ enum DecodeState {
         header: FrameHeader,
         len: usize,
         done: usize,
+        /// The payload is compressed: it goes to the inflater as it arrives.
+        inflate: bool,
     },
 }
 
@@ -50,6 +52,10 @@ pub struct MessageDecoder {
     utf8: Utf8Validator,
     /// Text checking applies to the frame being read.
     checking_text: bool,
+    /// Inflates compressed messages when permessage-deflate was negotiated.
+    #[cfg(feature = "deflate")]
+    // Boxed: a connection without compression pays one pointer for it.
+    inflater: Option<Box<crate::proto::deflate::Inflater>>,
 }
 
 impl MessageDecoder {
@@ -64,7 +70,68 @@ impl MessageDecoder {
             fragments: None,
             utf8: Utf8Validator::new(),
             checking_text: false,
+            #[cfg(feature = "deflate")]
+            inflater: None,
         }
+    }
+
+    /// Accepts compressed messages (RSV1 on their first frame) from now on,
+    /// from a peer compressing with at most `2^window_bits` bytes of window
+    /// and resetting its context after each message if `reset`.
+    #[cfg(feature = "deflate")]
+    pub(crate) fn set_inflater(&mut self, window_bits: u8, reset: bool) {
+        self.inflater = Some(Box::new(crate::proto::deflate::Inflater::new(
+            window_bits,
+            reset,
+            self.max_message_size,
+        )));
+    }
+
+    /// Whether a compressed message is being received.
+    fn inflating(&self) -> bool {
+        #[cfg(feature = "deflate")]
+        if let Some(i) = &self.inflater {
+            return i.in_message();
+        }
+        false
+    }
+
+    /// Checks the RSV bits; starts inflating if the frame begins a
+    /// compressed message. RSV1 is allowed only on the first frame of a
+    /// data message, and only when permessage-deflate was negotiated.
+    fn start_compressed(&mut self, header: &FrameHeader) -> Result<bool, Error> {
+        #[cfg(feature = "deflate")]
+        if let Some(i) = &mut self.inflater {
+            let first = matches!(header.opcode, OpCode::Text | OpCode::Binary);
+            let rsv1 = if first { 0b100 } else { 0 };
+            header.check(self.role, rsv1, self.accept_unmasked)?;
+            if header.rsv & rsv1 != 0 {
+                i.begin(header.opcode == OpCode::Text);
+                return Ok(true);
+            }
+            return Ok(false);
+        }
+        header.check(self.role, 0, self.accept_unmasked)?;
+        Ok(false)
+    }
+
+    /// Inflates compressed payload bytes as they arrive.
+    fn inflate(&mut self, fresh: &[u8]) -> Result<(), Error> {
+        #[cfg(feature = "deflate")]
+        if let Some(i) = &mut self.inflater {
+            return i.feed(fresh, &mut self.utf8);
+        }
+        let _ = fresh;
+        Ok(())
+    }
+
+    /// Ends a compressed message.
+    fn finish_compressed(&mut self) -> Result<Message, Error> {
+        #[cfg(feature = "deflate")]
+        if let Some(i) = &mut self.inflater {
+            return i.finish(&mut self.utf8);
+        }
+        Err(ProtocolError::InvalidCompressedData.into())
     }
 
     /// Which side this decoder reads for.
@@ -81,19 +148,28 @@ impl MessageDecoder {
         }
     }
 
-    fn start_frame(&mut self, header: FrameHeader) -> Result<usize, Error> {
-        header.check(self.role, 0, self.accept_unmasked)?;
-        let len = header.payload_len;
-        let in_progress = self.fragments.as_ref().map_or(0, |f| f.buf.len());
+    /// Checks a frame header; returns the payload length and whether the
+    /// payload is compressed.
+    fn start_frame(&mut self, header: FrameHeader) -> Result<(usize, bool), Error> {
+        let in_message = self.fragments.is_some() || self.inflating();
         match header.opcode {
-            OpCode::Continuation if self.fragments.is_none() => {
+            OpCode::Continuation if !in_message => {
                 return Err(ProtocolError::UnexpectedContinuation.into());
             }
-            OpCode::Text | OpCode::Binary if self.fragments.is_some() => {
+            OpCode::Text | OpCode::Binary if in_message => {
                 return Err(ProtocolError::ExpectedContinuation.into());
             }
             _ => {}
         }
+        let compressed = self.start_compressed(&header)?;
+        let inflate = compressed || header.opcode == OpCode::Continuation && self.inflating();
+        let len = header.payload_len;
+        // A compressed message's size is checked as it inflates.
+        let in_progress = if inflate {
+            0
+        } else {
+            self.fragments.as_ref().map_or(0, |f| f.buf.len())
+        };
         if !header.opcode.is_control() {
             if len > self.max_frame_size as u64 {
                 return Err(Error::FrameTooLarge {
@@ -109,13 +185,14 @@ impl MessageDecoder {
                 });
             }
         }
-        self.checking_text = match header.opcode {
-            OpCode::Text => true,
-            OpCode::Continuation => self.fragments.as_ref().is_some_and(|f| f.text),
-            _ => false,
-        };
+        self.checking_text = !inflate
+            && match header.opcode {
+                OpCode::Text => true,
+                OpCode::Continuation => self.fragments.as_ref().is_some_and(|f| f.text),
+                _ => false,
+            };
         // Bounded by max_frame_size or by 125 above, so it fits in usize.
-        Ok(len as usize)
+        Ok((len as usize, inflate))
     }
 
     fn finish_frame(
@@ -171,34 +248,51 @@ impl MessageDecoder {
                 let Some((header, header_len)) = FrameHeader::parse(src)? else {
                     return Ok(None);
                 };
-                let len = self.start_frame(header)?;
+                let (len, inflate) = self.start_frame(header)?;
                 src.advance(header_len);
                 self.state = DecodeState::Payload {
                     header,
                     len,
                     done: 0,
+                    inflate,
                 };
             }
-            let DecodeState::Payload { header, len, done } = &mut self.state else {
+            let DecodeState::Payload {
+                header,
+                len,
+                done,
+                inflate,
+            } = &mut self.state
+            else {
                 unreachable!("state set above");
             };
-            let avail = src.len().min(*len);
+            let (header, len, inflate) = (*header, *len, *inflate);
+            let avail = src.len().min(len);
             if avail > *done {
-                let fresh = &mut src[*done..avail];
+                let start = std::mem::replace(done, avail);
+                let fresh = &mut src[start..avail];
                 if let Some(key) = header.mask {
-                    apply_mask(fresh, key, *done);
+                    apply_mask(fresh, key, start);
                 }
-                if self.checking_text {
+                if inflate {
+                    self.inflate(fresh)?;
+                } else if self.checking_text {
                     self.utf8.feed(fresh).map_err(|_| Error::InvalidUtf8)?;
                 }
-                *done = avail;
             }
-            if avail < *len {
+            if avail < len {
                 return Ok(None);
             }
-            let header = *header;
-            let payload = src.split_to(*len);
             self.state = DecodeState::Head;
+            if inflate {
+                // Already inflated as it arrived.
+                src.advance(len);
+                if header.fin {
+                    return self.finish_compressed().map(Some);
+                }
+                continue;
+            }
+            let payload = src.split_to(len);
             if let Some(msg) = self.finish_frame(header, payload)? {
                 return Ok(Some(msg));
             }

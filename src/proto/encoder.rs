@@ -18,12 +18,64 @@ pub struct FrameEncoder {
     role: Role,
     // Boxed: servers never need it, and every connection should be small.
     rng: Option<Box<SmallRng>>,
+    /// Compresses data messages when permessage-deflate was negotiated.
+    #[cfg(feature = "deflate")]
+    // Boxed: a connection without compression pays one pointer for it.
+    deflater: Option<Box<crate::proto::deflate::Deflater>>,
 }
+
+/// RSV1: "this message is compressed" under permessage-deflate.
+#[cfg(feature = "deflate")]
+const RSV1: u8 = 0b100;
 
 impl FrameEncoder {
     /// An encoder for `role` (the side that writes).
     pub fn new(role: Role) -> Self {
-        FrameEncoder { role, rng: None }
+        FrameEncoder {
+            role,
+            rng: None,
+            #[cfg(feature = "deflate")]
+            deflater: None,
+        }
+    }
+
+    /// Compresses text and binary messages from now on (permessage-deflate).
+    #[cfg(feature = "deflate")]
+    pub(crate) fn set_deflater(&mut self, deflater: crate::proto::deflate::Deflater) {
+        self.deflater = Some(Box::new(deflater));
+    }
+
+    /// Whether [`encode_message`](Self::encode_message) compresses `msg`.
+    /// Raw [`Frame`]s never are.
+    pub fn compresses(&self, msg: &Message) -> bool {
+        #[cfg(feature = "deflate")]
+        if let Some(d) = &self.deflater {
+            return msg.is_data() && d.wants(msg.len());
+        }
+        let _ = msg;
+        false
+    }
+
+    /// A whole text or binary message as one frame, compressed if
+    /// negotiated and large enough.
+    fn encode_data(
+        &mut self,
+        opcode: OpCode,
+        payload: &[u8],
+        dst: &mut BytesMut,
+    ) -> Result<(), Error> {
+        #[cfg(feature = "deflate")]
+        if let Some(mut d) = self.deflater.take() {
+            let r = if d.wants(payload.len()) {
+                d.compress(payload, |c| self.write_frame(true, RSV1, opcode, c, dst))
+                    .and_then(|r| r)
+            } else {
+                self.write_frame(true, 0, opcode, payload, dst)
+            };
+            self.deflater = Some(d);
+            return r;
+        }
+        self.write_frame(true, 0, opcode, payload, dst)
     }
 
     /// Which side this encoder writes for.
@@ -39,8 +91,19 @@ impl FrameEncoder {
         payload: &[u8],
         dst: &mut BytesMut,
     ) -> Result<(), Error> {
+        self.write_frame(fin, 0, opcode, payload, dst)
+    }
+
+    fn write_frame(
+        &mut self,
+        fin: bool,
+        rsv: u8,
+        opcode: OpCode,
+        payload: &[u8],
+        dst: &mut BytesMut,
+    ) -> Result<(), Error> {
         dst.reserve(MAX_HEADER_LEN + payload.len());
-        let mask = self.encode_header(fin, opcode, payload.len(), dst)?;
+        let mask = self.write_header(fin, rsv, opcode, payload.len(), dst)?;
         let start = dst.len();
         dst.put_slice(payload);
         if let Some(key) = mask {
@@ -55,6 +118,17 @@ impl FrameEncoder {
     pub fn encode_header(
         &mut self,
         fin: bool,
+        opcode: OpCode,
+        len: usize,
+        dst: &mut BytesMut,
+    ) -> Result<Option<[u8; 4]>, Error> {
+        self.write_header(fin, 0, opcode, len, dst)
+    }
+
+    fn write_header(
+        &mut self,
+        fin: bool,
+        rsv: u8,
         opcode: OpCode,
         len: usize,
         dst: &mut BytesMut,
@@ -79,7 +153,7 @@ impl FrameEncoder {
         };
         let header = FrameHeader {
             fin,
-            rsv: 0,
+            rsv,
             opcode,
             mask,
             payload_len: len as u64,
@@ -93,8 +167,8 @@ impl FrameEncoder {
     /// Encodes a whole message as one frame into `dst`.
     pub fn encode_message(&mut self, msg: &Message, dst: &mut BytesMut) -> Result<(), Error> {
         match msg {
-            Message::Text(t) => self.encode_frame(true, OpCode::Text, t.as_bytes(), dst),
-            Message::Binary(b) => self.encode_frame(true, OpCode::Binary, b, dst),
+            Message::Text(t) => self.encode_data(OpCode::Text, t.as_bytes(), dst),
+            Message::Binary(b) => self.encode_data(OpCode::Binary, b, dst),
             Message::Ping(b) => self.encode_frame(true, OpCode::Ping, b, dst),
             Message::Pong(b) => self.encode_frame(true, OpCode::Pong, b, dst),
             Message::Close(f) => {

@@ -3,6 +3,8 @@
 
 pub mod close;
 pub mod decoder;
+#[cfg(feature = "deflate")]
+pub(crate) mod deflate;
 pub mod encoder;
 pub mod header;
 pub mod mask;

@@ -209,6 +209,21 @@ impl<S> WebSocketStream<S> {
         self.writer.close_sent
     }
 
+    /// Turns permessage-deflate on in both directions, as negotiated.
+    #[cfg(feature = "deflate")]
+    pub(crate) fn enable_deflate(
+        &mut self,
+        params: &crate::deflate::DeflateParams,
+        config: &crate::deflate::DeflateConfig,
+    ) {
+        crate::proto::deflate::enable(
+            self.reader.decoder_mut(),
+            self.writer.encoder_mut(),
+            params,
+            config,
+        );
+    }
+
     /// Whether the peer's close frame has been received.
     pub fn is_close_received(&self) -> bool {
         self.reader.close_received

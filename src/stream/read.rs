@@ -143,6 +143,11 @@ impl ReadState {
         self.decoder.role()
     }
 
+    #[cfg(feature = "deflate")]
+    pub(crate) fn decoder_mut(&mut self) -> &mut MessageDecoder {
+        &mut self.decoder
+    }
+
     pub(crate) fn is_terminated(&self) -> bool {
         self.terminated
     }

@@ -68,6 +68,11 @@ impl WriteState {
         }
     }
 
+    #[cfg(feature = "deflate")]
+    pub(crate) fn encoder_mut(&mut self) -> &mut FrameEncoder {
+        &mut self.encoder
+    }
+
     /// Whether the outbox is past its limit.
     pub(crate) fn is_full(&self) -> bool {
         self.outbox.len() >= self.write_buffer_size
@@ -97,7 +102,8 @@ impl WriteState {
 
     /// Encodes a message into the outbox.
     pub(crate) fn queue(&mut self, msg: &Message) -> Result<()> {
-        if self.encoder.role() == Role::Server {
+        // Compressed payloads are new bytes: they go through the encoder.
+        if self.encoder.role() == Role::Server && !self.encoder.compresses(msg) {
             if let Message::Prepared(p) = msg {
                 // Encoded once for every connection: queue it as it is.
                 self.outbox.push_shared(p.frame.clone());

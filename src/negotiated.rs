@@ -1,0 +1,79 @@
+//! What the opening handshake agreed on beyond RFC 6455 itself (today only
+//! permessage-deflate), as the handshakes need it. Compiled with and
+//! without the `deflate` feature so that the handshakes need no `cfg`.
+
+use http::header::{HeaderValue, SEC_WEBSOCKET_EXTENSIONS};
+use http::{HeaderMap, Request};
+
+use crate::config::Config;
+use crate::error::HandshakeError;
+use crate::stream::WebSocketStream;
+
+/// The extensions a connection runs with.
+#[derive(Debug, Default)]
+pub(crate) struct Negotiated {
+    #[cfg(feature = "deflate")]
+    deflate: Option<(crate::deflate::DeflateParams, crate::deflate::DeflateConfig)>,
+}
+
+fn not_offered() -> HandshakeError {
+    HandshakeError::BadHeader {
+        name: "Sec-WebSocket-Extensions",
+        reason: "the server chose an extension that wavesock did not offer",
+    }
+}
+
+impl Negotiated {
+    /// Server: picks among the client's offers; the header value, if any,
+    /// goes into the `101` response.
+    pub(crate) fn server(config: &Config, request: &HeaderMap) -> (Self, Option<HeaderValue>) {
+        #[cfg(feature = "deflate")]
+        if let Some(d) = &config.deflate {
+            if let Some((params, value)) = crate::handshake::extensions::negotiate(d, request) {
+                let deflate = Some((params, d.clone()));
+                return (Negotiated { deflate }, Some(value));
+            }
+        }
+        let _ = (config, request);
+        (Negotiated::default(), None)
+    }
+
+    /// Client: adds the offers to the request.
+    pub(crate) fn offer(config: &Config, request: &mut Request<()>) {
+        #[cfg(feature = "deflate")]
+        if let Some(d) = &config.deflate {
+            let value = crate::handshake::extensions::offer(d);
+            request
+                .headers_mut()
+                .append(SEC_WEBSOCKET_EXTENSIONS, value);
+        }
+        let _ = (config, request);
+    }
+
+    /// Client: checks what the server chose.
+    pub(crate) fn client(config: &Config, response: &HeaderMap) -> Result<Self, HandshakeError> {
+        #[cfg(feature = "deflate")]
+        if let Some(d) = &config.deflate {
+            let params = crate::handshake::extensions::check_response(d, response)?;
+            let deflate = params.map(|p| (p, d.clone()));
+            return Ok(Negotiated { deflate });
+        }
+        let _ = config;
+        if response.contains_key(SEC_WEBSOCKET_EXTENSIONS) {
+            return Err(not_offered());
+        }
+        Ok(Negotiated::default())
+    }
+
+    /// Sets the connection up accordingly.
+    pub(crate) fn apply<S>(self, ws: WebSocketStream<S>) -> WebSocketStream<S>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        #[cfg(feature = "deflate")]
+        if let Some((params, config)) = self.deflate {
+            return ws.with_deflate(params, &config);
+        }
+        ws
+    }
+}
