@@ -57,6 +57,13 @@ pub struct Config {
     /// peer's back, the TCP connection closed) before the connection is
     /// dropped anyway. Default 10 s.
     pub close_timeout: Duration,
+    /// Hand out received text and binary messages in pieces as their bytes
+    /// arrive, as [`Message::Frame`](crate::Message::Frame)s, instead of
+    /// assembling them: memory stays bounded by what one read brings,
+    /// whatever the message size. Limits still apply, `max_message_size` to
+    /// the running total. Default `false`; see
+    /// [`WebSocketStream::next_message_pieces`](crate::WebSocketStream::next_message_pieces).
+    pub stream_messages: bool,
 }
 
 impl Default for Config {
@@ -74,6 +81,7 @@ impl Default for Config {
             ping_interval: None,
             pong_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(10),
+            stream_messages: false,
         }
     }
 }
@@ -158,6 +166,22 @@ impl Config {
     /// Sets [`Config::close_timeout`].
     pub fn close_timeout(mut self, timeout: Duration) -> Self {
         self.close_timeout = timeout;
+        self
+    }
+
+    /// Sets [`Config::stream_messages`].
+    ///
+    /// ```
+    /// use wavesock::Config;
+    ///
+    /// // Messages of up to 1 GiB, received in pieces of what each read brings.
+    /// let config = Config::default()
+    ///     .stream_messages(true)
+    ///     .max_message_size(1 << 30);
+    /// assert!(config.validate().is_ok());
+    /// ```
+    pub fn stream_messages(mut self, stream: bool) -> Self {
+        self.stream_messages = stream;
         self
     }
 

@@ -96,7 +96,7 @@ pub use server::{
     accept_async, accept_async_callback, accept_async_callback_with_config,
     accept_async_with_config, accept_hdr_async, accept_hdr_async_with_config,
 };
-pub use stream::{WebSocketReceiver, WebSocketSender, WebSocketStream};
+pub use stream::{MessagePieces, WebSocketReceiver, WebSocketSender, WebSocketStream};
 
 #[cfg(feature = "rustls")]
 pub use client::connect_async_tls_with_config;
