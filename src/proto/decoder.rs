@@ -230,8 +230,8 @@ impl MessageDecoder {
     ///
     /// With [`Config::stream_messages`], text and binary payloads come out
     /// as [`Message::Frame`] pieces instead: all the payload bytes of the
-    /// current frame that `src` holds, split off it, so `src` keeps at most
-    /// a partial header between calls.
+    /// current frame that `src` holds, split off it, so between calls `src`
+    /// keeps at most a partial header or control frame.
     pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Message>, Error> {
         loop {
             if let DecodeState::Head = self.state {
