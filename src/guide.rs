@@ -282,12 +282,12 @@
 //! of text may end inside a code point; invalid UTF-8 fails (1007) at the
 //! read that brings it, not at the end of the message.
 //!
-//! [`next_message_pieces`](WebSocketStream::next_message_pieces) (also on
+//! [`next_message_pieces`](crate::WebSocketStream::next_message_pieces) (also on
 //! the split receiver) gives the pieces of the next message as a
 //! `Stream` of `Bytes`, ending after the last one; wrap it in
 //! [`tokio_util::io::StreamReader`] for an `AsyncRead`. To send,
-//! [`send_reader`](WebSocketStream::send_reader) and
-//! [`send_pieces`](WebSocketStream::send_pieces) (also on the split sender)
+//! [`send_reader`](crate::WebSocketStream::send_reader) and
+//! [`send_pieces`](crate::WebSocketStream::send_pieces) (also on the split sender)
 //! send each chunk as a fragment through the write buffer, so a slow peer
 //! slows the source down. For text, the chunks may split code points, but
 //! the whole must be valid UTF-8. If sending stops halfway (an error from
