@@ -61,6 +61,13 @@ pub struct Config {
     /// Default `None`: no compression (a server declines offers).
     #[cfg(feature = "deflate")]
     pub deflate: Option<crate::deflate::DeflateConfig>,
+    /// Hand out received text and binary messages in pieces as their bytes
+    /// arrive, as [`Message::Frame`](crate::Message::Frame)s, instead of
+    /// assembling them: memory stays bounded by what one read brings,
+    /// whatever the message size. Limits still apply, `max_message_size` to
+    /// the running total. Default `false`; see
+    /// [`WebSocketStream::next_message_pieces`](crate::WebSocketStream::next_message_pieces).
+    pub stream_messages: bool,
 }
 
 impl Default for Config {
@@ -80,6 +87,7 @@ impl Default for Config {
             close_timeout: Duration::from_secs(10),
             #[cfg(feature = "deflate")]
             deflate: None,
+            stream_messages: false,
         }
     }
 }
@@ -179,6 +187,22 @@ impl Config {
     #[cfg(feature = "deflate")]
     pub fn deflate(mut self, deflate: impl Into<Option<crate::deflate::DeflateConfig>>) -> Self {
         self.deflate = deflate.into();
+        self
+    }
+
+    /// Sets [`Config::stream_messages`].
+    ///
+    /// ```
+    /// use wavesock::Config;
+    ///
+    /// // Messages of up to 1 GiB, received in pieces of what each read brings.
+    /// let config = Config::default()
+    ///     .stream_messages(true)
+    ///     .max_message_size(1 << 30);
+    /// assert!(config.validate().is_ok());
+    /// ```
+    pub fn stream_messages(mut self, stream: bool) -> Self {
+        self.stream_messages = stream;
         self
     }
 

@@ -98,6 +98,22 @@ impl Error {
     }
 }
 
+/// For byte-stream adapters such as [`tokio_util::io::StreamReader`] over
+/// [`MessagePieces`](crate::MessagePieces): an I/O error is given back as it
+/// was, a peer that closed in mid-message becomes
+/// [`io::ErrorKind::UnexpectedEof`], invalid UTF-8
+/// [`io::ErrorKind::InvalidData`], anything else [`io::ErrorKind::Other`].
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        match e {
+            Error::Io(e) => e,
+            Error::ConnectionClosed => io::Error::new(io::ErrorKind::UnexpectedEof, e),
+            Error::InvalidUtf8 => io::Error::new(io::ErrorKind::InvalidData, e),
+            e => io::Error::other(e),
+        }
+    }
+}
+
 /// A violation of the framing rules of RFC 6455 by the peer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -12,6 +12,7 @@
 //! - [Closing](#closing)
 //! - [Keepalive](#keepalive)
 //! - [Backpressure](#backpressure)
+//! - [Streaming large messages](#streaming-large-messages)
 //! - [Broadcast](#broadcast)
 //! - [Errors](#errors)
 //!
@@ -259,6 +260,59 @@
 //!
 //! Lower `write_buffer_size` for many small, latency-sensitive connections;
 //! raise it for bulk transfers.
+//!
+//! # Streaming large messages
+//!
+//! By default a message is assembled before it is handed out, so receiving
+//! one costs its size, bounded by
+//! [`max_message_size`](crate::Config::max_message_size). For messages too
+//! large to hold (files, exports, media), turn on
+//! [`Config::stream_messages`](crate::Config::stream_messages): text and
+//! binary messages then come as [`Message::Frame`](crate::Message::Frame)
+//! pieces, each the payload bytes one read brought, already unmasked and
+//! (for text) UTF-8-checked, split off the read buffer without a copy. The
+//! first piece has the message's opcode, the rest
+//! [`Continuation`](crate::OpCode::Continuation), the last `fin`. Control
+//! frames between them arrive as usual. Memory stays at about one read
+//! (64 KiB at most) plus what you keep of the pieces.
+//!
+//! The limits still hold: `max_frame_size` on every frame header and
+//! `max_message_size` on the running total, both checked before the bytes
+//! come; raise `max_message_size` to what you are willing to store. A piece
+//! of text may end inside a code point; invalid UTF-8 fails (1007) at the
+//! read that brings it, not at the end of the message.
+//!
+//! [`next_message_pieces`](crate::WebSocketStream::next_message_pieces) (also on
+//! the split receiver) gives the pieces of the next message as a
+//! `Stream` of `Bytes`, ending after the last one; wrap it in
+//! [`tokio_util::io::StreamReader`] for an `AsyncRead`. To send,
+//! [`send_reader`](crate::WebSocketStream::send_reader) and
+//! [`send_pieces`](crate::WebSocketStream::send_pieces) (also on the split sender)
+//! send each chunk as a fragment through the write buffer, so a slow peer
+//! slows the source down. For text, the chunks may split code points, but
+//! the whole must be valid UTF-8. If sending stops halfway (an error from
+//! the source, or the future dropped), the message stays unfinished and the
+//! connection can send no other data message: close it.
+//!
+//! ```no_run
+//! use tokio_util::io::StreamReader;
+//! use wavesock::{Config, OpCode};
+//!
+//! # async fn run(tcp: tokio::net::TcpStream) -> wavesock::Result<()> {
+//! let config = Config::default()
+//!     .stream_messages(true)
+//!     .max_message_size(1 << 30);
+//! let mut ws = wavesock::accept_async_with_config(tcp, config).await?;
+//! // Receive a message of up to 1 GiB straight to disk...
+//! let mut file = tokio::fs::File::create("upload.bin").await?;
+//! tokio::io::copy(&mut StreamReader::new(ws.next_message_pieces()), &mut file).await?;
+//! // ...and send it back, 64 KiB at a time.
+//! let file = tokio::fs::File::open("upload.bin").await?;
+//! ws.send_reader(OpCode::Binary, file, 64 << 10).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The `stream_file` example does this between a client and a server.
 //!
 //! # Broadcast
 //!

@@ -21,10 +21,13 @@
 //!   connections through HTTP `CONNECT` and SOCKS5 proxies ([`proxy`]).
 //! - [`PreparedMessage`]: a message encoded once and sent to many
 //!   connections without a copy per connection.
+//! - Messages of any size in bounded memory: received in pieces as they
+//!   arrive ([`Config::stream_messages`], [`WebSocketStream::next_message_pieces`]),
+//!   sent from a stream of chunks ([`WebSocketStream::send_reader`]).
 //!
 //! The [`guide`] covers what to know before production: limits, split
 //! halves and concurrency, cancel safety in `select!`, closing, keepalive,
-//! backpressure, broadcast and errors. The repository's `examples/` hold a
+//! backpressure, streaming large messages, broadcast and errors. The repository's `examples/` hold a
 //! browser chat (`cargo run --example chat`), hyper and axum integrations and
 //! a reconnecting client.
 //!
@@ -101,7 +104,7 @@ pub use server::{
     accept_async, accept_async_callback, accept_async_callback_with_config,
     accept_async_with_config, accept_hdr_async, accept_hdr_async_with_config,
 };
-pub use stream::{WebSocketReceiver, WebSocketSender, WebSocketStream};
+pub use stream::{MessagePieces, WebSocketReceiver, WebSocketSender, WebSocketStream};
 
 #[cfg(feature = "rustls")]
 pub use client::connect_async_tls_with_config;

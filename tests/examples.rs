@@ -17,6 +17,10 @@ mod chat;
 #[path = "../examples/axum_server.rs"]
 mod axum_server;
 
+#[allow(dead_code)]
+#[path = "../examples/stream_file.rs"]
+mod stream_file;
+
 type Client = WebSocketStream<wavesock::MaybeTlsStream<TcpStream>>;
 
 async fn local() -> (TcpListener, String) {
@@ -124,4 +128,24 @@ async fn axum_route_upgrades_to_wavesock() {
     // Not an upgrade: wavesock's check refuses it on axum's behalf.
     let refused = http_get(&addr, "/ws").await;
     assert!(refused.starts_with("HTTP/1.1 400"), "{refused}");
+}
+
+#[tokio::test]
+async fn stream_file_saves_a_sent_file_byte_for_byte() {
+    let root = std::env::temp_dir().join(format!("wavesock-stream-file-{}", std::process::id()));
+    let uploads = root.join("uploads");
+    tokio::fs::create_dir_all(&root).await.unwrap();
+    let source = root.join("source.bin");
+    let data: Vec<u8> = (0..3_000_017u32).map(|i| (i % 241) as u8).collect();
+    tokio::fs::write(&source, &data).await.unwrap();
+
+    let (listener, addr) = local().await;
+    tokio::spawn(stream_file::serve(listener, uploads.clone()));
+    let written = stream_file::send(&format!("ws://{addr}/"), &source)
+        .await
+        .unwrap();
+    assert_eq!(written, data.len() as u64);
+    let saved = tokio::fs::read(uploads.join("upload-0-0")).await.unwrap();
+    assert!(saved == data, "the saved file differs");
+    tokio::fs::remove_dir_all(&root).await.unwrap();
 }

@@ -5,6 +5,10 @@
 //! message is split off the buffer as [`bytes::Bytes`] without a copy.
 //! Limits are checked on the header, before any memory is reserved for the
 //! payload. Control frames may come between the fragments of a message.
+//!
+//! With [`Config::stream_messages`] data messages are not assembled: the
+//! payload bytes of each read are handed out at once as [`Message::Frame`]
+//! pieces, so memory stays bounded by what one read brings.
 
 use bytes::{Buf, BytesMut};
 
@@ -14,7 +18,7 @@ use crate::proto::Role;
 use crate::proto::close::CloseFrame;
 use crate::proto::header::{FrameHeader, OpCode};
 use crate::proto::mask::apply_mask;
-use crate::proto::message::Message;
+use crate::proto::message::{Frame, Message};
 use crate::proto::text::Utf8Bytes;
 use crate::proto::utf8::Utf8Validator;
 
@@ -22,14 +26,16 @@ use crate::proto::utf8::Utf8Validator;
 enum DecodeState {
     /// Waiting for a frame header.
     Head,
-    /// The header was consumed; `len` payload bytes follow, the first `done`
-    /// of which are already unmasked and checked.
+    /// The header was consumed; `len` payload bytes follow, of which `taken`
+    /// were handed out as pieces (streaming only) and the next `done`, at
+    /// the front of the buffer, are already unmasked and checked.
     Payload {
         header: FrameHeader,
         len: usize,
         done: usize,
         /// The payload is compressed: it goes to the inflater as it arrives.
         inflate: bool,
+        taken: usize,
     },
 }
 
@@ -56,6 +62,10 @@ pub struct MessageDecoder {
     #[cfg(feature = "deflate")]
     // Boxed: a connection without compression pays one pointer for it.
     inflater: Option<Box<crate::proto::deflate::Inflater>>,
+    /// Hand out data payloads as pieces instead of assembling messages.
+    stream: bool,
+    /// Streaming: payload bytes of earlier frames of the message in progress.
+    streamed: u64,
 }
 
 impl MessageDecoder {
@@ -72,6 +82,8 @@ impl MessageDecoder {
             checking_text: false,
             #[cfg(feature = "deflate")]
             inflater: None,
+            stream: config.stream_messages,
+            streamed: 0,
         }
     }
 
@@ -144,7 +156,7 @@ impl MessageDecoder {
     pub fn payload_remaining(&self, buffered: usize) -> Option<usize> {
         match self.state {
             DecodeState::Head => None,
-            DecodeState::Payload { len, .. } => Some(len.saturating_sub(buffered)),
+            DecodeState::Payload { len, taken, .. } => Some((len - taken).saturating_sub(buffered)),
         }
     }
 
@@ -168,7 +180,7 @@ impl MessageDecoder {
         let in_progress = if inflate {
             0
         } else {
-            self.fragments.as_ref().map_or(0, |f| f.buf.len())
+            self.fragments.as_ref().map_or(0, |f| f.buf.len() as u64) + self.streamed
         };
         if !header.opcode.is_control() {
             if len > self.max_frame_size as u64 {
@@ -177,7 +189,7 @@ impl MessageDecoder {
                     max: self.max_frame_size,
                 });
             }
-            let total = in_progress as u64 + len;
+            let total = in_progress + len;
             if total > self.max_message_size as u64 {
                 return Err(Error::MessageTooLarge {
                     size: total,
@@ -237,11 +249,67 @@ impl MessageDecoder {
         }
     }
 
+    /// Streaming: splits the `avail` checked payload bytes at the front of
+    /// `src` off as the next piece of the message, without a copy.
+    fn piece(&mut self, src: &mut BytesMut, avail: usize) -> Result<Message, Error> {
+        let DecodeState::Payload {
+            header,
+            len,
+            done,
+            taken,
+            ..
+        } = &mut self.state
+        else {
+            unreachable!("called while reading a payload");
+        };
+        let header = *header;
+        let opcode = if *taken == 0 {
+            header.opcode
+        } else {
+            OpCode::Continuation
+        };
+        *taken += avail;
+        *done = 0;
+        let frame_end = *taken == *len;
+        let len = *len;
+        let payload = src.split_to(avail).freeze();
+        if frame_end {
+            self.state = DecodeState::Head;
+            if header.fin {
+                if self.checking_text {
+                    self.utf8.finish().map_err(|_| Error::InvalidUtf8)?;
+                }
+                self.fragments = None;
+                self.streamed = 0;
+            } else {
+                self.streamed += len as u64;
+                if header.opcode != OpCode::Continuation {
+                    // Marks the message in progress, for the continuation
+                    // rules and text checking; nothing is kept in it.
+                    self.fragments = Some(Fragments {
+                        text: header.opcode == OpCode::Text,
+                        buf: BytesMut::new(),
+                    });
+                }
+            }
+        }
+        Ok(Message::Frame(Frame {
+            fin: frame_end && header.fin,
+            opcode,
+            payload,
+        }))
+    }
+
     /// Decodes the next message from the front of `src`.
     ///
     /// Returns `Ok(None)` when `src` needs more bytes. Consumed bytes are
     /// split off `src`; the payload bytes of a frame still arriving stay in
     /// `src`, already unmasked and checked, and are not processed again.
+    ///
+    /// With [`Config::stream_messages`], text and binary payloads come out
+    /// as [`Message::Frame`] pieces instead: all the payload bytes of the
+    /// current frame that `src` holds, split off it, so between calls `src`
+    /// keeps at most a partial header or control frame.
     pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Message>, Error> {
         loop {
             if let DecodeState::Head = self.state {
@@ -255,6 +323,7 @@ impl MessageDecoder {
                     len,
                     done: 0,
                     inflate,
+                    taken: 0,
                 };
             }
             let DecodeState::Payload {
@@ -262,17 +331,19 @@ impl MessageDecoder {
                 len,
                 done,
                 inflate,
+                taken,
             } = &mut self.state
             else {
                 unreachable!("state set above");
             };
-            let (header, len, inflate) = (*header, *len, *inflate);
-            let avail = src.len().min(len);
+            let (header, len, inflate, taken) = (*header, *len, *inflate, *taken);
+            let rest = len - taken;
+            let avail = src.len().min(rest);
             if avail > *done {
                 let start = std::mem::replace(done, avail);
                 let fresh = &mut src[start..avail];
                 if let Some(key) = header.mask {
-                    apply_mask(fresh, key, start);
+                    apply_mask(fresh, key, taken + start);
                 }
                 if inflate {
                     self.inflate(fresh)?;
@@ -280,7 +351,12 @@ impl MessageDecoder {
                     self.utf8.feed(fresh).map_err(|_| Error::InvalidUtf8)?;
                 }
             }
-            if avail < len {
+            // Streaming hands out uncompressed data as it comes; a compressed
+            // message is inflated as it arrives and handed out whole.
+            if self.stream && !inflate && !header.opcode.is_control() && (avail > 0 || rest == 0) {
+                return self.piece(src, avail).map(Some);
+            }
+            if avail < rest {
                 return Ok(None);
             }
             self.state = DecodeState::Head;

@@ -37,7 +37,15 @@ pub enum Message {
     /// A close frame, with its code and reason if it carried one.
     Close(Option<CloseFrame>),
     /// A raw frame, sent as given (masked if this side is a client). Lets you
-    /// send a message in fragments of your choosing; never received.
+    /// send a message in fragments of your choosing.
+    ///
+    /// Received only with [`Config::stream_messages`](crate::Config::stream_messages),
+    /// as a piece of a text or binary message: the first piece of a message
+    /// has opcode [`OpCode::Text`] or [`OpCode::Binary`], the others
+    /// [`OpCode::Continuation`], and the last has `fin` set. Pieces follow
+    /// the bytes as they arrive, not the sender's frames (a frame may come
+    /// in several pieces); text is checked as it comes, but a piece may end
+    /// inside a code point.
     Frame(Frame),
     /// A message encoded once, for sending to many connections without
     /// encoding or copying it again for each; never received.
@@ -135,7 +143,9 @@ impl From<Bytes> for Message {
     }
 }
 
-/// A single frame, for sending messages fragment by fragment.
+/// A single frame, for sending messages fragment by fragment, or a piece of
+/// a message received with [`Config::stream_messages`](crate::Config::stream_messages)
+/// (see [`Message::Frame`]).
 ///
 /// ```
 /// use wavesock::{Frame, Message, OpCode};

@@ -1,6 +1,7 @@
 //! [`WebSocketStream`]: a [`Stream`] of received messages and a [`Sink`] of
 //! messages to send over any `AsyncRead + AsyncWrite`, and its split halves.
 
+mod pieces;
 mod read;
 mod split;
 mod write;
@@ -21,6 +22,7 @@ use crate::proto::message::Message;
 use read::{ReadState, Transport};
 use write::WriteState;
 
+pub use pieces::MessagePieces;
 pub use split::{WebSocketReceiver, WebSocketSender};
 
 /// A WebSocket connection over `S`.
