@@ -778,3 +778,34 @@ async fn after_our_close_completes_sending_is_already_closed() {
     ));
     server.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn a_peer_that_never_reads_makes_send_wait_instead_of_buffering() {
+    // The peer's receive window is 16 KiB (the duplex) and it never reads.
+    let (a, _peer) = tokio::io::duplex(16 << 10);
+    let config = Config::default().write_buffer_size(64 << 10);
+    let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, config).unwrap();
+    let msg = Message::binary(vec![7u8; 10 << 10]);
+    let mut accepted = 0usize;
+    loop {
+        match tokio::time::timeout(Duration::from_millis(100), ws.feed(msg.clone())).await {
+            Ok(r) => {
+                r.unwrap();
+                accepted += 1;
+                assert!(accepted < 1000, "feed never waited");
+            }
+            Err(_) => break,
+        }
+    }
+    // What was accepted fits the write buffer plus the transport's window
+    // (and the one message that crossed the limit), not more.
+    let held = accepted * (10 << 10);
+    assert!(
+        held <= (64 << 10) + (16 << 10) + (10 << 10) + 1024,
+        "{accepted} messages accepted"
+    );
+    assert!(
+        accepted >= 6,
+        "the write buffer is used before waiting: {accepted}"
+    );
+}
