@@ -136,7 +136,7 @@ async fn wavesock_client_against_ws_server() {
                 .find(|b| ws_options.contains(&format!("\"serverMaxWindowBits\": {b}")));
             if ws_bits.is_some_and(|b| deflate.server_max_window_bits.is_some_and(|ours| ours < b))
             {
-                let e = connected.err().expect("ws refuses");
+                let e = connected.expect_err("ws refuses");
                 assert!(e.to_string().contains("400"), "{e}");
                 server.kill().await.unwrap();
                 continue;

@@ -370,7 +370,13 @@ mod tests {
     #[test]
     fn server_negotiation_table() {
         let d = DeflateConfig::default();
-        let cases: Vec<(&str, DeflateConfig, &[&str], Option<(&str, DeflateParams)>)> = vec![
+        type Case<'a> = (
+            &'a str,
+            DeflateConfig,
+            &'a [&'a str],
+            Option<(&'a str, DeflateParams)>,
+        );
+        let cases: Vec<Case<'_>> = vec![
             (
                 "bare offer",
                 d.clone(),
