@@ -12,13 +12,14 @@
 //! use wavesock::DeflateConfig;
 //! use wavesock::handshake::extensions::{check_response, negotiate, offer};
 //!
-//! let client = DeflateConfig::default().client_no_context_takeover(true);
+//! let client = DeflateConfig::default().server_no_context_takeover(true);
 //! let server = DeflateConfig::default().server_max_window_bits(Some(10));
 //!
 //! let mut request = HeaderMap::new();
 //! request.insert("sec-websocket-extensions", offer(&client));
 //! let (agreed, answer) = negotiate(&server, &request).expect("an offer was acceptable");
 //! assert_eq!(agreed.server_max_window_bits, 10);
+//! assert!(agreed.server_no_context_takeover);
 //!
 //! let mut response = HeaderMap::new();
 //! response.insert("sec-websocket-extensions", answer);
