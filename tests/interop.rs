@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! (cd tests/interop && npm install)
-//! cargo test --features deflate --test interop -- --ignored --test-threads=1
+//! cargo test --release --features deflate --test interop -- --ignored --test-threads=1
 //! ```
 #![cfg(feature = "deflate")]
 
