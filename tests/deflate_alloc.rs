@@ -75,8 +75,9 @@ impl Bits {
 }
 
 /// A permessage-deflate payload (tail stripped) that inflates to
-/// `1 + 258 * copies` zero bytes: one literal zero, then `copies` times "258
-/// bytes from distance 1", in a fixed-Huffman block: 13 bits per 258 bytes.
+/// `1 + 258 * copies` zero bytes: one literal zero, then `copies` times
+/// "258 bytes from distance 1", in a fixed-Huffman block: 13 bits per 258
+/// bytes.
 fn bomb(copies: usize) -> Vec<u8> {
     let mut b = Bits::default();
     b.put(0b0, 1); // BFINAL

@@ -139,6 +139,12 @@ impl Deflater {
         }
         if out.ends_with(&TAIL) {
             out.truncate(out.len() - TAIL.len());
+        } else if out.is_empty() {
+            // zlib writes nothing for a flush right after a flush (an empty
+            // message after another); an empty payload would make the peer
+            // read the appended tail as a broken stored block. A lone empty
+            // stored block header is the empty message (RFC 7692 §7.2.3.6).
+            out.push(0x00);
         }
         if self.reset_after_message {
             self.compress.reset();
@@ -387,6 +393,19 @@ mod tests {
                     "{bits} bits"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn consecutive_empty_messages_are_one_zero_byte() {
+        // Regression: the second empty message came out as no bytes at all,
+        // which Node's zlib refused ("invalid stored block lengths").
+        let mut d = Deflater::new(3, 15, false, 0);
+        let mut i = Inflater::new(15, false, 16);
+        for m in ["", "", "x", "", "", "hello hello"] {
+            let wire = deflate(&mut d, m.as_bytes());
+            assert!(!wire.is_empty(), "{m:?}");
+            assert_eq!(inflate(&mut i, &wire, true).unwrap(), Message::text(m));
         }
     }
 
