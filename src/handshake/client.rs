@@ -203,15 +203,8 @@ pub fn parse_response(
 ) -> Result<Option<(Response<()>, usize)>, HandshakeError> {
     let mut headers = vec![httparse::EMPTY_HEADER; max_headers];
     let mut resp = httparse::Response::new(&mut headers);
-    let len = match resp.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err(HandshakeError::Malformed(format!(
-                "more than {max_headers} headers"
-            )));
-        }
-        Err(e) => return Err(HandshakeError::Malformed(e.to_string())),
+    let Some(len) = crate::handshake::head_len(resp.parse(buf), max_headers)? else {
+        return Ok(None);
     };
     let status = resp
         .code
@@ -219,10 +212,7 @@ pub fn parse_response(
         .ok_or_else(|| HandshakeError::Malformed("bad status code".into()))?;
     let mut builder = Response::builder()
         .status(status)
-        .version(match resp.version {
-            Some(1) => Version::HTTP_11,
-            _ => Version::HTTP_10,
-        });
+        .version(crate::handshake::http_version(resp.version));
     for h in resp.headers.iter() {
         builder = builder.header(h.name, h.value);
     }

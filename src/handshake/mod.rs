@@ -32,6 +32,31 @@ pub fn generate_key() -> String {
     STANDARD.encode(rand::random::<[u8; 16]>())
 }
 
+/// httparse's verdict on a head as ours: the head's length, `None` while it
+/// is incomplete.
+pub(crate) fn head_len(
+    parsed: Result<httparse::Status<usize>, httparse::Error>,
+    max_headers: usize,
+) -> Result<Option<usize>, crate::error::HandshakeError> {
+    use crate::error::HandshakeError;
+    match parsed {
+        Ok(httparse::Status::Complete(n)) => Ok(Some(n)),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(HandshakeError::Malformed(format!(
+            "more than {max_headers} headers"
+        ))),
+        Err(e) => Err(HandshakeError::Malformed(e.to_string())),
+    }
+}
+
+/// The HTTP version httparse read (`1` for HTTP/1.1).
+pub(crate) fn http_version(minor: Option<u8>) -> http::Version {
+    match minor {
+        Some(1) => http::Version::HTTP_11,
+        _ => http::Version::HTTP_10,
+    }
+}
+
 /// Whether a key is the base64 encoding of exactly 16 bytes.
 pub(crate) fn is_valid_key(key: &[u8]) -> bool {
     key.len() == 24 && STANDARD.decode(key).is_ok_and(|k| k.len() == 16)

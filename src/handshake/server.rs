@@ -239,15 +239,8 @@ pub fn parse_request(
 ) -> Result<Option<(Request<()>, usize)>, HandshakeError> {
     let mut headers = vec![httparse::EMPTY_HEADER; max_headers];
     let mut req = httparse::Request::new(&mut headers);
-    let len = match req.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err(HandshakeError::Malformed(format!(
-                "more than {max_headers} headers"
-            )));
-        }
-        Err(e) => return Err(HandshakeError::Malformed(e.to_string())),
+    let Some(len) = crate::handshake::head_len(req.parse(buf), max_headers)? else {
+        return Ok(None);
     };
     let method = req.method.unwrap_or_default();
     let mut builder = Request::builder()
@@ -256,10 +249,7 @@ pub fn parse_request(
                 .map_err(|e| HandshakeError::Malformed(e.to_string()))?,
         )
         .uri(req.path.unwrap_or("/"))
-        .version(match req.version {
-            Some(1) => Version::HTTP_11,
-            _ => Version::HTTP_10,
-        });
+        .version(crate::handshake::http_version(req.version));
     for h in req.headers.iter() {
         builder = builder.header(h.name, h.value);
     }
