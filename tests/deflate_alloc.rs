@@ -3,36 +3,19 @@
 //! function, so no other test allocates meanwhile.
 #![cfg(feature = "deflate")]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use futures_util::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wavesock::{Config, DeflateConfig, DeflateParams, Error, Role, WebSocketStream};
 
-struct Counting;
+#[path = "counting/mod.rs"]
+mod counting;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator and only counts.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let live = LIVE.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
-        PEAK.fetch_max(live, Ordering::SeqCst);
-        // SAFETY: same layout contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
-        // SAFETY: ptr came from System.alloc with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use counting::{LIVE, PEAK};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: counting::Counting = counting::Counting;
 
 /// Peak growth of live heap while `f` runs.
 async fn peak_during<F: std::future::Future<Output = ()>>(f: F) -> usize {

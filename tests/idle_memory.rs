@@ -6,34 +6,19 @@
 //! user opted into (it adds one 128-byte step to the task).
 #![cfg(not(feature = "tracing"))]
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 
-struct Counting;
+#[path = "counting/mod.rs"]
+mod counting;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator and only counts.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Ordering::SeqCst);
-        // SAFETY: same layout contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
-        // SAFETY: ptr came from System.alloc with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use counting::LIVE;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: counting::Counting = counting::Counting;
 
 const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
 

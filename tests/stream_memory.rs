@@ -9,10 +9,9 @@
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -21,29 +20,13 @@ use support::{accept, client, listener};
 use tokio::io::{AsyncRead, ReadBuf};
 use wavesock::{Config, OpCode};
 
-struct Counting;
+#[path = "counting/mod.rs"]
+mod counting;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator and only counts.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let live = LIVE.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
-        PEAK.fetch_max(live, Ordering::SeqCst);
-        // SAFETY: same layout contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
-        // SAFETY: ptr came from System.alloc with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use counting::{LIVE, PEAK};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: counting::Counting = counting::Counting;
 
 /// The pattern repeats every 251 bytes (a prime, so it never lines up with
 /// chunk or read sizes); `BLOCK` holds enough of it for any read.

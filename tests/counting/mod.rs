@@ -1,0 +1,38 @@
+//! A global allocator that counts live and peak heap bytes, for the tests
+//! that prove memory bounds. Each such test binary installs it:
+//!
+//! ```ignore
+//! #[path = "counting/mod.rs"]
+//! mod counting;
+//!
+//! #[global_allocator]
+//! static GLOBAL: counting::Counting = counting::Counting;
+//! ```
+#![allow(dead_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Forwards to the system allocator and counts.
+pub struct Counting;
+
+/// Bytes allocated and not yet freed.
+pub static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// The most `LIVE` has been since it was last reset.
+pub static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator and only counts.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let live = LIVE.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
+        PEAK.fetch_max(live, Ordering::SeqCst);
+        // SAFETY: same layout contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
+        // SAFETY: ptr came from System.alloc with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
