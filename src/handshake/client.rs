@@ -9,9 +9,7 @@ use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 
 use crate::error::HandshakeError;
-use crate::handshake::{
-    derive_accept_key, generate_key, headers_have_token, is_valid_key, list_values,
-};
+use crate::handshake::{derive_accept_key, generate_key, is_valid_key, list_values};
 
 /// Anything that can name the WebSocket to connect to: a URL (`&str`,
 /// `String`, [`Uri`]) or a full [`Request`] carrying your own headers
@@ -253,18 +251,7 @@ pub fn check_response(
         });
     }
     let h = response.headers();
-    if !headers_have_token(h, header::UPGRADE, "websocket") {
-        return Err(HandshakeError::BadHeader {
-            name: "Upgrade",
-            reason: "must list websocket",
-        });
-    }
-    if !headers_have_token(h, header::CONNECTION, "upgrade") {
-        return Err(HandshakeError::BadHeader {
-            name: "Connection",
-            reason: "must list upgrade",
-        });
-    }
+    crate::handshake::check_upgrade_headers(h)?;
     let key =
         request
             .headers()

@@ -69,6 +69,27 @@ pub(crate) fn has_token(value: &[u8], token: &str) -> bool {
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }
 
+/// The `Upgrade: websocket` and `Connection: upgrade` that both a request
+/// and a `101` response must carry.
+pub(crate) fn check_upgrade_headers(
+    h: &http::HeaderMap,
+) -> Result<(), crate::error::HandshakeError> {
+    use crate::error::HandshakeError;
+    if !headers_have_token(h, http::header::UPGRADE, "websocket") {
+        return Err(HandshakeError::BadHeader {
+            name: "Upgrade",
+            reason: "must list websocket",
+        });
+    }
+    if !headers_have_token(h, http::header::CONNECTION, "upgrade") {
+        return Err(HandshakeError::BadHeader {
+            name: "Connection",
+            reason: "must list upgrade",
+        });
+    }
+    Ok(())
+}
+
 /// Whether any of the (possibly repeated) headers `name` lists `token`.
 pub(crate) fn headers_have_token(
     headers: &http::HeaderMap,

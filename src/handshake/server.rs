@@ -10,7 +10,7 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
 
 use crate::error::HandshakeError;
-use crate::handshake::{derive_accept_key, headers_have_token, is_valid_key, list_values};
+use crate::handshake::{derive_accept_key, is_valid_key, list_values};
 
 /// The response a callback refuses a request with: status, headers and an
 /// optional body, written to the client as they are.
@@ -280,18 +280,7 @@ pub fn check_request<B>(req: &Request<B>) -> Result<String, HandshakeError> {
             reason: "missing",
         });
     }
-    if !headers_have_token(h, header::UPGRADE, "websocket") {
-        return Err(HandshakeError::BadHeader {
-            name: "Upgrade",
-            reason: "must list websocket",
-        });
-    }
-    if !headers_have_token(h, header::CONNECTION, "upgrade") {
-        return Err(HandshakeError::BadHeader {
-            name: "Connection",
-            reason: "must list upgrade",
-        });
-    }
+    crate::handshake::check_upgrade_headers(h)?;
     if h.get(header::SEC_WEBSOCKET_VERSION)
         .map(HeaderValue::as_bytes)
         != Some(b"13")

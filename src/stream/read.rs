@@ -308,33 +308,38 @@ impl ReadState {
         if !T::CORKS && !self.owes {
             return Poll::Ready(Ok(()));
         }
+        // One pass under the sending side's lock: write, and learn whether
+        // anything is still owed.
         let r = t.with_writer(|w, io| {
             if w.outbox.is_empty() {
-                return Poll::Ready(Ok(()));
+                return Poll::Ready(Ok(false));
             }
-            match w.poll_drain(io, cx, Side::Read) {
-                Poll::Ready(Ok(())) => match Pin::new(io).poll_flush(cx) {
-                    Poll::Ready(r) => Poll::Ready(r),
-                    Poll::Pending => Poll::Ready(Ok(())),
+            let r = match w.poll_drain(io, cx, Side::Read) {
+                Poll::Ready(Ok(())) => match Pin::new(&mut *io).poll_flush(cx) {
+                    Poll::Ready(r) => r,
+                    Poll::Pending => Ok(()),
                 },
-                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Ready(Err(e)) => Err(e),
                 // Owing more than the write buffer holds: wait for the peer
                 // to read rather than buffer without bound.
                 Poll::Pending if w.is_full() => {
                     w.park(Side::Read, cx);
-                    Poll::Pending
+                    return Poll::Pending;
                 }
-                Poll::Pending => Poll::Ready(Ok(())),
+                Poll::Pending => Ok(()),
+            };
+            if r.is_err() {
+                w.peer_closed = true;
             }
+            Poll::Ready(r.map(|()| !w.outbox.is_empty()))
         });
         match ready!(r) {
-            Ok(()) => {
-                self.owes = t.with_writer(|w, _| !w.outbox.is_empty()) && self.owes;
+            Ok(still_owed) => {
+                self.owes &= still_owed;
                 Poll::Ready(Ok(()))
             }
             Err(e) => {
                 self.terminated = true;
-                t.with_writer(|w, _| w.peer_closed = true);
                 Poll::Ready(Err(e.into()))
             }
         }
