@@ -76,6 +76,7 @@ pub mod guide;
 pub mod handshake;
 mod negotiated;
 mod outbox;
+mod pool;
 pub mod proto;
 pub mod proxy;
 mod server;

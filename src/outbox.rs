@@ -9,6 +9,8 @@ use std::task::{Context, Poll, ready};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::AsyncWrite;
 
+use crate::pool;
+
 /// At most this many slices go into one vectored write.
 const MAX_IOV: usize = 32;
 
@@ -34,6 +36,9 @@ impl Outbox {
         &mut self,
         f: impl FnOnce(&mut BytesMut) -> Result<(), E>,
     ) -> Result<(), E> {
+        if self.tail.capacity() == 0 {
+            self.tail = pool::take();
+        }
         let before = self.tail.len();
         let r = f(&mut self.tail);
         self.len += self.tail.len() - before;
@@ -49,8 +54,9 @@ impl Outbox {
         self.chunks.push_back(bytes);
     }
 
-    /// Drops everything queued.
+    /// Drops everything queued and gives the buffer back.
     pub(crate) fn clear(&mut self) {
+        pool::give(std::mem::take(&mut self.tail));
         *self = Outbox::default();
     }
 
@@ -60,8 +66,8 @@ impl Outbox {
         io: &mut W,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<usize>> {
-        let n = if self.chunks.is_empty() {
-            ready!(Pin::new(io).poll_write(cx, &self.tail))?
+        let r = if self.chunks.is_empty() {
+            Pin::new(io).poll_write(cx, &self.tail)
         } else {
             let mut iov = [IoSlice::new(&[]); MAX_IOV];
             let mut k = 0;
@@ -73,8 +79,13 @@ impl Outbox {
                 iov[k] = IoSlice::new(&self.tail);
                 k += 1;
             }
-            ready!(Pin::new(io).poll_write_vectored(cx, &iov[..k]))?
+            Pin::new(io).poll_write_vectored(cx, &iov[..k])
         };
+        if r.is_pending() {
+            // Waiting on the peer: hold memory in proportion to what is left.
+            pool::fit(&mut self.tail, 0);
+        }
+        let n = ready!(r)?;
         self.consume(n);
         Poll::Ready(Ok(n))
     }
@@ -99,7 +110,7 @@ impl Outbox {
         }
         if self.len == 0 {
             // Nothing held between bursts: an idle connection owns no buffers.
-            *self = Outbox::default();
+            self.clear();
         }
     }
 }

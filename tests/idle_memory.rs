@@ -83,5 +83,19 @@ fn an_idle_echo_connection_costs_under_1_kib_of_heap() {
     let per_conn = (LIVE.load(Ordering::SeqCst) - before) / N;
     eprintln!("heap per idle connection: {per_conn} bytes");
     assert!(per_conn <= 1024, "{per_conn} bytes per idle connection");
+
+    // A connection waiting for the rest of a frame keeps memory in
+    // proportion to what arrived (100 payload bytes of a 4 KiB frame), not
+    // a read buffer sized for the frame or for a read.
+    let before = LIVE.load(Ordering::SeqCst);
+    let mut partial = vec![0x82, 0xfe, 0x10, 0x00, 1, 2, 3, 4];
+    partial.extend_from_slice(&[0x55; 100]);
+    for c in &mut clients[2..] {
+        c.write_all(&partial).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let per_conn = (LIVE.load(Ordering::SeqCst) - before) / N;
+    eprintln!("heap per connection holding 100 bytes of a frame: {per_conn} bytes");
+    assert!(per_conn <= 256, "{per_conn} bytes per waiting connection");
     drop(clients);
 }

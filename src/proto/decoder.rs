@@ -368,7 +368,14 @@ impl MessageDecoder {
                 }
                 continue;
             }
-            let payload = src.split_to(len);
+            let payload = if len == src.capacity() {
+                // The frame fills the buffer to its end: hand the buffer
+                // over whole, as sharing it would cost an allocation and
+                // leave nothing reusable behind.
+                std::mem::take(src)
+            } else {
+                src.split_to(len)
+            };
             if let Some(msg) = self.finish_frame(header, payload)? {
                 return Ok(Some(msg));
             }

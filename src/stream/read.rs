@@ -2,14 +2,13 @@
 //! frames and runs the closing handshake, for the unsplit stream and the
 //! receiving half alike.
 
-use std::cell::RefCell;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, Sleep, sleep_until};
 use tokio_util::io::poll_read_buf;
 
@@ -18,18 +17,13 @@ use crate::error::{Error, Result};
 use crate::proto::Role;
 use crate::proto::close::CloseCode;
 use crate::proto::decoder::MessageDecoder;
+use crate::pool;
 use crate::proto::message::Message;
 use crate::stream::write::{Side, WriteState};
 use crate::trace;
 
 /// Reads are made at least this large while a frame's size is unknown.
 const READ_CHUNK: usize = 8 << 10;
-/// The per-thread buffer that reads land in while a connection holds none.
-const SCRATCH_LEN: usize = 64 << 10;
-
-thread_local! {
-    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; SCRATCH_LEN].into_boxed_slice());
-}
 
 /// What the receiving side needs from its surroundings: the transport to
 /// read, and access to the sending side for pongs and close replies.
@@ -229,39 +223,44 @@ impl ReadState {
             .poll(cx)
     }
 
-    /// Reads more input. With no partial frame buffered, the connection
-    /// holds no read buffer at all: the read goes to a per-thread scratch
-    /// buffer and only the bytes that arrived are copied into a buffer of
-    /// their size. This keeps idle connections small; payload bytes still
-    /// reach the user without a further copy.
+    /// Reads more input. A connection with nothing buffered reads into a
+    /// per-thread spare buffer (or its own, if a large message left it one
+    /// that nothing shares any more) and keeps it only if the read filled a
+    /// quarter of it; otherwise the bytes move to a buffer of their size and
+    /// the spare goes back. Whenever the read waits, the connection keeps at
+    /// most four times what it holds, so idle connections hold nothing.
     fn poll_read<R: AsyncRead + Unpin>(
         &mut self,
         io: &mut R,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<usize>> {
-        if self.read_buf.is_empty() {
-            // Drops our share of the last burst; messages handed out keep theirs.
-            self.read_buf = BytesMut::new();
-            let scratch_read = SCRATCH.with(|scratch| {
-                let Ok(mut scratch) = scratch.try_borrow_mut() else {
-                    return None; // a nested read on this thread: no scratch
-                };
-                let mut rb = ReadBuf::new(&mut scratch[..]);
-                Some(match Pin::new(&mut *io).poll_read(cx, &mut rb) {
-                    Poll::Ready(Ok(())) => {
-                        self.read_buf = BytesMut::from(rb.filled());
-                        Poll::Ready(Ok(rb.filled().len()))
-                    }
-                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                    Poll::Pending => Poll::Pending,
-                })
-            });
-            if let Some(r) = scratch_read {
-                return self.heard(r);
+        let fresh = self.read_buf.is_empty();
+        if fresh {
+            if !self.read_buf.try_reclaim(READ_CHUNK) {
+                // Drops our share of the last burst; messages handed out keep theirs.
+                self.read_buf = pool::take();
             }
+        } else {
+            self.reserve_read();
         }
-        self.reserve_read();
-        let r = poll_read_buf(Pin::new(io), cx, &mut self.read_buf);
+        // Mid-payload, read little past the frame's end: whatever follows it
+        // is moved to the front of the buffer when the next frame needs room.
+        let limit = self
+            .decoder
+            .payload_remaining(self.read_buf.len())
+            .map_or(usize::MAX, |want| want.saturating_add(READ_CHUNK));
+        let r = poll_read_buf(Pin::new(io), cx, &mut (&mut self.read_buf).limit(limit));
+        match r {
+            Poll::Ready(Ok(n)) if n > 0 => {
+                if fresh && n < self.read_buf.capacity() / 4 {
+                    pool::fit(&mut self.read_buf, 0);
+                }
+            }
+            // Waiting, at EOF or failed: keep only what is in proportion, so
+            // a peer that sends a frame slowly (or never finishes one) costs
+            // what it sent, not what it announced.
+            _ => pool::fit(&mut self.read_buf, 0),
+        }
         self.heard(r)
     }
 
@@ -282,6 +281,11 @@ impl ReadState {
             .unwrap_or(READ_CHUNK)
             .max(1);
         let min_spare = want.min(READ_CHUNK);
+        if spare < want && self.read_buf.try_reclaim(want) {
+            // The memory of messages already handed out and dropped holds the
+            // whole frame: the few bytes buffered moved to its front.
+            return;
+        }
         if spare < min_spare {
             // Grow with what has arrived (four-fold), never past what the
             // frame still needs, so a huge announced length costs nothing

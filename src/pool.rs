@@ -1,0 +1,125 @@
+//! Spare buffers kept per thread. A busy connection reads into and writes
+//! from buffers taken here instead of paying a malloc and a free per read and
+//! per flush, and gives them back as soon as it has nothing in them, so an
+//! idle connection holds none.
+
+use std::cell::RefCell;
+
+use bytes::BytesMut;
+
+/// The size of every pooled buffer.
+pub(crate) const BUF_LEN: usize = 64 << 10;
+/// Buffers kept per thread: one connection is polled at a time and needs at
+/// most one to read into and one to write from; the rest are freed.
+const KEEP: usize = 4;
+
+thread_local! {
+    static SPARE: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty buffer with room for [`BUF_LEN`] bytes (not zero-filled).
+pub(crate) fn take() -> BytesMut {
+    SPARE
+        .try_with(|s| s.try_borrow_mut().ok()?.pop())
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| BytesMut::with_capacity(BUF_LEN))
+}
+
+/// Keeps `buf` for reuse if nothing else shares its memory and it is of the
+/// pooled size; otherwise drops it.
+pub(crate) fn give(mut buf: BytesMut) {
+    buf.clear();
+    // Fails when a message handed out still shares the memory, or when the
+    // buffer is smaller than the pooled size.
+    if !buf.try_reclaim(BUF_LEN) || buf.capacity() > 2 * BUF_LEN {
+        return;
+    }
+    let _ = SPARE.try_with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut() {
+            if s.len() < KEEP {
+                s.push(buf);
+            }
+        }
+    });
+}
+
+/// Moves the bytes of `buf` to a buffer of their size when `buf` holds over
+/// four times more memory than bytes (and more than `floor`), giving the
+/// large one back. Called when a connection is about to wait, so a waiting
+/// connection's memory stays in proportion to what it has in hand.
+pub(crate) fn fit(buf: &mut BytesMut, floor: usize) {
+    if buf.capacity() > floor.max(4 * buf.len()) {
+        let exact = if buf.is_empty() {
+            BytesMut::new()
+        } else {
+            BytesMut::from(&buf[..])
+        };
+        give(std::mem::replace(buf, exact));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pooled() -> usize {
+        SPARE.with(|s| s.borrow().len())
+    }
+
+    #[test]
+    fn a_given_buffer_is_taken_again_without_allocating() {
+        let buf = take();
+        let ptr = buf.as_ptr();
+        give(buf);
+        let again = take();
+        assert_eq!(again.as_ptr(), ptr);
+        assert!(again.is_empty());
+        assert!(again.capacity() >= BUF_LEN);
+    }
+
+    #[test]
+    fn a_buffer_still_shared_with_a_message_is_not_kept() {
+        while pooled() > 0 {
+            drop(take());
+        }
+        let mut buf = take();
+        buf.extend_from_slice(b"message");
+        let msg = buf.split().freeze();
+        give(buf);
+        assert_eq!(pooled(), 0, "memory still in use by `msg`");
+        assert_eq!(&msg[..], b"message");
+    }
+
+    #[test]
+    fn small_and_huge_buffers_are_not_kept() {
+        while pooled() > 0 {
+            drop(take());
+        }
+        give(BytesMut::with_capacity(100));
+        give(BytesMut::with_capacity(1 << 20));
+        assert_eq!(pooled(), 0);
+    }
+
+    #[test]
+    fn at_most_keep_buffers_are_kept() {
+        let bufs: Vec<_> = (0..KEEP + 3).map(|_| take()).collect();
+        bufs.into_iter().for_each(give);
+        assert_eq!(pooled(), KEEP);
+    }
+
+    #[test]
+    fn fit_moves_a_few_bytes_out_of_a_large_buffer() {
+        let mut buf = take();
+        buf.extend_from_slice(b"partial frame");
+        fit(&mut buf, 8 << 10);
+        assert_eq!(&buf[..], b"partial frame");
+        assert!(buf.capacity() < 8 << 10);
+
+        let mut full = take();
+        full.resize(BUF_LEN / 2, 7);
+        let ptr = full.as_ptr();
+        fit(&mut full, 8 << 10);
+        assert_eq!(full.as_ptr(), ptr, "half full: kept where it is");
+    }
+}
