@@ -14,10 +14,10 @@ use tokio_util::io::poll_read_buf;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::pool;
 use crate::proto::Role;
 use crate::proto::close::CloseCode;
 use crate::proto::decoder::MessageDecoder;
-use crate::pool;
 use crate::proto::message::Message;
 use crate::stream::write::{Side, WriteState};
 use crate::trace;
@@ -297,7 +297,17 @@ impl ReadState {
             } else {
                 want.min((3 * len).max(READ_CHUNK))
             };
-            self.read_buf.reserve(additional.max(min_spare));
+            let additional = additional.max(min_spare);
+            if self.read_buf.capacity() <= pool::BUF_LEN {
+                // Outgrowing a spare: move to a buffer of our own and give the
+                // spare back, rather than reallocating it away, so the spares
+                // stay put for the thread's life.
+                let mut bigger = BytesMut::with_capacity(len + additional);
+                bigger.extend_from_slice(&self.read_buf);
+                pool::give(std::mem::replace(&mut self.read_buf, bigger));
+            } else {
+                self.read_buf.reserve(additional);
+            }
         }
     }
 
