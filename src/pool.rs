@@ -7,8 +7,11 @@ use std::cell::RefCell;
 
 use bytes::BytesMut;
 
-/// The size of every pooled buffer.
-pub(crate) const BUF_LEN: usize = 64 << 10;
+/// The size of every pooled buffer: room for a 64 KiB message with its
+/// header and what follows it, so messages of the common 64 KiB size are
+/// read in place (with 64 KiB buffers every such message outgrew its buffer
+/// by its header and was copied).
+pub(crate) const BUF_LEN: usize = 96 << 10;
 /// Buffers kept per thread: one connection is polled at a time and needs at
 /// most one to read into and one to write from; the rest are freed.
 const KEEP: usize = 4;
