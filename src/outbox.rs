@@ -172,6 +172,72 @@ mod tests {
         }
     }
 
+    /// A writer that takes nothing: the peer is not reading.
+    struct Stalled;
+
+    impl AsyncWrite for Stalled {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Poll::Pending
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Pending
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn a_blocked_write_keeps_memory_in_proportion_to_what_is_queued() {
+        let mut ob = Outbox::default();
+        ob.encode(|b| {
+            b.extend_from_slice(&[7; 100]);
+            Ok::<_, ()>(())
+        })
+        .unwrap();
+        assert!(
+            ob.tail.capacity() >= pool::BUF_LEN,
+            "small frames gather in a spare"
+        );
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(ob.poll_write_once(&mut Stalled, &mut cx).is_pending());
+        assert_eq!(ob.len(), 100);
+        assert_eq!(&ob.tail[..], &[7; 100][..]);
+        assert!(
+            ob.tail.capacity() < 400,
+            "{} bytes held for 100",
+            ob.tail.capacity()
+        );
+    }
+
+    #[test]
+    fn a_drained_outbox_holds_no_buffer() {
+        let mut ob = Outbox::default();
+        ob.encode(|b| {
+            b.extend_from_slice(b"frame");
+            Ok::<_, ()>(())
+        })
+        .unwrap();
+        ob.push_shared(Bytes::from(vec![1; 5000]));
+        let mut w = Trickle {
+            out: Vec::new(),
+            max: 1 << 20,
+            vectored: true,
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        while !ob.is_empty() {
+            let Poll::Ready(Ok(_)) = ob.poll_write_once(&mut w, &mut cx) else {
+                panic!("trickle never blocks")
+            };
+        }
+        assert_eq!(ob.tail.capacity(), 0);
+        assert_eq!(ob.chunks.capacity(), 0);
+    }
+
     #[test]
     fn order_is_kept_across_partial_and_vectored_writes() {
         for vectored in [false, true] {
