@@ -56,8 +56,11 @@ impl Outbox {
 
     /// Drops everything queued and gives the buffer back.
     pub(crate) fn clear(&mut self) {
-        pool::give(std::mem::take(&mut self.tail));
+        let tail = std::mem::take(&mut self.tail);
+        // Chunks split off the tail share its memory: drop them first so
+        // the pool can take it back.
         *self = Outbox::default();
+        pool::give(tail);
     }
 
     /// Writes once; returns how many bytes went out.
@@ -91,6 +94,13 @@ impl Outbox {
     }
 
     fn consume(&mut self, mut n: usize) {
+        if n == self.len {
+            // All written, the usual case: nothing held between bursts, so
+            // an idle connection owns no buffers. The tail goes back to the
+            // pool without advancing it first, so it needs no reclaiming.
+            self.clear();
+            return;
+        }
         self.len -= n;
         while n > 0 {
             match self.chunks.front_mut() {
@@ -107,10 +117,6 @@ impl Outbox {
                     n = 0;
                 }
             }
-        }
-        if self.len == 0 {
-            // Nothing held between bursts: an idle connection owns no buffers.
-            self.clear();
         }
     }
 }
@@ -222,6 +228,7 @@ mod tests {
             Ok::<_, ()>(())
         })
         .unwrap();
+        let spare_ptr = ob.tail.as_ptr();
         ob.push_shared(Bytes::from(vec![1; 5000]));
         let mut w = Trickle {
             out: Vec::new(),
@@ -236,6 +243,10 @@ mod tests {
         }
         assert_eq!(ob.tail.capacity(), 0);
         assert_eq!(ob.chunks.capacity(), 0);
+        // The tail's memory went back to the pool even though a chunk had
+        // been split off it (a test thread starts with an empty pool).
+        assert_eq!(pool::pooled(), 1);
+        assert_eq!(pool::take().as_ptr(), spare_ptr);
     }
 
     #[test]

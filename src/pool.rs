@@ -62,13 +62,15 @@ pub(crate) fn fit(buf: &mut BytesMut, floor: usize) {
     }
 }
 
+/// How many spares this thread holds.
+#[cfg(test)]
+pub(crate) fn pooled() -> usize {
+    SPARE.with(|s| s.borrow().len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pooled() -> usize {
-        SPARE.with(|s| s.borrow().len())
-    }
 
     #[test]
     fn a_given_buffer_is_taken_again_without_allocating() {
