@@ -48,7 +48,17 @@ impl Outbox {
     /// Appends bytes without copying them.
     pub(crate) fn push_shared(&mut self, bytes: Bytes) {
         if !self.tail.is_empty() {
-            self.chunks.push_back(self.tail.split().freeze());
+            // The tail never shares memory with a chunk, so it can always go
+            // back to the pool: a few bytes (typically a frame header) are
+            // copied out, a well-filled buffer is handed over whole.
+            let head = if 4 * self.tail.len() < self.tail.capacity() {
+                let head = Bytes::copy_from_slice(&self.tail);
+                self.tail.clear();
+                head
+            } else {
+                std::mem::take(&mut self.tail).freeze()
+            };
+            self.chunks.push_back(head);
         }
         self.len += bytes.len();
         self.chunks.push_back(bytes);
@@ -56,11 +66,8 @@ impl Outbox {
 
     /// Drops everything queued and gives the buffer back.
     pub(crate) fn clear(&mut self) {
-        let tail = std::mem::take(&mut self.tail);
-        // Chunks split off the tail share its memory: drop them first so
-        // the pool can take it back.
+        pool::give(std::mem::take(&mut self.tail));
         *self = Outbox::default();
-        pool::give(tail);
     }
 
     /// Writes once; returns how many bytes went out.
@@ -86,7 +93,7 @@ impl Outbox {
         };
         if r.is_pending() {
             // Waiting on the peer: hold memory in proportion to what is left.
-            pool::fit(&mut self.tail, 0);
+            pool::fit(&mut self.tail, false);
         }
         let n = ready!(r)?;
         self.consume(n);
@@ -221,6 +228,39 @@ mod tests {
     }
 
     #[test]
+    fn headers_of_large_frames_waiting_on_a_slow_peer_pin_no_spare() {
+        let mut ob = Outbox::default();
+        let mut cx = Context::from_waker(Waker::noop());
+        for i in 0..8u8 {
+            ob.encode(|b| {
+                b.extend_from_slice(&[0x82, 0x7e, 0x13, 0x88]);
+                Ok::<_, ()>(())
+            })
+            .unwrap();
+            ob.push_shared(Bytes::from(vec![i; 5000]));
+            assert!(ob.poll_write_once(&mut Stalled, &mut cx).is_pending());
+            // The spare went back to the pool; the header lives on its own.
+            assert_eq!(ob.tail.capacity(), 0);
+            assert_eq!(pool::pooled(), 1, "message {i}");
+        }
+        assert_eq!(ob.len(), 8 * 5004);
+        let mut w = Trickle {
+            out: Vec::new(),
+            max: 1 << 20,
+            vectored: true,
+        };
+        while !ob.is_empty() {
+            let Poll::Ready(Ok(_)) = ob.poll_write_once(&mut w, &mut cx) else {
+                panic!("trickle never blocks")
+            };
+        }
+        for (i, frame) in w.out.chunks(5004).enumerate() {
+            assert_eq!(frame[..4], [0x82, 0x7e, 0x13, 0x88]);
+            assert!(frame[4..].iter().all(|&b| b == i as u8));
+        }
+    }
+
+    #[test]
     fn a_drained_outbox_holds_no_buffer() {
         let mut ob = Outbox::default();
         ob.encode(|b| {
@@ -244,7 +284,7 @@ mod tests {
         assert_eq!(ob.tail.capacity(), 0);
         assert_eq!(ob.chunks.capacity(), 0);
         // The tail's memory went back to the pool even though a chunk had
-        // been split off it (a test thread starts with an empty pool).
+        // been queued after it (a test thread starts with an empty pool).
         assert_eq!(pool::pooled(), 1);
         assert_eq!(pool::take().as_ptr(), spare_ptr);
     }

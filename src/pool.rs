@@ -29,13 +29,18 @@ pub(crate) fn take() -> BytesMut {
         .unwrap_or_else(|| BytesMut::with_capacity(BUF_LEN))
 }
 
-/// Keeps `buf` for reuse if nothing else shares its memory and it is of the
-/// pooled size; otherwise drops it.
+/// Keeps `buf` for reuse if its memory is of the pooled size; otherwise
+/// drops it. The caller guarantees that nothing else shares that memory
+/// (`BytesMut` cannot tell without a reallocation of its own).
 pub(crate) fn give(mut buf: BytesMut) {
     buf.clear();
-    // Fails when a message handed out still shares the memory, or when the
-    // buffer is smaller than the pooled size.
-    if !buf.try_reclaim(BUF_LEN) || buf.capacity() > 2 * BUF_LEN {
+    // Too large: succeeds when the memory behind the view (it is moved back
+    // to the start of its allocation here) could hold twice a spare.
+    if buf.try_reclaim(2 * BUF_LEN + 1) {
+        return;
+    }
+    // Too small, unless it is a view that can be moved back to the start.
+    if !buf.try_reclaim(BUF_LEN) {
         return;
     }
     let _ = SPARE.try_with(|s| {
@@ -48,18 +53,25 @@ pub(crate) fn give(mut buf: BytesMut) {
 }
 
 /// Moves the bytes of `buf` to a buffer of their size when `buf` holds over
-/// four times more memory than bytes (and more than `floor`), giving the
-/// large one back. Called when a connection is about to wait, so a waiting
-/// connection's memory stays in proportion to what it has in hand.
-pub(crate) fn fit(buf: &mut BytesMut, floor: usize) {
-    if buf.capacity() > floor.max(4 * buf.len()) {
-        let exact = if buf.is_empty() {
-            BytesMut::new()
-        } else {
-            BytesMut::from(&buf[..])
-        };
-        give(std::mem::replace(buf, exact));
+/// four times more memory than bytes. Called when a connection is about to
+/// wait, so a waiting connection's memory stays in proportion to what it
+/// has in hand. The old buffer goes back to the pool unless `shared` (a
+/// message handed out, or a queued chunk, may still use its memory).
+/// Returns whether `buf` was replaced.
+pub(crate) fn fit(buf: &mut BytesMut, shared: bool) -> bool {
+    if buf.capacity() <= 4 * buf.len() {
+        return false;
     }
+    let exact = if buf.is_empty() {
+        BytesMut::new()
+    } else {
+        BytesMut::from(&buf[..])
+    };
+    let old = std::mem::replace(buf, exact);
+    if !shared {
+        give(old);
+    }
+    true
 }
 
 /// How many spares this thread holds.
@@ -84,16 +96,33 @@ mod tests {
     }
 
     #[test]
-    fn a_buffer_still_shared_with_a_message_is_not_kept() {
+    fn a_view_into_a_large_allocation_is_not_kept() {
+        while pooled() > 0 {
+            drop(take());
+        }
+        // What a 600 000-byte frame leaves behind: a view of the rest of a
+        // larger allocation, itself of about a spare's size.
+        let mut big = BytesMut::with_capacity(600_000 + BUF_LEN + 100);
+        big.resize(600_000, 0);
+        let msg = big.split().freeze();
+        drop(msg);
+        assert!(big.capacity() > BUF_LEN && big.capacity() <= 2 * BUF_LEN);
+        give(big);
+        assert_eq!(pooled(), 0);
+    }
+
+    #[test]
+    fn a_view_moved_back_to_its_start_is_kept() {
         while pooled() > 0 {
             drop(take());
         }
         let mut buf = take();
-        buf.extend_from_slice(b"message");
-        let msg = buf.split().freeze();
+        buf.extend_from_slice(&[1; 1000]);
+        let msg = buf.split_to(1000).freeze();
+        drop(msg);
         give(buf);
-        assert_eq!(pooled(), 0, "memory still in use by `msg`");
-        assert_eq!(&msg[..], b"message");
+        assert_eq!(pooled(), 1);
+        assert!(take().capacity() >= BUF_LEN);
     }
 
     #[test]
@@ -115,16 +144,25 @@ mod tests {
 
     #[test]
     fn fit_moves_a_few_bytes_out_of_a_large_buffer() {
+        while pooled() > 0 {
+            drop(take());
+        }
         let mut buf = take();
         buf.extend_from_slice(b"partial frame");
-        fit(&mut buf, 8 << 10);
+        assert!(fit(&mut buf, false));
         assert_eq!(&buf[..], b"partial frame");
-        assert!(buf.capacity() < 8 << 10);
+        assert!(buf.capacity() < 1024);
+        assert_eq!(pooled(), 1, "the spare went back");
+
+        let mut shared = take();
+        shared.extend_from_slice(b"x");
+        assert!(fit(&mut shared, true));
+        assert_eq!(pooled(), 0, "memory that may be shared is not pooled");
 
         let mut full = take();
         full.resize(BUF_LEN / 2, 7);
         let ptr = full.as_ptr();
-        fit(&mut full, 8 << 10);
+        assert!(!fit(&mut full, false));
         assert_eq!(full.as_ptr(), ptr, "half full: kept where it is");
     }
 }

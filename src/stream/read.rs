@@ -92,6 +92,9 @@ impl Keepalive {
 pub(crate) struct ReadState {
     decoder: MessageDecoder,
     read_buf: BytesMut,
+    /// Messages handed out may share `read_buf`'s memory, so it must not go
+    /// back to the pool.
+    read_buf_shared: bool,
     pub(crate) close_received: bool,
     /// A protocol error waiting for our close frame to go out.
     failing: Option<Box<Error>>,
@@ -113,6 +116,7 @@ impl ReadState {
         ReadState {
             decoder: MessageDecoder::new(role, config),
             read_buf,
+            read_buf_shared: false,
             close_received: false,
             failing: None,
             terminated: false,
@@ -239,6 +243,7 @@ impl ReadState {
             if !self.read_buf.try_reclaim(READ_CHUNK) {
                 // Drops our share of the last burst; messages handed out keep theirs.
                 self.read_buf = pool::take();
+                self.read_buf_shared = false;
             }
         } else {
             self.reserve_read();
@@ -253,15 +258,22 @@ impl ReadState {
         match r {
             Poll::Ready(Ok(n)) if n > 0 => {
                 if fresh && n < self.read_buf.capacity() / 4 {
-                    pool::fit(&mut self.read_buf, 0);
+                    self.fit_read_buf();
                 }
             }
             // Waiting, at EOF or failed: keep only what is in proportion, so
             // a peer that sends a frame slowly (or never finishes one) costs
             // what it sent, not what it announced.
-            _ => pool::fit(&mut self.read_buf, 0),
+            _ => self.fit_read_buf(),
         }
         self.heard(r)
+    }
+
+    /// Keeps the read buffer in proportion to the bytes it holds.
+    fn fit_read_buf(&mut self) {
+        if pool::fit(&mut self.read_buf, self.read_buf_shared) {
+            self.read_buf_shared = false;
+        }
     }
 
     /// Any bytes from the peer prove it alive, for keepalive.
@@ -304,7 +316,10 @@ impl ReadState {
                 // stay put for the thread's life.
                 let mut bigger = BytesMut::with_capacity(len + additional);
                 bigger.extend_from_slice(&self.read_buf);
-                pool::give(std::mem::replace(&mut self.read_buf, bigger));
+                let spare = std::mem::replace(&mut self.read_buf, bigger);
+                if !std::mem::take(&mut self.read_buf_shared) {
+                    pool::give(spare);
+                }
             } else {
                 self.read_buf.reserve(additional);
             }
@@ -383,6 +398,7 @@ impl ReadState {
             }
             match self.decoder.decode(&mut self.read_buf) {
                 Ok(Some(msg)) => {
+                    self.read_buf_shared = true;
                     match &msg {
                         Message::Ping(payload) if !t.close_sent() => {
                             self.owe(t, &Message::Pong(payload.clone()))?;
@@ -416,8 +432,15 @@ impl ReadState {
             // (replies fed by the user, pongs), all in one write. This is
             // what makes `feed` in a read loop cork replies to pipelined
             // messages without delaying a lone one.
-            if let Err(e) = ready!(self.poll_flush_owed(t, cx)) {
-                return Poll::Ready(Some(Err(e)));
+            match self.poll_flush_owed(t, cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(e))),
+                Poll::Pending => {
+                    // Waiting for the peer to take what we owe it: as when
+                    // waiting for input, hold no more than in proportion.
+                    self.fit_read_buf();
+                    return Poll::Pending;
+                }
             }
             if t.close_sent() && self.poll_close_timer(cx).is_ready() {
                 // We closed and the peer has not answered in time.
