@@ -1,6 +1,7 @@
 //! Bytes waiting to be written: small frames copied into one buffer, large
 //! server payloads kept where they are and written with vectored writes.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -14,12 +15,49 @@ use crate::pool;
 /// At most this many slices go into one vectored write.
 const MAX_IOV: usize = 32;
 
-/// Outgoing bytes in order: `chunks` first, then `tail`.
+/// Outgoing bytes in order. Copied bytes are gathered in `tail`; once a
+/// shared chunk is queued, `segs` records how copied runs and chunks
+/// interleave. With no chunk queued `segs` is empty and `tail` is all.
 #[derive(Debug, Default)]
 pub(crate) struct Outbox {
-    chunks: VecDeque<Bytes>,
+    segs: VecDeque<Seg>,
     tail: BytesMut,
     len: usize,
+}
+
+#[derive(Debug)]
+enum Seg {
+    /// The next this many bytes of `tail`.
+    Copied(usize),
+    /// Bytes written from where they are.
+    Shared(Bytes),
+}
+
+thread_local! {
+    /// Emptied segment lists, so queueing a shared chunk allocates nothing.
+    static SPARE_SEGS: RefCell<Vec<VecDeque<Seg>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn take_segs() -> VecDeque<Seg> {
+    SPARE_SEGS
+        .try_with(|s| s.try_borrow_mut().ok()?.pop())
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+fn give_segs(mut segs: VecDeque<Seg>) {
+    segs.clear();
+    if segs.capacity() == 0 || segs.capacity() > 4 * MAX_IOV {
+        return;
+    }
+    let _ = SPARE_SEGS.try_with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut() {
+            if s.len() < 4 {
+                s.push(segs);
+            }
+        }
+    });
 }
 
 impl Outbox {
@@ -41,33 +79,39 @@ impl Outbox {
         }
         let before = self.tail.len();
         let r = f(&mut self.tail);
-        self.len += self.tail.len() - before;
+        let added = self.tail.len() - before;
+        self.len += added;
+        if added > 0 && !self.segs.is_empty() {
+            match self.segs.back_mut() {
+                Some(Seg::Copied(n)) => *n += added,
+                _ => self.segs.push_back(Seg::Copied(added)),
+            }
+        }
         r
     }
 
     /// Appends bytes without copying them.
     pub(crate) fn push_shared(&mut self, bytes: Bytes) {
-        if !self.tail.is_empty() {
-            // The tail never shares memory with a chunk, so it can always go
-            // back to the pool: a few bytes (typically a frame header) are
-            // copied out, a well-filled buffer is handed over whole.
-            let head = if 4 * self.tail.len() < self.tail.capacity() {
-                let head = Bytes::copy_from_slice(&self.tail);
-                self.tail.clear();
-                head
-            } else {
-                std::mem::take(&mut self.tail).freeze()
-            };
-            self.chunks.push_back(head);
+        if bytes.is_empty() {
+            return;
+        }
+        if self.segs.is_empty() {
+            if self.segs.capacity() == 0 {
+                self.segs = take_segs();
+            }
+            if !self.tail.is_empty() {
+                self.segs.push_back(Seg::Copied(self.tail.len()));
+            }
         }
         self.len += bytes.len();
-        self.chunks.push_back(bytes);
+        self.segs.push_back(Seg::Shared(bytes));
     }
 
-    /// Drops everything queued and gives the buffer back.
+    /// Drops everything queued and gives the buffers back.
     pub(crate) fn clear(&mut self) {
         pool::give(std::mem::take(&mut self.tail));
-        *self = Outbox::default();
+        give_segs(std::mem::take(&mut self.segs));
+        self.len = 0;
     }
 
     /// Writes once; returns how many bytes went out.
@@ -76,23 +120,26 @@ impl Outbox {
         io: &mut W,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<usize>> {
-        let r = if self.chunks.is_empty() {
+        let r = if self.segs.is_empty() {
             Pin::new(io).poll_write(cx, &self.tail)
         } else {
             let mut iov = [IoSlice::new(&[]); MAX_IOV];
-            let mut k = 0;
-            for c in self.chunks.iter().take(MAX_IOV) {
-                iov[k] = IoSlice::new(c);
-                k += 1;
+            let mut at = 0;
+            for (slot, seg) in iov.iter_mut().zip(&self.segs) {
+                *slot = match seg {
+                    Seg::Copied(n) => {
+                        at += n;
+                        IoSlice::new(&self.tail[at - n..at])
+                    }
+                    Seg::Shared(b) => IoSlice::new(b),
+                };
             }
-            if k < MAX_IOV && !self.tail.is_empty() {
-                iov[k] = IoSlice::new(&self.tail);
-                k += 1;
-            }
+            let k = self.segs.len().min(MAX_IOV);
             Pin::new(io).poll_write_vectored(cx, &iov[..k])
         };
         if r.is_pending() {
-            // Waiting on the peer: hold memory in proportion to what is left.
+            // Waiting on the peer: hold memory in proportion to what is
+            // left. The tail's bytes keep their order, so `segs` holds.
             pool::fit(&mut self.tail, false);
         }
         let n = ready!(r)?;
@@ -109,21 +156,36 @@ impl Outbox {
             return;
         }
         self.len -= n;
+        if self.segs.is_empty() {
+            self.tail.advance(n);
+            return;
+        }
         while n > 0 {
-            match self.chunks.front_mut() {
-                Some(front) if n >= front.len() => {
-                    n -= front.len();
-                    self.chunks.pop_front();
+            let Some(front) = self.segs.front_mut() else {
+                unreachable!("segments cover every queued byte");
+            };
+            let left = match front {
+                Seg::Copied(k) => {
+                    let m = (*k).min(n);
+                    self.tail.advance(m);
+                    *k -= m;
+                    n -= m;
+                    *k
                 }
-                Some(front) => {
-                    front.advance(n);
-                    n = 0;
+                Seg::Shared(b) => {
+                    let m = b.len().min(n);
+                    b.advance(m);
+                    n -= m;
+                    b.len()
                 }
-                None => {
-                    self.tail.advance(n);
-                    n = 0;
-                }
+            };
+            if left == 0 {
+                self.segs.pop_front();
             }
+        }
+        if let [Seg::Copied(_)] = self.segs.make_contiguous() {
+            // Only copied bytes are left: back to the plain form.
+            self.segs.clear();
         }
     }
 }
@@ -239,8 +301,9 @@ mod tests {
             .unwrap();
             ob.push_shared(Bytes::from(vec![i; 5000]));
             assert!(ob.poll_write_once(&mut Stalled, &mut cx).is_pending());
-            // The spare went back to the pool; the header lives on its own.
-            assert_eq!(ob.tail.capacity(), 0);
+            // The spare went back to the pool; the headers wait in a buffer
+            // of their size.
+            assert!(ob.tail.capacity() <= 64, "{}", ob.tail.capacity());
             assert_eq!(pool::pooled(), 1, "message {i}");
         }
         assert_eq!(ob.len(), 8 * 5004);
@@ -282,7 +345,7 @@ mod tests {
             };
         }
         assert_eq!(ob.tail.capacity(), 0);
-        assert_eq!(ob.chunks.capacity(), 0);
+        assert_eq!(ob.segs.capacity(), 0);
         // The tail's memory went back to the pool even though a chunk had
         // been queued after it (a test thread starts with an empty pool).
         assert_eq!(pool::pooled(), 1);
