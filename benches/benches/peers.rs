@@ -20,7 +20,8 @@
 //! - `encode/<impl>-stream`: one message sent (and flushed) through the
 //!   library's connection type, server role (no masking), into a transport
 //!   that drops the bytes. This is the like-for-like encode: wavesock copies
-//!   the payload into its write buffer, the others may write vectored.
+//!   payloads under 4 KiB into its write buffer and writes larger ones
+//!   vectored from where they are; the others may write vectored.
 //!   `encode/wavesock-codec` (the `Encoder` into a `BytesMut`) and
 //!   `encode/fastwebsockets-frame` (`Frame::write` into a `Vec`) are the two
 //!   public "frame into a buffer" functions, compared with each other.
