@@ -22,6 +22,9 @@ use crate::proto::message::{Frame, Message};
 use crate::proto::text::Utf8Bytes;
 use crate::proto::utf8::Utf8Validator;
 
+/// Frames below this size that fill their buffer are handed the buffer.
+const TAKE_WHOLE_BELOW: usize = 64 << 10;
+
 #[derive(Debug)]
 enum DecodeState {
     /// Waiting for a frame header.
@@ -368,10 +371,11 @@ impl MessageDecoder {
                 }
                 continue;
             }
-            let payload = if len == src.capacity() {
-                // The frame fills the buffer to its end: hand the buffer
+            let payload = if len == src.capacity() && len < TAKE_WHOLE_BELOW {
+                // A small frame fills the buffer to its end: hand the buffer
                 // over whole, as sharing it would cost an allocation and
-                // leave nothing reusable behind.
+                // leave nothing reusable behind. (A large one is shared, so
+                // the reader can reuse the memory once the message is gone.)
                 std::mem::take(src)
             } else {
                 src.split_to(len)
