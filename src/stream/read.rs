@@ -155,7 +155,7 @@ impl ReadState {
     }
 
     /// Queues a frame on the sending side that this side must see written.
-    fn owe<T: Transport>(&mut self, t: &mut T, msg: &Message) -> Result<()> {
+    fn owe<T: Transport>(&mut self, t: &mut T, msg: Message) -> Result<()> {
         self.owes = true;
         t.with_writer(|w, _| w.queue(msg))
     }
@@ -401,7 +401,7 @@ impl ReadState {
                     self.read_buf_shared = true;
                     match &msg {
                         Message::Ping(payload) if !t.close_sent() => {
-                            self.owe(t, &Message::Pong(payload.clone()))?;
+                            self.owe(t, Message::Pong(payload.clone()))?;
                         }
                         Message::Close(frame) => {
                             trace::debug_event!(code = ?frame.as_ref().map(|f| f.code), "close frame received");
@@ -415,7 +415,7 @@ impl ReadState {
                                 }
                                 w.peer_closed = true;
                                 w.close_sent = true;
-                                w.queue(&Message::Close(frame.clone()))
+                                w.queue(Message::Close(frame.clone()))
                             })?;
                         }
                         _ => {}
@@ -453,7 +453,7 @@ impl ReadState {
                     Tick::Quiet => {}
                     Tick::Ping if t.close_sent() => {}
                     Tick::Ping => {
-                        self.owe(t, &Message::Ping(Bytes::new()))?;
+                        self.owe(t, Message::Ping(Bytes::new()))?;
                         continue;
                     }
                     Tick::Dead => {

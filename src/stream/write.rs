@@ -101,25 +101,28 @@ impl WriteState {
     }
 
     /// Encodes a message into the outbox.
-    pub(crate) fn queue(&mut self, msg: &Message) -> Result<()> {
+    pub(crate) fn queue(&mut self, msg: Message) -> Result<()> {
         // Compressed payloads are new bytes: they go through the encoder.
-        if self.encoder.role() == Role::Server && !self.encoder.compresses(msg) {
-            if let Message::Prepared(p) = msg {
+        if self.encoder.role() == Role::Server && !self.encoder.compresses(&msg) {
+            if let Message::Prepared(p) = &msg {
                 // Encoded once for every connection: queue it as it is.
                 self.outbox.push_shared(p.frame.clone());
                 return Ok(());
             }
-            let large = match msg {
-                Message::Text(t) if t.len() >= ZERO_COPY_MIN => {
-                    Some((true, OpCode::Text, t.as_bytes()))
-                }
-                Message::Binary(b) if b.len() >= ZERO_COPY_MIN => Some((true, OpCode::Binary, b)),
-                Message::Frame(f) if f.payload.len() >= ZERO_COPY_MIN => {
-                    Some((f.fin, f.opcode, &f.payload))
-                }
-                _ => None,
+            let min = ZERO_COPY_MIN;
+            let zero_copy = match &msg {
+                Message::Text(t) => t.len() >= min,
+                Message::Binary(b) => b.len() >= min,
+                Message::Frame(f) => f.payload.len() >= min,
+                _ => false,
             };
-            if let Some((fin, opcode, payload)) = large {
+            if zero_copy {
+                let (fin, opcode, payload) = match msg {
+                    Message::Text(t) => (true, OpCode::Text, t.into_bytes()),
+                    Message::Binary(b) => (true, OpCode::Binary, b),
+                    Message::Frame(f) => (f.fin, f.opcode, f.payload),
+                    _ => unreachable!("checked above"),
+                };
                 // Server frames are not masked: write the payload from where
                 // it is instead of copying it into the write buffer.
                 let encoder = &mut self.encoder;
@@ -128,12 +131,12 @@ impl WriteState {
                         .encode_header(fin, opcode, payload.len(), b)
                         .map(drop)
                 })?;
-                self.outbox.push_shared(payload.clone());
+                self.outbox.push_shared(payload);
                 return Ok(());
             }
         }
         let encoder = &mut self.encoder;
-        self.outbox.encode(|b| encoder.encode_message(msg, b))
+        self.outbox.encode(|b| encoder.encode_message(&msg, b))
     }
 
     /// Queues our close frame for an error the peer caused, once.
@@ -141,7 +144,7 @@ impl WriteState {
         if !self.close_sent {
             self.close_sent = true;
             // Cannot fail: the code is sendable and the reason is short.
-            let _ = self.queue(&Message::Close(Some(CloseFrame::new(code, reason))));
+            let _ = self.queue(Message::Close(Some(CloseFrame::new(code, reason))));
         }
     }
 
@@ -197,8 +200,9 @@ impl WriteState {
                 Err(Error::AlreadyClosed)
             };
         }
-        self.queue(&msg)?;
-        if msg.is_close() {
+        let close = msg.is_close();
+        self.queue(msg)?;
+        if close {
             trace::debug_event!("close frame sent");
             self.close_sent = true;
         }
