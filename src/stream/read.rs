@@ -227,11 +227,11 @@ impl ReadState {
             .poll(cx)
     }
 
-    /// Reads more input. A connection with nothing buffered reads into a
-    /// per-thread spare buffer (or its own, if a large message left it one
-    /// that nothing shares any more) and keeps it only if the read filled a
-    /// quarter of it; otherwise the bytes move to a buffer of their size and
-    /// the spare goes back. Whenever the read waits, the connection keeps at
+    /// Reads more input. A connection with nothing buffered reads into the
+    /// free room of its own buffer when there is enough (after a large
+    /// message), else into a per-thread spare, and keeps that only if the
+    /// read filled a quarter of it; otherwise the bytes move to a buffer of
+    /// their size and the spare goes back. Whenever the read waits, the connection keeps at
     /// most four times what it holds, so idle connections hold nothing.
     fn poll_read<R: AsyncRead + Unpin>(
         &mut self,
