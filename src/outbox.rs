@@ -38,26 +38,11 @@ thread_local! {
     static SPARE_SEGS: RefCell<Vec<VecDeque<Seg>>> = const { RefCell::new(Vec::new()) };
 }
 
-fn take_segs() -> VecDeque<Seg> {
-    SPARE_SEGS
-        .try_with(|s| s.try_borrow_mut().ok()?.pop())
-        .ok()
-        .flatten()
-        .unwrap_or_default()
-}
-
 fn give_segs(mut segs: VecDeque<Seg>) {
     segs.clear();
-    if segs.capacity() == 0 || segs.capacity() > 4 * MAX_IOV {
-        return;
+    if segs.capacity() > 0 && segs.capacity() <= 4 * MAX_IOV {
+        pool::keep(&SPARE_SEGS, segs);
     }
-    let _ = SPARE_SEGS.try_with(|s| {
-        if let Ok(mut s) = s.try_borrow_mut() {
-            if s.len() < 4 {
-                s.push(segs);
-            }
-        }
-    });
 }
 
 impl Outbox {
@@ -97,7 +82,7 @@ impl Outbox {
         }
         if self.segs.is_empty() {
             if self.segs.capacity() == 0 {
-                self.segs = take_segs();
+                self.segs = pool::reuse(&SPARE_SEGS).unwrap_or_default();
             }
             if !self.tail.is_empty() {
                 self.segs.push_back(Seg::Copied(self.tail.len()));

@@ -4,6 +4,7 @@
 //! idle connection holds none.
 
 use std::cell::RefCell;
+use std::thread::LocalKey;
 
 use bytes::BytesMut;
 
@@ -12,21 +13,41 @@ use bytes::BytesMut;
 /// read in place (with 64 KiB buffers every such message outgrew its buffer
 /// by its header and was copied).
 pub(crate) const BUF_LEN: usize = 96 << 10;
-/// Buffers kept per thread: one connection is polled at a time and needs at
-/// most one to read into and one to write from; the rest are freed.
+/// Items kept per thread and per kind: one connection is polled at a time
+/// and needs at most one buffer to read into and one to write from; the
+/// rest are freed.
 const KEEP: usize = 4;
+
+/// A per-thread list of spare items of one kind.
+pub(crate) type Spares<T> = LocalKey<RefCell<Vec<T>>>;
 
 thread_local! {
     static SPARE: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
 }
 
-/// An empty buffer with room for [`BUF_LEN`] bytes (not zero-filled).
-pub(crate) fn take() -> BytesMut {
-    SPARE
+/// A kept item, if the thread has one (none while the list is in use or
+/// the thread is shutting down).
+pub(crate) fn reuse<T: 'static>(spares: &'static Spares<T>) -> Option<T> {
+    spares
         .try_with(|s| s.try_borrow_mut().ok()?.pop())
         .ok()
         .flatten()
-        .unwrap_or_else(|| BytesMut::with_capacity(BUF_LEN))
+}
+
+/// Keeps `item` unless the thread already keeps enough of its kind.
+pub(crate) fn keep<T: 'static>(spares: &'static Spares<T>, item: T) {
+    let _ = spares.try_with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut() {
+            if s.len() < KEEP {
+                s.push(item);
+            }
+        }
+    });
+}
+
+/// An empty buffer with room for [`BUF_LEN`] bytes (not zero-filled).
+pub(crate) fn take() -> BytesMut {
+    reuse(&SPARE).unwrap_or_else(|| BytesMut::with_capacity(BUF_LEN))
 }
 
 /// Keeps `buf` for reuse if its memory is of the pooled size; otherwise
@@ -43,13 +64,7 @@ pub(crate) fn give(mut buf: BytesMut) {
     if !buf.try_reclaim(BUF_LEN) {
         return;
     }
-    let _ = SPARE.try_with(|s| {
-        if let Ok(mut s) = s.try_borrow_mut() {
-            if s.len() < KEEP {
-                s.push(buf);
-            }
-        }
-    });
+    keep(&SPARE, buf);
 }
 
 /// Moves the bytes of `buf` to a buffer of their size when `buf` holds over

@@ -109,11 +109,10 @@ impl WriteState {
                 self.outbox.push_shared(p.frame.clone());
                 return Ok(());
             }
-            let min = ZERO_COPY_MIN;
             let zero_copy = match &msg {
-                Message::Text(t) => t.len() >= min,
-                Message::Binary(b) => b.len() >= min,
-                Message::Frame(f) => f.payload.len() >= min,
+                Message::Text(t) => t.len() >= ZERO_COPY_MIN,
+                Message::Binary(b) => b.len() >= ZERO_COPY_MIN,
+                Message::Frame(f) => f.payload.len() >= ZERO_COPY_MIN,
                 _ => false,
             };
             if zero_copy {
