@@ -11,7 +11,7 @@ use futures_util::{SinkExt, StreamExt};
 use wavesock::rustls::{self, CertificateError};
 use wavesock::{Config, ConnectError, Connector, Error, HandshakeError, MaybeTlsStream, Message};
 
-use proxy_support::tls::{self_signed, tls_echo_server, trusting};
+use proxy_support::tls::{acceptor, self_signed, tls_echo_server, trusting};
 
 fn connect_error<T>(r: wavesock::Result<T>) -> ConnectError {
     match r {
@@ -198,4 +198,52 @@ async fn the_tls_handshake_counts_toward_the_connect_timeout() {
         Err(Error::Handshake(HandshakeError::ConnectTimeout))
     ));
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// The README's echo loop (`feed`, then `next`) behind TLS, with a client
+/// that sends a burst and reads only later: replies that rustls buffered
+/// while the socket was full must still go out once the client reads,
+/// without anything else being written.
+#[tokio::test]
+async fn fed_replies_over_tls_reach_a_slow_reader() {
+    let (acceptor, cert) = acceptor(&["localhost"]);
+    // Small socket buffers on both ends (accepted sockets inherit the
+    // listener's), so the server's writes stall with the end of the reply
+    // inside rustls.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_send_buffer_size(4096).unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(8).unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let tls = acceptor.accept(tcp).await.unwrap();
+        let mut ws = wavesock::accept_async(tls).await.unwrap();
+        while let Some(Ok(msg)) = ws.next().await {
+            if msg.is_data() && ws.feed(msg).await.is_err() {
+                break;
+            }
+        }
+    });
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(addr).await.unwrap();
+    let name = wavesock::rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = wavesock::tokio_rustls::TlsConnector::from(trusting(&cert))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let (mut ws, _) = wavesock::client_async("wss://localhost/", tls)
+        .await
+        .unwrap();
+    let payload: Vec<u8> = (0..1usize << 20).map(|i| (i % 251) as u8).collect();
+    ws.send(Message::binary(payload.clone())).await.unwrap();
+    // The slow reader.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .expect("the whole echo arrives")
+        .unwrap()
+        .unwrap();
+    assert!(msg.into_payload() == payload);
 }

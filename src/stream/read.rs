@@ -340,12 +340,15 @@ impl ReadState {
         // One pass under the sending side's lock: write, and learn whether
         // anything is still owed.
         let r = t.with_writer(|w, io| {
-            if w.outbox.is_empty() {
+            if w.outbox.is_empty() && !w.unflushed {
                 return Poll::Ready(Ok(false));
             }
             let r = match w.poll_drain(io, cx, Side::Read) {
-                Poll::Ready(Ok(())) => match Pin::new(&mut *io).poll_flush(cx) {
+                Poll::Ready(Ok(())) => match w.poll_flush_io(io, cx, Side::Read) {
                     Poll::Ready(r) => r,
+                    // Still owed, and retried on the next poll: the flush
+                    // wakes this task when the transport can take more.
+                    // Reading goes on meanwhile.
                     Poll::Pending => Ok(()),
                 },
                 Poll::Ready(Err(e)) => Err(e),
@@ -360,7 +363,7 @@ impl ReadState {
             if r.is_err() {
                 w.peer_closed = true;
             }
-            Poll::Ready(r.map(|()| !w.outbox.is_empty()))
+            Poll::Ready(r.map(|()| !w.outbox.is_empty() || w.unflushed))
         });
         match ready!(r) {
             Ok(still_owed) => {
@@ -501,7 +504,7 @@ fn finish_writes<W: AsyncWrite + Unpin>(
     if ready!(w.poll_drain(io, cx, Side::Read)).is_err() {
         w.outbox.clear();
     }
-    let _ = ready!(Pin::new(&mut *io).poll_flush(cx));
+    let _ = ready!(w.poll_flush_io(io, cx, Side::Read));
     if !wait_for_peer {
         let _ = ready!(Pin::new(io).poll_shutdown(cx));
         w.shutdown = true;

@@ -37,6 +37,10 @@ pub(crate) struct WriteState {
     /// The peer ended the connection (its close frame, EOF or an error).
     pub(crate) peer_closed: bool,
     pub(crate) shutdown: bool,
+    /// Bytes were handed to the transport since its last completed flush. A
+    /// transport may hold them until flushed (`BufWriter`, TLS), so whoever
+    /// owes output is not done until this is clear.
+    pub(crate) unflushed: bool,
     /// Made on first need: only a split connection's halves wait on each
     /// other, and an idle connection should be small.
     wakers: Option<Box<Wakers>>,
@@ -64,6 +68,7 @@ impl WriteState {
             close_sent: false,
             peer_closed: false,
             shutdown: false,
+            unflushed: false,
             wakers: None,
         }
     }
@@ -161,7 +166,10 @@ impl WriteState {
         while !self.outbox.is_empty() {
             match self.outbox.poll_write_once(io, cx) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Poll::Ready(Ok(_)) => progressed = true,
+                Poll::Ready(Ok(_)) => {
+                    progressed = true;
+                    self.unflushed = true;
+                }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => {
                     if progressed {
@@ -175,6 +183,32 @@ impl WriteState {
             self.wake_other(side, cx);
         }
         Poll::Ready(Ok(()))
+    }
+
+    /// Flushes the transport. Waiting, the task is parked for `side`; done,
+    /// the other side is woken, as it may be waiting for the same bytes to
+    /// leave.
+    pub(crate) fn poll_flush_io<W>(
+        &mut self,
+        io: &mut W,
+        cx: &mut Context<'_>,
+        side: Side,
+    ) -> Poll<io::Result<()>>
+    where
+        W: AsyncWrite + Unpin,
+    {
+        match Pin::new(io).poll_flush(cx) {
+            Poll::Ready(r) => {
+                if std::mem::take(&mut self.unflushed) {
+                    self.wake_other(side, cx);
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                self.park(side, cx);
+                Poll::Pending
+            }
+        }
     }
 
     // The Sink operations, for the unsplit stream and the sending half.
@@ -226,13 +260,7 @@ impl WriteState {
         W: AsyncWrite + Unpin,
     {
         ready!(self.poll_send_buffered(io, cx))?;
-        match Pin::new(io).poll_flush(cx) {
-            Poll::Ready(r) => Poll::Ready(r.map_err(Error::from)),
-            Poll::Pending => {
-                self.park(Side::Write, cx);
-                Poll::Pending
-            }
-        }
+        self.poll_flush_io(io, cx, Side::Write).map_err(Error::from)
     }
 
     pub(crate) fn poll_close<W>(&mut self, io: &mut W, cx: &mut Context<'_>) -> Poll<Result<()>>

@@ -41,9 +41,9 @@ pub fn trusting(cert: &CertificateDer<'static>) -> Arc<ClientConfig> {
     Arc::new(config)
 }
 
-/// A wavesock echo server behind TLS with a self-signed certificate for
-/// `names`; returns its address and the certificate to trust.
-pub async fn tls_echo_server(names: &[&str]) -> (SocketAddr, CertificateDer<'static>) {
+/// A TLS acceptor with a self-signed certificate for `names`, and the
+/// certificate to trust.
+pub fn acceptor(names: &[&str]) -> (TlsAcceptor, CertificateDer<'static>) {
     let (cert, key) = self_signed(names);
     let config = ServerConfig::builder_with_provider(ring())
         .with_safe_default_protocol_versions()
@@ -51,7 +51,13 @@ pub async fn tls_echo_server(names: &[&str]) -> (SocketAddr, CertificateDer<'sta
         .with_no_client_auth()
         .with_single_cert(vec![cert.clone()], key)
         .unwrap();
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+    (TlsAcceptor::from(Arc::new(config)), cert)
+}
+
+/// A wavesock echo server behind TLS with a self-signed certificate for
+/// `names`; returns its address and the certificate to trust.
+pub async fn tls_echo_server(names: &[&str]) -> (SocketAddr, CertificateDer<'static>) {
+    let (acceptor, cert) = acceptor(names);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {

@@ -1,0 +1,66 @@
+//! Regression tests for bugs found by porting other crates' test suites and
+//! by writing the code an application author writes. Each test is named
+//! after the bug it pins down.
+
+mod support;
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use wavesock::{Config, Error, Message, Role, WebSocketStream};
+
+use support::masked;
+
+/// The README's echo loop over a transport that buffers in `poll_write` and
+/// pushes in `poll_flush` (`BufWriter` over a 64-byte pipe): the reply must
+/// arrive whole, not just the first 64 bytes.
+#[tokio::test]
+async fn owed_output_in_a_buffering_transport_is_flushed_to_the_end() {
+    let (a, mut peer) = tokio::io::duplex(64);
+    let mut ws =
+        WebSocketStream::from_raw_socket(BufWriter::new(a), Role::Server, Config::default())
+            .unwrap();
+    let server = tokio::spawn(async move {
+        while let Some(msg) = ws.next().await {
+            let msg = msg?;
+            if msg.is_data() {
+                ws.feed(msg).await?;
+            }
+        }
+        Ok::<_, Error>(())
+    });
+    let payload: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+    peer.write_all(&masked(0x82, &payload)).await.unwrap();
+    let mut reply = vec![0u8; 1004];
+    tokio::time::timeout(Duration::from_secs(5), peer.read_exact(&mut reply))
+        .await
+        .expect("the whole echo arrives")
+        .unwrap();
+    assert_eq!(&reply[..4], &[0x82, 126, 0x03, 0xE8]);
+    assert_eq!(&reply[4..], &payload[..]);
+    drop(peer);
+    let _ = server.await;
+}
+
+/// The same for automatic pongs, which the read side owes on its own.
+#[tokio::test]
+async fn automatic_pongs_in_a_buffering_transport_are_flushed_to_the_end() {
+    let (a, mut peer) = tokio::io::duplex(16);
+    let ws = WebSocketStream::from_raw_socket(BufWriter::new(a), Role::Server, Config::default())
+        .unwrap();
+    // Split: the receiver owes the pong; nobody ever sends.
+    let (_tx, mut rx) = ws.split();
+    let reader = tokio::spawn(async move { while rx.next().await.is_some() {} });
+    let payload = [7u8; 100];
+    peer.write_all(&masked(0x89, &payload)).await.unwrap();
+    let mut pong = vec![0u8; 102];
+    tokio::time::timeout(Duration::from_secs(5), peer.read_exact(&mut pong))
+        .await
+        .expect("the whole pong arrives")
+        .unwrap();
+    assert_eq!(&pong[..2], &[0x8A, 100]);
+    assert_eq!(&pong[2..], &payload[..]);
+    drop(peer);
+    let _ = reader.await;
+}
