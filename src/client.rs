@@ -238,17 +238,26 @@ where
 
 /// Like [`client_async`], with your own [`Config`].
 ///
-/// ```no_run
-/// # #[cfg(unix)]
-/// # async fn run() -> wavesock::Result<()> {
-/// let unix = tokio::net::UnixStream::connect("/run/app.sock").await?;
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> wavesock::Result<()> {
+/// # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// # let addr = listener.local_addr()?;
+/// # let server = tokio::spawn(async move {
+/// #     let (tcp, _) = listener.accept().await?;
+/// #     wavesock::accept_async(tcp).await.map(drop)
+/// # });
+/// // Any stream you opened: TCP here, a Unix socket or a tunnel alike.
+/// let tcp = tokio::net::TcpStream::connect(addr).await?;
 /// let request = http::Request::builder()
 ///     .uri("/events")
 ///     .header("Host", "localhost")
 ///     .body(())
 ///     .unwrap();
+/// // Messages up to 1 MiB; frames follow the message limit.
 /// let config = wavesock::Config::default().max_message_size(1 << 20);
-/// let (ws, _) = wavesock::client_async_with_config(request, unix, config).await?;
+/// let (ws, _) = wavesock::client_async_with_config(request, tcp, config).await?;
+/// # server.await.unwrap()?;
 /// # Ok(()) }
 /// ```
 pub async fn client_async_with_config<R, S>(

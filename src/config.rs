@@ -24,8 +24,15 @@ use crate::proxy::Proxy;
 #[non_exhaustive]
 pub struct Config {
     /// Largest payload a single incoming frame may announce. Default 16 MiB.
+    ///
+    /// A frame is also held to [`max_message_size`](Config::max_message_size),
+    /// since it is part of a message: setting either limit alone works, and
+    /// the smaller of the two bounds every frame (as in tungstenite).
     pub max_frame_size: usize,
     /// Largest incoming message, all fragments together. Default 64 MiB.
+    ///
+    /// This is the limit most applications set; lowering it below
+    /// `max_frame_size` lowers the largest frame accepted with it.
     pub max_message_size: usize,
     /// Outgoing bytes buffered before `poll_ready` waits for the socket to
     /// take some. Default 128 KiB.
@@ -215,10 +222,8 @@ impl Config {
         if self.max_frame_size == 0 {
             return Err(Error::InvalidConfig("max_frame_size must be at least 1"));
         }
-        if self.max_message_size < self.max_frame_size {
-            return Err(Error::InvalidConfig(
-                "max_message_size must be at least max_frame_size",
-            ));
+        if self.max_message_size == 0 {
+            return Err(Error::InvalidConfig("max_message_size must be at least 1"));
         }
         if self.write_buffer_size == 0 {
             return Err(Error::InvalidConfig("write_buffer_size must be at least 1"));
@@ -265,11 +270,18 @@ mod tests {
     }
 
     #[test]
-    fn message_limit_below_frame_limit_is_refused() {
-        let c = Config::default()
-            .max_frame_size(1024)
-            .max_message_size(1023);
-        assert!(matches!(c.validate(), Err(Error::InvalidConfig(_))));
+    fn either_size_limit_can_be_set_alone() {
+        // Below the default frame limit: the message limit bounds frames too.
+        assert!(
+            Config::default()
+                .max_message_size(1 << 20)
+                .validate()
+                .is_ok()
+        );
+        assert!(Config::default().max_message_size(1).validate().is_ok());
+        // Above the default message limit: messages still stop at 64 MiB.
+        assert!(Config::default().max_frame_size(1 << 30).validate().is_ok());
+        assert!(Config::default().max_message_size(0).validate().is_err());
     }
 
     #[test]

@@ -29,7 +29,10 @@
 //!   message's fragments together. It is checked on each fragment's header
 //!   against what has arrived so far, so the fragment that would cross it is
 //!   refused before its payload is read: close 1009,
-//!   [`Error::MessageTooLarge`](crate::Error::MessageTooLarge).
+//!   [`Error::MessageTooLarge`](crate::Error::MessageTooLarge). A single
+//!   frame is a message too, so it is held to the smaller of the two
+//!   limits: setting only `max_message_size` (as most applications do) is
+//!   enough.
 //! - Control frames (ping, pong, close) carry at most 125 bytes, as RFC 6455
 //!   requires; a longer one is a protocol error (1002).
 //! - The read buffer grows with what actually arrives, never to the length a
@@ -55,8 +58,11 @@
 //!     .handshake_timeout(Some(Duration::from_secs(5)));
 //! assert!(chat.validate().is_ok());
 //!
-//! // Impossible combinations are errors, never panics.
-//! let wrong = Config::default().max_frame_size(1 << 20).max_message_size(1 << 10);
+//! // Either limit can be set alone: frames are held to the smaller of the two.
+//! assert!(Config::default().max_message_size(1 << 20).validate().is_ok());
+//!
+//! // Impossible settings are errors, never panics.
+//! let wrong = Config::default().max_frame_size(0);
 //! assert!(matches!(wrong.validate(), Err(wavesock::Error::InvalidConfig(_))));
 //! ```
 //!

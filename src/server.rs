@@ -51,11 +51,19 @@ where
 
 /// Like [`accept_async`], with your own [`Config`] (limits, timeouts).
 ///
-/// ```no_run
-/// # async fn run(tcp: tokio::net::TcpStream) -> wavesock::Result<()> {
+/// ```
 /// use wavesock::Config;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> wavesock::Result<()> {
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// let url = format!("ws://{}/", listener.local_addr()?);
+/// let client = tokio::spawn(wavesock::connect_async(url));
+/// let (tcp, _) = listener.accept().await?;
+/// // Messages up to 1 MiB; frames follow the message limit.
 /// let config = Config::default().max_message_size(1 << 20);
 /// let ws = wavesock::accept_async_with_config(tcp, config).await?;
+/// # client.await.unwrap()?;
 /// # Ok(()) }
 /// ```
 pub async fn accept_async_with_config<S>(io: S, config: Config) -> Result<WebSocketStream<S>>

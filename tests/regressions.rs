@@ -64,3 +64,59 @@ async fn automatic_pongs_in_a_buffering_transport_are_flushed_to_the_end() {
     drop(peer);
     let _ = reader.await;
 }
+
+/// `max_message_size` set alone (below the default frame limit) is a valid
+/// configuration, and it bounds single frames too: a frame announcing more
+/// is refused from its header, with 1009, before any payload is sent.
+#[tokio::test]
+async fn setting_only_the_message_limit_works_and_bounds_frames() {
+    let config = Config::default().max_message_size(1 << 20);
+    config.validate().unwrap();
+    let (a, mut peer) = tokio::io::duplex(1 << 16);
+    let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, config).unwrap();
+    // A 1 MiB message is fine.
+    let ok = vec![1u8; 1 << 20];
+    let writer = tokio::spawn(async move {
+        peer.write_all(&masked(0x82, &ok)).await.unwrap();
+        // Only the header of a 2 MiB frame.
+        peer.write_all(&masked(0x82, &vec![0u8; 2 << 20])[..14])
+            .await
+            .unwrap();
+        peer
+    });
+    assert_eq!(ws.next().await.unwrap().unwrap().len(), 1 << 20);
+    let err = ws.next().await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, Error::MessageTooLarge { size, max } if size == 2 << 20 && max == 1 << 20),
+        "{err:?}"
+    );
+    let mut peer = writer.await.unwrap();
+    let mut buf = bytes::BytesMut::new();
+    let (b0, payload) = support::read_frame(&mut peer, &mut buf).await.unwrap();
+    assert_eq!(b0, 0x88);
+    assert_eq!(&payload[..2], &1009u16.to_be_bytes());
+}
+
+/// `max_frame_size` set alone, below the default message limit.
+#[tokio::test]
+async fn setting_only_the_frame_limit_works() {
+    let config = Config::default().max_frame_size(1024);
+    let (a, mut peer) = tokio::io::duplex(1 << 16);
+    let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, config).unwrap();
+    peer.write_all(&masked(0x02, &[1u8; 1024])).await.unwrap();
+    peer.write_all(&masked(0x80, &[2u8; 1024])).await.unwrap();
+    peer.write_all(&masked(0x82, &[3u8; 1025])).await.unwrap();
+    // Two frames of 1 KiB make one 2 KiB message.
+    assert_eq!(ws.next().await.unwrap().unwrap().len(), 2048);
+    let err = ws.next().await.unwrap().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::FrameTooLarge {
+                size: 1025,
+                max: 1024
+            }
+        ),
+        "{err:?}"
+    );
+}
