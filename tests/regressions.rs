@@ -120,3 +120,55 @@ async fn setting_only_the_frame_limit_works() {
         "{err:?}"
     );
 }
+
+/// A new data message in the middle of one sent in fragments would break
+/// RFC 6455 §5.4 framing: it is refused, control frames still go between
+/// fragments, and the message can be finished. Both roles.
+#[tokio::test]
+async fn a_new_message_cannot_interrupt_a_fragmented_one() {
+    use wavesock::{Frame, OpCode};
+    for role in [Role::Server, Role::Client] {
+        let peer_role = match role {
+            Role::Server => Role::Client,
+            Role::Client => Role::Server,
+        };
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let mut ws = WebSocketStream::from_raw_socket(a, role, Config::default()).unwrap();
+        let mut peer = WebSocketStream::from_raw_socket(b, peer_role, Config::default()).unwrap();
+        // A continuation with nothing in progress.
+        let err = ws
+            .send(Message::Frame(Frame::new(true, OpCode::Continuation, "x")))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidMessage(_)), "{err:?}");
+        ws.send(Message::Frame(Frame::new(false, OpCode::Text, "Hel")))
+            .await
+            .unwrap();
+        for wrong in [
+            Message::binary(vec![1u8; 10]),
+            Message::text("intruder"),
+            Message::Frame(Frame::new(true, OpCode::Binary, "x")),
+        ] {
+            let err = ws.send(wrong).await.unwrap_err();
+            assert!(matches!(err, Error::InvalidMessage(_)), "{role:?}: {err:?}");
+        }
+        ws.send(Message::Ping("between".into())).await.unwrap();
+        ws.send(Message::Frame(Frame::new(false, OpCode::Continuation, "l")))
+            .await
+            .unwrap();
+        ws.send(Message::Frame(Frame::new(true, OpCode::Continuation, "o")))
+            .await
+            .unwrap();
+        // Finished: a new message is fine again.
+        ws.send(Message::binary(vec![9u8; 3])).await.unwrap();
+        assert_eq!(
+            peer.next().await.unwrap().unwrap(),
+            Message::Ping("between".into())
+        );
+        assert_eq!(peer.next().await.unwrap().unwrap(), Message::text("Hello"));
+        assert_eq!(
+            peer.next().await.unwrap().unwrap(),
+            Message::binary(vec![9u8; 3])
+        );
+    }
+}

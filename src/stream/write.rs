@@ -41,6 +41,10 @@ pub(crate) struct WriteState {
     /// transport may hold them until flushed (`BufWriter`, TLS), so whoever
     /// owes output is not done until this is clear.
     pub(crate) unflushed: bool,
+    /// A message sent in fragments (`Message::Frame` without FIN) is
+    /// unfinished: only its continuation frames and control frames may go
+    /// out until it ends (RFC 6455 §5.4).
+    fragmenting: bool,
     /// Made on first need: only a split connection's halves wait on each
     /// other, and an idle connection should be small.
     wakers: Option<Box<Wakers>>,
@@ -69,6 +73,7 @@ impl WriteState {
             peer_closed: false,
             shutdown: false,
             unflushed: false,
+            fragmenting: false,
             wakers: None,
         }
     }
@@ -233,13 +238,41 @@ impl WriteState {
                 Err(Error::AlreadyClosed)
             };
         }
+        let fragmenting = self.check_fragments(&msg)?;
         let close = msg.is_close();
         self.queue(msg)?;
+        self.fragmenting = fragmenting;
         if close {
             trace::debug_event!("close frame sent");
             self.close_sent = true;
         }
         Ok(())
+    }
+
+    /// Refuses a message that would break the framing of one sent in
+    /// fragments; returns whether a fragmented message is unfinished after it.
+    fn check_fragments(&self, msg: &Message) -> Result<bool> {
+        let opcode = match msg {
+            Message::Frame(f) => f.opcode,
+            Message::Text(_) | Message::Binary(_) => OpCode::Text,
+            Message::Prepared(p) => p.opcode,
+            Message::Ping(_) | Message::Pong(_) | Message::Close(_) => return Ok(self.fragmenting),
+        };
+        let fin = match msg {
+            Message::Frame(f) => f.fin,
+            _ => true,
+        };
+        match opcode {
+            op if op.is_control() => Ok(self.fragmenting),
+            OpCode::Continuation if !self.fragmenting => Err(Error::InvalidMessage(
+                "continuation frame without a fragmented message in progress",
+            )),
+            OpCode::Continuation => Ok(!fin),
+            _ if self.fragmenting => Err(Error::InvalidMessage(
+                "a new message while a fragmented one is unfinished: send its final continuation frame first",
+            )),
+            _ => Ok(!fin),
+        }
     }
 
     fn poll_send_buffered<W>(&mut self, io: &mut W, cx: &mut Context<'_>) -> Poll<Result<()>>
