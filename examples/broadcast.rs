@@ -6,7 +6,7 @@
 //! cargo run --example client -- ws://127.0.0.1:9003/   # in two terminals
 //! ```
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::broadcast;
 use wavesock::{Message, PreparedMessage};
@@ -20,7 +20,7 @@ async fn serve(tcp: TcpStream, hub: broadcast::Sender<PreparedMessage>) -> waves
             match inbox.recv().await {
                 // The same encoded frame for every connection: no copy, no
                 // re-encoding per receiver.
-                Ok(prepared) => tx.send(Message::Prepared(prepared)).await?,
+                Ok(prepared) => tx.send_prepared(&prepared).await?,
                 // A slow client misses messages rather than holding memory.
                 Err(broadcast::error::RecvError::Lagged(n)) => eprintln!("client lagged by {n}"),
                 Err(broadcast::error::RecvError::Closed) => break,

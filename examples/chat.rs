@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use http::{Method, Request, Response, StatusCode, header};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -148,10 +148,10 @@ async fn chat(ws: WebSocketStream<TcpStream>, hub: Hub, id: u64) -> wavesock::Re
                 Err(broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(broadcast::error::RecvError::Closed) => return Ok::<_, wavesock::Error>(()),
             };
-            tx.feed(Message::Prepared(first)).await?;
+            tx.feed_prepared(&first).await?;
             // Whatever else is already waiting goes out in the same write.
             while let Ok(more) = inbox.try_recv() {
-                tx.feed(Message::Prepared(more)).await?;
+                tx.feed_prepared(&more).await?;
             }
             tx.flush().await?;
         }

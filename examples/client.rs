@@ -14,7 +14,7 @@
 //! named by `https_proxy` / `http_proxy` / `all_proxy` (either case) unless
 //! `no_proxy` exempts the host.
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use wavesock::proxy::Proxy;
 use wavesock::{CloseCode, CloseFrame, Config, Message};

@@ -11,7 +11,7 @@ use crate::proto::Role;
 use crate::proto::decoder::MessageDecoder;
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::header::OpCode;
-use crate::proto::message::Message;
+use crate::proto::message::{Message, PreparedMessage};
 
 /// Encodes and decodes WebSocket frames for one side of a connection.
 ///
@@ -117,6 +117,16 @@ impl Encoder<&Message> for WebSocketCodec {
 
     fn encode(&mut self, msg: &Message, dst: &mut BytesMut) -> Result<(), Error> {
         self.encoder.encode_message(msg, dst)
+    }
+}
+
+/// A [`PreparedMessage`]: for a server its frame as encoded once, for a
+/// client masked anew.
+impl Encoder<&PreparedMessage> for WebSocketCodec {
+    type Error = Error;
+
+    fn encode(&mut self, msg: &PreparedMessage, dst: &mut BytesMut) -> Result<(), Error> {
+        self.encoder.encode_prepared(msg, dst)
     }
 }
 

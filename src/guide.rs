@@ -324,8 +324,8 @@
 //!
 //! Sending the same message to many connections would encode (and, for
 //! large payloads, queue) it once per connection. A [`PreparedMessage`] is
-//! encoded once; sending [`Message::Prepared`] to a server-side connection
-//! queues a reference to the same bytes, with no encoding and no copy. (On a
+//! encoded once; sending it (`send_prepared`, `feed_prepared`) to a
+//! server-side connection queues a reference to the same bytes, with no encoding and no copy. (On a
 //! client-side connection, where every frame needs its own mask, it is
 //! encoded like any message.)
 //!
@@ -336,7 +336,6 @@
 //! do this.
 //!
 //! ```no_run
-//! use futures_util::SinkExt;
 //! use tokio::sync::broadcast;
 //! use wavesock::{Message, PreparedMessage, WebSocketSender};
 //!
@@ -346,7 +345,7 @@
 //! ) -> wavesock::Result<()> {
 //!     loop {
 //!         match news.recv().await {
-//!             Ok(prepared) => tx.send(Message::Prepared(prepared)).await?,
+//!             Ok(prepared) => tx.send_prepared(&prepared).await?,
 //!             Err(broadcast::error::RecvError::Lagged(_)) => continue,
 //!             Err(broadcast::error::RecvError::Closed) => return Ok(()),
 //!         }
@@ -409,5 +408,4 @@
 //! [`Config`]: crate::Config
 //! [`Error`]: crate::Error
 //! [`Message::Close`]: crate::Message::Close
-//! [`Message::Prepared`]: crate::Message::Prepared
 //! [`PreparedMessage`]: crate::PreparedMessage

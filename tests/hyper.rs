@@ -67,6 +67,8 @@ async fn wavesock_client_talks_to_hyper_upgraded_connection() {
         Message::text("through hyper")
     );
     ws.close(None).await.unwrap();
+    // close() starts the handshake; the answer comes through next().
+    assert!(ws.next().await.unwrap().unwrap().is_close());
     assert!(ws.is_close_received());
     assert!(ws.next().await.is_none());
 }

@@ -259,8 +259,9 @@ async fn split_reader_answers_pings_while_writer_is_idle() {
         ws.next().await.unwrap().unwrap(),
         Message::Pong(Bytes::from_static(b"1"))
     );
-    // close() completes the whole handshake: the reply came and TCP ended.
+    // close() starts the handshake; next() sees the reply and the TCP end.
     ws.close(None).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::Close(None));
     assert!(ws.is_close_received());
     assert!(ws.next().await.is_none());
     let seen = server.await.unwrap();
@@ -331,7 +332,9 @@ async fn close_gives_up_after_the_timeout_and_closing_twice_is_harmless() {
     let config = Config::default().close_timeout(Duration::from_secs(3));
     let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, config).unwrap();
     let started = tokio::time::Instant::now();
-    assert!(matches!(ws.close(None).await, Err(Error::CloseTimeout)));
+    ws.close(None).await.unwrap();
+    assert_eq!(started.elapsed(), Duration::ZERO, "close() does not wait");
+    assert!(matches!(ws.next().await.unwrap(), Err(Error::CloseTimeout)));
     assert_eq!(started.elapsed(), Duration::from_secs(3));
     ws.close(None).await.unwrap();
     assert!(ws.is_close_sent());
@@ -636,7 +639,7 @@ async fn a_prepared_message_reaches_many_connections_unchanged() {
         clients.push(WebSocketStream::from_raw_socket(b, Role::Client, Config::default()).unwrap());
     }
     for ws in &mut servers {
-        ws.send(Message::Prepared(prepared.clone())).await.unwrap();
+        ws.send_prepared(&prepared).await.unwrap();
     }
     for ws in &mut clients {
         assert_eq!(
@@ -645,10 +648,7 @@ async fn a_prepared_message_reaches_many_connections_unchanged() {
         );
     }
     // A client-side connection encodes (and masks) it like any message.
-    clients[0]
-        .send(Message::Prepared(prepared.clone()))
-        .await
-        .unwrap();
+    clients[0].send_prepared(&prepared).await.unwrap();
     assert_eq!(
         servers[0].next().await.unwrap().unwrap(),
         Message::text(payload)

@@ -5,7 +5,7 @@
 mod support;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::{SinkExt, StreamExt, stream};
+use futures_util::{StreamExt, stream};
 use proptest::prelude::*;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -84,7 +84,7 @@ fn broadcast(c: &mut Criterion) {
                 rt.block_on(async {
                     let prepared = PreparedMessage::new(&Message::Binary(data.clone())).unwrap();
                     for ws in conns.iter_mut() {
-                        ws.send(Message::Prepared(prepared.clone())).await.unwrap();
+                        ws.send_prepared(&prepared).await.unwrap();
                     }
                     black_box(prepared);
                 })

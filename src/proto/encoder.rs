@@ -9,7 +9,7 @@ use crate::proto::Role;
 use crate::proto::close::CloseFrame;
 use crate::proto::header::{FrameHeader, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, OpCode};
 use crate::proto::mask::apply_mask;
-use crate::proto::message::{Frame, Message};
+use crate::proto::message::{Frame, Message, PreparedMessage};
 
 /// Writes frames for one side of a connection. A client's encoder draws a
 /// fresh masking key per frame from a fast generator seeded from the OS.
@@ -164,6 +164,22 @@ impl FrameEncoder {
         Ok(mask)
     }
 
+    /// Encodes a prepared message into `dst`: its frame as it is for a
+    /// server, masked anew for a client.
+    pub fn encode_prepared(
+        &mut self,
+        p: &PreparedMessage,
+        dst: &mut BytesMut,
+    ) -> Result<(), Error> {
+        match self.role {
+            Role::Server => {
+                dst.extend_from_slice(&p.frame);
+                Ok(())
+            }
+            Role::Client => self.encode_frame(true, p.opcode, &p.payload, dst),
+        }
+    }
+
     /// Encodes a whole message as one frame into `dst`.
     pub fn encode_message(&mut self, msg: &Message, dst: &mut BytesMut) -> Result<(), Error> {
         match msg {
@@ -175,13 +191,6 @@ impl FrameEncoder {
                 let payload = CloseFrame::encode(f.as_ref())?;
                 self.encode_frame(true, OpCode::Close, &payload, dst)
             }
-            Message::Prepared(p) => match self.role {
-                Role::Server => {
-                    dst.extend_from_slice(&p.frame);
-                    Ok(())
-                }
-                Role::Client => self.encode_frame(true, p.opcode, &p.payload, dst),
-            },
             Message::Frame(Frame {
                 fin,
                 opcode,

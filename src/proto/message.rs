@@ -1,5 +1,7 @@
 //! Messages and raw frames.
 
+use std::fmt;
+
 use bytes::{Bytes, BytesMut};
 
 use crate::error::Error;
@@ -14,15 +16,24 @@ use crate::proto::text::Utf8Bytes;
 /// or given to it to send.
 ///
 /// Text is validated UTF-8 and, like binary data, shares the buffer it was
-/// read into: receiving a message copies nothing.
+/// read into: receiving a message copies nothing. The variants are those of
+/// tungstenite's `Message`, so a `match` written for it compiles here. A
+/// message encoded once for many connections is a [`PreparedMessage`], sent
+/// with `send_prepared`; it is never received.
 ///
 /// ```
 /// use wavesock::Message;
 ///
 /// let m = Message::text("hello");
 /// assert!(m.is_text());
-/// assert_eq!(m.as_text(), Some("hello"));
-/// assert_eq!(m.into_payload().as_ref(), b"hello");
+/// assert_eq!(m.to_text()?, "hello");
+/// assert_eq!(m.to_string(), "hello");
+/// assert_eq!(m.into_data().as_ref(), b"hello");
+///
+/// let m: Message = vec![0xFF, 0x00].into();
+/// assert!(m.is_binary());
+/// assert!(m.to_text().is_err());
+/// # Ok::<(), wavesock::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
@@ -47,9 +58,6 @@ pub enum Message {
     /// in several pieces); text is checked as it comes, but a piece may end
     /// inside a code point.
     Frame(Frame),
-    /// A message encoded once, for sending to many connections without
-    /// encoding or copying it again for each; never received.
-    Prepared(PreparedMessage),
 }
 
 impl Message {
@@ -78,6 +86,16 @@ impl Message {
         self.is_text() || self.is_binary()
     }
 
+    /// Whether this is a ping.
+    pub fn is_ping(&self) -> bool {
+        matches!(self, Message::Ping(_))
+    }
+
+    /// Whether this is a pong.
+    pub fn is_pong(&self) -> bool {
+        matches!(self, Message::Pong(_))
+    }
+
     /// Whether this is a close frame.
     pub fn is_close(&self) -> bool {
         matches!(self, Message::Close(_))
@@ -91,15 +109,44 @@ impl Message {
         }
     }
 
-    /// The payload bytes, whatever the kind (the encoded payload for close).
-    pub fn into_payload(self) -> Bytes {
+    /// The payload as text: a text message's text, a close frame's reason,
+    /// or any other payload if it is valid UTF-8 ([`Error::InvalidUtf8`]
+    /// otherwise).
+    pub fn to_text(&self) -> Result<&str, Error> {
+        match self {
+            Message::Text(t) => Ok(t.as_str()),
+            Message::Close(f) => Ok(f.as_ref().map_or("", |f| f.reason.as_str())),
+            Message::Binary(b) | Message::Ping(b) | Message::Pong(b) => utf8(b),
+            Message::Frame(f) => utf8(&f.payload),
+        }
+    }
+
+    /// Like [`to_text`](Self::to_text), by value and without copying.
+    pub fn into_text(self) -> Result<Utf8Bytes, Error> {
+        match self {
+            Message::Text(t) => Ok(t),
+            Message::Close(f) => Ok(f.map(|f| f.reason).unwrap_or_default()),
+            Message::Binary(b) | Message::Ping(b) | Message::Pong(b) => {
+                Utf8Bytes::try_from(b).map_err(|_| Error::InvalidUtf8)
+            }
+            Message::Frame(f) => Utf8Bytes::try_from(f.payload).map_err(|_| Error::InvalidUtf8),
+        }
+    }
+
+    /// The payload bytes, whatever the kind (the encoded code and reason
+    /// for close), without copying.
+    pub fn into_data(self) -> Bytes {
         match self {
             Message::Text(t) => t.into_bytes(),
             Message::Binary(b) | Message::Ping(b) | Message::Pong(b) => b,
             Message::Close(f) => CloseFrame::encode(f.as_ref()).unwrap_or_default(),
             Message::Frame(f) => f.payload,
-            Message::Prepared(p) => p.payload,
         }
+    }
+
+    /// The same as [`into_data`](Self::into_data).
+    pub fn into_payload(self) -> Bytes {
+        self.into_data()
     }
 
     /// Payload length in bytes.
@@ -109,13 +156,39 @@ impl Message {
             Message::Binary(b) | Message::Ping(b) | Message::Pong(b) => b.len(),
             Message::Close(f) => f.as_ref().map_or(0, |f| 2 + f.reason.len()),
             Message::Frame(f) => f.payload.len(),
-            Message::Prepared(p) => p.payload.len(),
         }
     }
 
     /// Whether the payload is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+fn utf8(b: &[u8]) -> Result<&str, Error> {
+    std::str::from_utf8(b).map_err(|_| Error::InvalidUtf8)
+}
+
+/// Text as itself; any other payload as text if it is valid UTF-8, else as
+/// `Binary Data<length=N>` (what tungstenite shows).
+impl fmt::Display for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.to_text() {
+            Ok(text) => f.write_str(text),
+            Err(_) => write!(f, "Binary Data<length={}>", self.len()),
+        }
+    }
+}
+
+impl From<Utf8Bytes> for Message {
+    fn from(t: Utf8Bytes) -> Self {
+        Message::Text(t)
+    }
+}
+
+impl From<&[u8]> for Message {
+    fn from(b: &[u8]) -> Self {
+        Message::Binary(Bytes::copy_from_slice(b))
     }
 }
 
@@ -180,15 +253,17 @@ impl Frame {
 /// connections.
 ///
 /// Server frames are not masked, so the same encoded bytes serve every
-/// server-side connection: sending a prepared message queues a reference to
-/// them, with no encoding and no copy per connection. On a client-side
-/// connection it is encoded (and masked) like any message.
+/// server-side connection: sending a prepared message (`send_prepared` or
+/// `feed_prepared` on a [`WebSocketStream`](crate::WebSocketStream) or a
+/// [`WebSocketSender`](crate::WebSocketSender)) queues a reference to them,
+/// with no encoding and no copy per connection. On a client-side connection
+/// it is encoded (and masked) like any message. It is never compressed.
 ///
 /// ```
 /// use wavesock::{Message, PreparedMessage};
 ///
 /// let news = PreparedMessage::new(&Message::text("breaking news"))?;
-/// // for ws in &mut connections { ws.feed(Message::Prepared(news.clone())).await?; }
+/// // for ws in &mut connections { ws.feed_prepared(&news).await?; }
 /// assert_eq!(&news.frame()[..2], &[0x81, 13]);
 /// # Ok::<(), wavesock::Error>(())
 /// ```
@@ -208,7 +283,6 @@ impl PreparedMessage {
             Message::Ping(b) => (OpCode::Ping, b.clone()),
             Message::Pong(b) => (OpCode::Pong, b.clone()),
             Message::Close(f) => (OpCode::Close, CloseFrame::encode(f.as_ref())?),
-            Message::Prepared(p) => return Ok(p.clone()),
             Message::Frame(_) => {
                 return Err(Error::InvalidMessage("a raw frame cannot be prepared"));
             }

@@ -10,14 +10,14 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
-use futures_util::{Sink, SinkExt, Stream, StreamExt};
+use futures_util::{Sink, SinkExt, Stream};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::proto::Role;
 use crate::proto::close::CloseFrame;
-use crate::proto::message::Message;
+use crate::proto::message::{Message, PreparedMessage};
 
 use read::{ReadState, Transport};
 use write::WriteState;
@@ -123,35 +123,59 @@ where
         })
     }
 
-    /// Closes the connection: sends a close frame (code and reason, or
-    /// none), then waits for the peer's close frame and the end of the TCP
-    /// connection, discarding messages that arrive meanwhile. The whole
-    /// handshake is bounded by [`Config::close_timeout`]; past it the
-    /// connection is given up and [`Error::CloseTimeout`] returned. Closing a
-    /// connection that is already closing or closed does nothing more.
+    /// Starts the closing handshake: sends a close frame (code and reason,
+    /// or none for `None`) and waits until it is written, as
+    /// tokio-tungstenite's `close` does. It does not read: messages the peer
+    /// sent before it saw our close are still delivered by
+    /// [`next`](futures_util::StreamExt::next), then the peer's [`Message::Close`], then
+    /// the end of the stream. Nothing that arrives is discarded.
     ///
-    /// To keep receiving until the peer answers instead, send
-    /// [`Message::Close`] and keep polling the stream.
+    /// After `close`, `next()` ends in one of three ways:
+    /// - the peer answers with its close frame: `Some(Ok(Message::Close(..)))`,
+    ///   then `None` once the handshake is done (a client first waits, within
+    ///   the timeout, for the server to close TCP);
+    /// - the peer ends the TCP connection without answering (many servers
+    ///   do), or resets it: `None`. This is a normal end, not an error;
+    /// - neither within [`Config::close_timeout`] of our close frame:
+    ///   `Some(Err(Error::CloseTimeout))`, the connection dropped, then `None`.
     ///
-    /// ```no_run
-    /// # async fn f(mut ws: wavesock::WebSocketStream<tokio::net::TcpStream>) -> wavesock::Result<()> {
-    /// use wavesock::{CloseCode, CloseFrame};
+    /// So "close and wait" is `close`, then `next()` until `None`, bounded
+    /// by `close_timeout`. Writing the close frame is bounded by the same
+    /// timeout ([`Error::CloseTimeout`] if the peer takes nothing). Closing
+    /// a connection that is already closing or closed sends nothing more.
+    ///
+    /// ```
+    /// use futures_util::{SinkExt, StreamExt};
+    /// use wavesock::{CloseCode, CloseFrame, Config, Message, Role, WebSocketStream};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> wavesock::Result<()> {
+    /// let (a, b) = tokio::io::duplex(4096);
+    /// let mut ws = WebSocketStream::from_raw_socket(a, Role::Client, Config::default())?;
+    /// let mut peer = WebSocketStream::from_raw_socket(b, Role::Server, Config::default())?;
+    /// // The peer has something in flight when we close.
+    /// peer.send(Message::text("last words")).await?;
+    /// let server = tokio::spawn(async move { while peer.next().await.is_some() {} });
+    ///
     /// ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "bye"))).await?;
+    /// assert_eq!(ws.next().await.unwrap()?, Message::text("last words"));
+    /// assert!(ws.next().await.unwrap()?.is_close()); // the peer's answer
+    /// assert!(ws.next().await.is_none());
+    /// # server.await.unwrap();
     /// # Ok(()) }
     /// ```
     pub async fn close(&mut self, frame: Option<CloseFrame>) -> Result<()> {
-        if !self.writer.close_sent && !self.reader.is_terminated() {
-            self.feed(Message::Close(frame)).await?;
+        if self.reader.is_terminated() {
+            return Ok(());
         }
         let timeout = self.reader.close_timeout();
-        let handshake = async {
-            self.flush().await?;
-            while let Some(msg) = self.next().await {
-                msg?;
+        let send = async {
+            if !self.writer.close_sent {
+                self.feed(Message::Close(frame)).await?;
             }
-            Ok(())
+            self.flush().await
         };
-        match tokio::time::timeout(timeout, handshake).await {
+        match tokio::time::timeout(timeout, send).await {
             Ok(r) => r,
             Err(_) => {
                 let mut t = Whole {
@@ -162,6 +186,36 @@ where
                 Err(Error::CloseTimeout)
             }
         }
+    }
+
+    /// Queues a [`PreparedMessage`] once the write queue has room, like
+    /// [`SinkExt::feed`]: for a server, the frame encoded once is queued as
+    /// it is, with no copy.
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use wavesock::{Config, Message, PreparedMessage, Role, WebSocketStream};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> wavesock::Result<()> {
+    /// let news = PreparedMessage::new(&Message::text("market open"))?;
+    /// let (a, b) = tokio::io::duplex(4096);
+    /// let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, Config::default())?;
+    /// let mut peer = WebSocketStream::from_raw_socket(b, Role::Client, Config::default())?;
+    /// ws.send_prepared(&news).await?;
+    /// assert_eq!(peer.next().await.unwrap()?, Message::text("market open"));
+    /// # Ok(()) }
+    /// ```
+    pub async fn feed_prepared(&mut self, msg: &PreparedMessage) -> Result<()> {
+        std::future::poll_fn(|cx| self.writer.poll_ready(&mut self.io, cx)).await?;
+        self.writer.start_send_prepared(msg)
+    }
+
+    /// [`feed_prepared`](Self::feed_prepared), then a flush, like
+    /// [`SinkExt::send`].
+    pub async fn send_prepared(&mut self, msg: &PreparedMessage) -> Result<()> {
+        self.feed_prepared(msg).await?;
+        self.flush().await
     }
 
     /// Splits the connection into a receiving half and a sending half for

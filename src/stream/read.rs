@@ -473,22 +473,30 @@ impl ReadState {
                 }
             }
             let read = ready!(self.poll_read(t.read_io(), cx));
-            match read {
-                Ok(n) if n > 0 => {}
-                Ok(_) => {
-                    self.terminated = true;
-                    t.with_writer(|w, _| w.peer_closed = true);
-                    return Poll::Ready(Some(Err(Error::Io(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "connection closed without a close frame",
-                    )))));
-                }
-                Err(e) => {
-                    self.terminated = true;
-                    t.with_writer(|w, _| w.peer_closed = true);
-                    return Poll::Ready(Some(Err(e.into())));
-                }
+            let err = match read {
+                Ok(n) if n > 0 => continue,
+                Ok(_) => io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed without a close frame",
+                ),
+                Err(e) => e,
+            };
+            self.terminated = true;
+            t.with_writer(|w, _| w.peer_closed = true);
+            // After our close frame, a peer that hangs up (or resets) instead
+            // of answering ends the connection as surely: many servers do.
+            let hung_up = matches!(
+                err.kind(),
+                io::ErrorKind::UnexpectedEof
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::BrokenPipe
+            );
+            if hung_up && t.close_sent() {
+                trace::debug_event!("peer ended the connection after our close frame");
+                return Poll::Ready(None);
             }
+            return Poll::Ready(Some(Err(err.into())));
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The two halves of a split connection.
 
+use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -10,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 
 use crate::error::{Error, Result};
 use crate::proto::Role;
-use crate::proto::message::Message;
+use crate::proto::message::{Message, PreparedMessage};
 use crate::stream::WebSocketStream;
 use crate::stream::read::{ReadState, Transport};
 use crate::stream::write::WriteState;
@@ -71,10 +72,82 @@ where
     )
 }
 
-/// The sending half of a split [`WebSocketStream`]: a [`Sink`] of messages.
+/// The sending half of a split [`WebSocketStream`]: a [`Sink`] of messages,
+/// and a handle that can be cloned to send from many tasks.
+///
+/// Clones share one connection and one write queue; no lock is held while
+/// waiting on the transport (only for the moment a frame is queued or a
+/// write call made), so there is no `Arc<Mutex<..>>` to build. Each
+/// [`send`](Self::send) queues its message whole: messages sent through
+/// one handle keep their order, and messages from different handles never
+/// interleave on the wire. Under backpressure `send` waits like the
+/// [`Sink`], each task for itself.
+///
+/// Closing: the first close frame sent (by any clone, or by the receiver
+/// answering the peer's close) ends sending for all of them; later sends
+/// fail with [`Error::AlreadyClosed`] (or [`Error::ConnectionClosed`] when
+/// the peer closed). Dropping handles never closes the connection: the
+/// receiver keeps reading and answering pings, and dropping the receiver
+/// and every sender drops the connection without a close frame.
+///
+/// ```
+/// use futures_util::StreamExt;
+/// use wavesock::{Config, Message, Role, WebSocketStream};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> wavesock::Result<()> {
+/// let (a, b) = tokio::io::duplex(4096);
+/// let (tx, _rx) = WebSocketStream::from_raw_socket(a, Role::Server, Config::default())?.split();
+/// let mut peer = WebSocketStream::from_raw_socket(b, Role::Client, Config::default())?;
+/// let tasks: Vec<_> = (0..3)
+///     .map(|i| {
+///         let mut tx = tx.clone();
+///         tokio::spawn(async move { tx.send(Message::text(format!("from task {i}"))).await })
+///     })
+///     .collect();
+/// for t in tasks {
+///     t.await.unwrap()?;
+/// }
+/// for _ in 0..3 {
+///     let msg = peer.next().await.unwrap()?;
+///     assert!(msg.to_text()?.starts_with("from task"));
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct WebSocketSender<S> {
     shared: Arc<Shared<S>>,
+}
+
+impl<S> Drop for WebSocketSender<S> {
+    fn drop(&mut self) {
+        // A send of this handle's, dropped while waiting, may have been the
+        // one the transport would have woken: let the others ask again.
+        self.shared.with(|w, _| w.wake_writers());
+    }
+}
+
+impl<S> Clone for WebSocketSender<S> {
+    fn clone(&self) -> Self {
+        WebSocketSender {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// Wakes the other waiting senders if a send is dropped before it is done:
+/// its task may have been the one the transport would have woken.
+struct CancelGuard<'a, S> {
+    shared: &'a Shared<S>,
+    done: bool,
+}
+
+impl<S> Drop for CancelGuard<'_, S> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.shared.with(|w, _| w.wake_writers());
+        }
+    }
 }
 
 /// The receiving half of a split [`WebSocketStream`]: a [`Stream`] of
@@ -122,7 +195,7 @@ impl<S> WebSocketReceiver<S> {
     }
 
     /// Puts the two halves back together; fails (returning both) if they
-    /// came from different connections.
+    /// came from different connections or other clones of the sender remain.
     ///
     /// ```
     /// # use wavesock::{Config, Role, WebSocketStream};
@@ -140,7 +213,9 @@ impl<S> WebSocketReceiver<S> {
     where
         S: Unpin,
     {
-        if !Arc::ptr_eq(&self.shared, &other.shared) {
+        // Clones of the sender still about would be left without a
+        // connection.
+        if !Arc::ptr_eq(&self.shared, &other.shared) || Arc::strong_count(&self.shared) > 2 {
             return Err((other, self));
         }
         drop(other);
@@ -162,6 +237,62 @@ impl<S> WebSocketSender<S> {
     /// Whether a close frame has been sent (by either half).
     pub fn is_close_sent(&self) -> bool {
         self.shared.close_sent.load(Ordering::Acquire)
+    }
+}
+
+impl<S> WebSocketSender<S>
+where
+    S: AsyncRead + AsyncWrite,
+{
+    /// Queues `msg` once the write queue has room, without writing it out:
+    /// it goes with the next [`send`](Self::send) or flush, by any clone.
+    /// The same as [`SinkExt::feed`](futures_util::SinkExt::feed), safe to
+    /// cancel.
+    pub async fn feed(&mut self, msg: Message) -> Result<()> {
+        self.queue(|w| w.start_send(msg)).await
+    }
+
+    /// Sends `msg` and writes out the queue. The same as
+    /// [`SinkExt::send`](futures_util::SinkExt::send); cancelled, the message
+    /// may or may not have been queued.
+    pub async fn send(&mut self, msg: Message) -> Result<()> {
+        self.feed(msg).await?;
+        self.flush().await
+    }
+
+    /// Like [`feed`](Self::feed) for a [`PreparedMessage`].
+    pub async fn feed_prepared(&mut self, msg: &PreparedMessage) -> Result<()> {
+        self.queue(|w| w.start_send_prepared(msg)).await
+    }
+
+    /// Like [`send`](Self::send) for a [`PreparedMessage`]: for a server, the
+    /// frame encoded once is queued as it is.
+    pub async fn send_prepared(&mut self, msg: &PreparedMessage) -> Result<()> {
+        self.feed_prepared(msg).await?;
+        self.flush().await
+    }
+
+    /// Writes out everything queued, by this handle or any other.
+    pub async fn flush(&mut self) -> Result<()> {
+        let shared = &*self.shared;
+        let mut guard = CancelGuard {
+            shared,
+            done: false,
+        };
+        poll_fn(|cx| shared.with(|w, io| w.poll_flush(io, cx))).await?;
+        guard.done = true;
+        Ok(())
+    }
+
+    async fn queue(&mut self, start: impl FnOnce(&mut WriteState) -> Result<()>) -> Result<()> {
+        let shared = &*self.shared;
+        let mut guard = CancelGuard {
+            shared,
+            done: false,
+        };
+        poll_fn(|cx| shared.with(|w, io| w.poll_ready(io, cx))).await?;
+        guard.done = true;
+        shared.with(|w, _| start(w))
     }
 }
 

@@ -13,7 +13,7 @@ use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::header::OpCode;
-use crate::proto::message::Message;
+use crate::proto::message::{Message, PreparedMessage};
 use crate::trace;
 
 /// Server payloads at least this large are written from where they are
@@ -53,7 +53,10 @@ pub(crate) struct WriteState {
 #[derive(Debug, Default)]
 struct Wakers {
     read: Option<Waker>,
-    write: Option<Waker>,
+    /// Every task waiting to send: a split sender can be cloned, and the
+    /// transport wakes only the last task that asked, so progress by any
+    /// task wakes the others to try again.
+    write: Vec<Waker>,
 }
 
 pub(crate) fn store(slot: &mut Option<Waker>, cx: &Context<'_>) {
@@ -93,20 +96,40 @@ impl WriteState {
         let wakers = self.wakers.get_or_insert_with(Default::default);
         match side {
             Side::Read => store(&mut wakers.read, cx),
-            Side::Write => store(&mut wakers.write, cx),
+            Side::Write => {
+                if !wakers.write.iter().any(|w| w.will_wake(cx.waker())) {
+                    wakers.write.push(cx.waker().clone());
+                }
+            }
         }
     }
 
+    /// Wakes every task parked to send but the current one, and the
+    /// receiving side when a sender made the progress.
     fn wake_other(&mut self, side: Side, cx: &Context<'_>) {
         let Some(wakers) = self.wakers.as_deref_mut() else {
             return;
         };
-        let other = match side {
-            Side::Read => &mut wakers.write,
-            Side::Write => &mut wakers.read,
-        };
-        if let Some(w) = other.take_if(|w| !w.will_wake(cx.waker())) {
-            w.wake();
+        if let Side::Write = side {
+            if let Some(w) = wakers.read.take_if(|w| !w.will_wake(cx.waker())) {
+                w.wake();
+            }
+        }
+        let current = cx.waker();
+        wakers
+            .write
+            .drain(..)
+            .filter(|w| !w.will_wake(current))
+            .for_each(Waker::wake);
+    }
+
+    /// Wakes every task parked to send, for when one that may have been the
+    /// transport's only registered waiter gives up (a cancelled send).
+    pub(crate) fn wake_writers(&mut self) {
+        if let Some(wakers) = self.wakers.as_deref_mut() {
+            for w in wakers.write.drain(..) {
+                w.wake();
+            }
         }
     }
 
@@ -114,11 +137,6 @@ impl WriteState {
     pub(crate) fn queue(&mut self, msg: Message) -> Result<()> {
         // Compressed payloads are new bytes: they go through the encoder.
         if self.encoder.role() == Role::Server && !self.encoder.compresses(&msg) {
-            if let Message::Prepared(p) = &msg {
-                // Encoded once for every connection: queue it as it is.
-                self.outbox.push_shared(p.frame.clone());
-                return Ok(());
-            }
             let zero_copy = match &msg {
                 Message::Text(t) => t.len() >= ZERO_COPY_MIN,
                 Message::Binary(b) => b.len() >= ZERO_COPY_MIN,
@@ -146,6 +164,17 @@ impl WriteState {
         }
         let encoder = &mut self.encoder;
         self.outbox.encode(|b| encoder.encode_message(&msg, b))
+    }
+
+    /// Queues a prepared message: for a server, a reference to the frame
+    /// encoded once for every connection.
+    fn queue_prepared(&mut self, p: &PreparedMessage) -> Result<()> {
+        if self.encoder.role() == Role::Server {
+            self.outbox.push_shared(p.frame.clone());
+            return Ok(());
+        }
+        let encoder = &mut self.encoder;
+        self.outbox.encode(|b| encoder.encode_prepared(p, b))
     }
 
     /// Queues our close frame for an error the peer caused, once.
@@ -229,17 +258,19 @@ impl WriteState {
     }
 
     pub(crate) fn start_send(&mut self, msg: Message) -> Result<()> {
-        if self.close_sent || self.peer_closed {
-            return if msg.is_close() {
-                Ok(())
-            } else if self.peer_closed {
-                Err(Error::ConnectionClosed)
-            } else {
-                Err(Error::AlreadyClosed)
-            };
-        }
-        let fragmenting = self.check_fragments(&msg)?;
         let close = msg.is_close();
+        if self.refuse_after_close(close)? {
+            return Ok(());
+        }
+        let (opcode, fin) = match &msg {
+            Message::Frame(f) => (f.opcode, f.fin),
+            Message::Text(_) => (OpCode::Text, true),
+            Message::Binary(_) => (OpCode::Binary, true),
+            Message::Ping(_) => (OpCode::Ping, true),
+            Message::Pong(_) => (OpCode::Pong, true),
+            Message::Close(_) => (OpCode::Close, true),
+        };
+        let fragmenting = self.check_fragments(opcode, fin)?;
         self.queue(msg)?;
         self.fragmenting = fragmenting;
         if close {
@@ -249,19 +280,38 @@ impl WriteState {
         Ok(())
     }
 
-    /// Refuses a message that would break the framing of one sent in
+    pub(crate) fn start_send_prepared(&mut self, p: &PreparedMessage) -> Result<()> {
+        let close = p.opcode == OpCode::Close;
+        if self.refuse_after_close(close)? {
+            return Ok(());
+        }
+        let fragmenting = self.check_fragments(p.opcode, true)?;
+        self.queue_prepared(p)?;
+        self.fragmenting = fragmenting;
+        if close {
+            trace::debug_event!("close frame sent");
+            self.close_sent = true;
+        }
+        Ok(())
+    }
+
+    /// After a close frame either way, sending is an error, but a second
+    /// close is quietly dropped: `Ok(true)`.
+    fn refuse_after_close(&self, close: bool) -> Result<bool> {
+        if !self.close_sent && !self.peer_closed {
+            Ok(false)
+        } else if close {
+            Ok(true)
+        } else if self.peer_closed {
+            Err(Error::ConnectionClosed)
+        } else {
+            Err(Error::AlreadyClosed)
+        }
+    }
+
+    /// Refuses a frame that would break the framing of a message sent in
     /// fragments; returns whether a fragmented message is unfinished after it.
-    fn check_fragments(&self, msg: &Message) -> Result<bool> {
-        let opcode = match msg {
-            Message::Frame(f) => f.opcode,
-            Message::Text(_) | Message::Binary(_) => OpCode::Text,
-            Message::Prepared(p) => p.opcode,
-            Message::Ping(_) | Message::Pong(_) | Message::Close(_) => return Ok(self.fragmenting),
-        };
-        let fin = match msg {
-            Message::Frame(f) => f.fin,
-            _ => true,
-        };
+    fn check_fragments(&self, opcode: OpCode, fin: bool) -> Result<bool> {
         match opcode {
             op if op.is_control() => Ok(self.fragmenting),
             OpCode::Continuation if !self.fragmenting => Err(Error::InvalidMessage(

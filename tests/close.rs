@@ -1,0 +1,182 @@
+//! Close semantics over real loopback sockets: `close()` starts the
+//! handshake and nothing the peer sent before its close frame is lost; a
+//! peer that hangs up after our close frame ends the stream cleanly.
+
+mod support;
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::AsyncWriteExt;
+use wavesock::{CloseCode, CloseFrame, Config, Error, Message};
+
+use support::{accept, client, close_payload, listener, masked, raw_upgrade, read_frame, unmasked};
+
+/// A server that sends three messages and its close frame in one write,
+/// while the client closes: the client still gets all three, then the
+/// server's close frame, then the end.
+#[tokio::test]
+async fn client_close_keeps_messages_sent_before_the_peers_close() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(async move {
+        let (mut tcp, _) = l.accept().await.unwrap();
+        support::read_head(&mut tcp).await;
+        let mut out = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
+            support::ACCEPT
+        )
+        .into_bytes();
+        for text in ["one", "two", "three"] {
+            out.extend(unmasked(0x81, text.as_bytes()));
+        }
+        out.extend(unmasked(0x88, &close_payload(1001, "going away")));
+        tcp.write_all(&out).await.unwrap();
+        // Our close frame crosses theirs; then the server ends TCP.
+        let mut b0 = [0u8; 1];
+        tokio::io::AsyncReadExt::read_exact(&mut tcp, &mut b0)
+            .await
+            .unwrap();
+        drop(tcp);
+        b0[0]
+    });
+    let request = http::Request::builder()
+        .uri(format!("ws://{addr}/"))
+        .header("Sec-WebSocket-Key", support::KEY)
+        .body(())
+        .unwrap();
+    let (mut ws, _) = wavesock::connect_async(request).await.unwrap();
+    // Let everything the server sent arrive before we close.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "done")))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while let Some(msg) = ws.next().await {
+        got.push(msg.unwrap());
+    }
+    assert_eq!(
+        got,
+        vec![
+            Message::text("one"),
+            Message::text("two"),
+            Message::text("three"),
+            Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "going away"))),
+        ]
+    );
+    assert_eq!(server.await.unwrap(), 0x88, "our close frame went out");
+}
+
+/// The server side of the same: a client sends messages and then its close
+/// frame right after our close; they are delivered, and our close is not
+/// sent twice.
+#[tokio::test]
+async fn server_close_keeps_messages_sent_before_the_peers_close() {
+    let (l, addr) = listener().await;
+    let peer = tokio::spawn(async move {
+        let (mut tcp, mut buf) = raw_upgrade(addr).await;
+        let (b0, payload) = read_frame(&mut tcp, &mut buf).await.unwrap();
+        assert_eq!((b0, &payload[..2]), (0x88, &1000u16.to_be_bytes()[..]));
+        let mut out = Vec::new();
+        for i in 0..100u32 {
+            out.extend(masked(0x82, &i.to_be_bytes()));
+        }
+        out.extend(masked(0x88, &close_payload(1000, "")));
+        tcp.write_all(&out).await.unwrap();
+        // The server closes TCP once the handshake is done; nothing more.
+        assert!(read_frame(&mut tcp, &mut buf).await.is_none());
+    });
+    let mut ws = accept(&l, Config::default()).await;
+    ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "")))
+        .await
+        .unwrap();
+    for i in 0..100u32 {
+        assert_eq!(
+            ws.next().await.unwrap().unwrap(),
+            Message::binary(i.to_be_bytes().to_vec())
+        );
+    }
+    assert!(ws.next().await.unwrap().unwrap().is_close());
+    assert!(ws.next().await.is_none());
+    peer.await.unwrap();
+}
+
+/// A server that reads our close frame and hangs up without answering (as
+/// many do): the stream ends with `None`, not an error.
+#[tokio::test]
+async fn a_peer_that_hangs_up_after_our_close_ends_the_stream_cleanly() {
+    for reset in [false, true] {
+        let (l, addr) = listener().await;
+        let server = tokio::spawn(async move {
+            let (tcp, _) = l.accept().await.unwrap();
+            let mut ws = wavesock::accept_async(tcp).await.unwrap();
+            ws.send(Message::text("before")).await.unwrap();
+            // Wait for the client's close frame, then vanish.
+            let tcp = ws.get_mut();
+            let mut byte = [0u8; 1];
+            tokio::io::AsyncReadExt::read_exact(tcp, &mut byte)
+                .await
+                .unwrap();
+            assert_eq!(byte[0], 0x88);
+            if reset {
+                // Close with unread data and SO_LINGER 0: a TCP reset.
+                ws.get_ref().set_linger(Some(Duration::ZERO)).unwrap();
+            }
+            drop(ws);
+        });
+        let mut ws = client(addr, Config::default()).await;
+        ws.close(None).await.unwrap();
+        assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("before"));
+        let end = ws.next().await;
+        assert!(end.is_none(), "reset={reset}: {end:?}");
+        assert!(ws.is_close_sent());
+        assert!(!ws.is_close_received());
+        server.await.unwrap();
+    }
+}
+
+/// Without our close frame, the peer hanging up stays an error: the
+/// conversation may have been cut short.
+#[tokio::test]
+async fn a_peer_that_hangs_up_unasked_is_still_an_error() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(async move {
+        let (tcp, _) = l.accept().await.unwrap();
+        let ws = wavesock::accept_async(tcp).await.unwrap();
+        drop(ws);
+    });
+    let mut ws = client(addr, Config::default()).await;
+    let err = ws.next().await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, Error::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof),
+        "{err:?}"
+    );
+    server.await.unwrap();
+}
+
+/// A split sender closing (what `SinkExt::close` on tokio-tungstenite's
+/// `SplitSink` does): the receiver still gets what was in flight.
+#[tokio::test]
+async fn split_sender_close_leaves_the_receiver_reading() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(async move {
+        let mut ws = accept(&l, Config::default()).await;
+        for i in 0..10 {
+            ws.feed(Message::text(format!("m{i}"))).await.unwrap();
+        }
+        ws.flush().await.unwrap();
+        // Echoes the close, then ends.
+        while ws.next().await.is_some() {}
+    });
+    let (mut tx, mut rx) = client(addr, Config::default()).await.split();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    tx.close().await.unwrap();
+    for i in 0..10 {
+        assert_eq!(
+            rx.next().await.unwrap().unwrap(),
+            Message::text(format!("m{i}"))
+        );
+    }
+    assert!(rx.next().await.unwrap().unwrap().is_close());
+    assert!(rx.next().await.is_none());
+    server.await.unwrap();
+}
