@@ -111,7 +111,15 @@ async fn session(
         tokio::select! {
             line = lines.recv() => {
                 let Some((seq, line)) = line else {
+                    // close() only starts the handshake: echoes still in
+                    // flight arrive before the server's close frame.
                     ws.close(None).await?;
+                    while let Some(msg) = ws.next().await {
+                        if let Message::Text(echo) = msg? {
+                            unacked.acknowledge(echo.as_str());
+                            println!("echoed: {}", echo.as_str());
+                        }
+                    }
                     return Ok(false);
                 };
                 unacked.push(seq, line.clone());

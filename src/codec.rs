@@ -35,11 +35,12 @@ pub struct WebSocketCodec {
 }
 
 impl WebSocketCodec {
-    /// A codec for `role` with the limits of `config`.
+    /// A codec for `role` with the limits (and, for a client, the
+    /// [`mask_keys`](Config::mask_keys)) of `config`.
     pub fn new(role: Role, config: &Config) -> Self {
         WebSocketCodec {
             decoder: MessageDecoder::new(role, config),
-            encoder: FrameEncoder::new(role),
+            encoder: FrameEncoder::with_mask_keys(role, config.mask_keys),
         }
     }
 

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::proto::mask::MaskKeys;
 use crate::proxy::Proxy;
 
 /// Settings for one WebSocket connection.
@@ -75,6 +76,12 @@ pub struct Config {
     /// the running total. Default `false`; see
     /// [`WebSocketStream::next_message_pieces`](crate::WebSocketStream::next_message_pieces).
     pub stream_messages: bool,
+    /// Where a client's masking keys come from. Default
+    /// [`MaskKeys::Random`], as RFC 6455 requires; anything else is **for
+    /// tests only** and gives up the protection of RFC 6455 §10.3 (see
+    /// [`MaskKeys`]); with the `tracing` feature, a client connection made
+    /// with it logs a warning. Servers ignore it.
+    pub mask_keys: MaskKeys,
 }
 
 impl Default for Config {
@@ -95,6 +102,7 @@ impl Default for Config {
             #[cfg(feature = "deflate")]
             deflate: None,
             stream_messages: false,
+            mask_keys: MaskKeys::Random,
         }
     }
 }
@@ -210,6 +218,24 @@ impl Config {
     /// ```
     pub fn stream_messages(mut self, stream: bool) -> Self {
         self.stream_messages = stream;
+        self
+    }
+
+    /// Sets [`Config::mask_keys`]: **for tests only**, to know a client's
+    /// frames byte for byte. Any choice but [`MaskKeys::Random`] (the
+    /// default) makes the keys predictable, which RFC 6455 §10.3 forbids
+    /// because it lets message bytes be chosen as they appear on the wire.
+    ///
+    /// ```
+    /// use wavesock::{Config, MaskKeys};
+    ///
+    /// // In a test: frame n of each connection is masked with n, big-endian.
+    /// let config = Config::default().mask_keys(MaskKeys::CountingForTesting(0));
+    /// assert_ne!(config, Config::default());
+    /// assert_eq!(Config::default().mask_keys, MaskKeys::Random);
+    /// ```
+    pub fn mask_keys(mut self, keys: MaskKeys) -> Self {
+        self.mask_keys = keys;
         self
     }
 

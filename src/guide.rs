@@ -15,6 +15,7 @@
 //! - [Streaming large messages](#streaming-large-messages)
 //! - [Broadcast](#broadcast)
 //! - [Errors](#errors)
+//! - [Testing with tokio-test](#testing-with-tokio-test)
 //!
 //! # Limits
 //!
@@ -402,6 +403,77 @@
 //!
 //! `Error` and [`ProtocolError`](crate::ProtocolError) are
 //! `#[non_exhaustive]`: match the cases you handle and keep a catch-all.
+//!
+//! # Testing with tokio-test
+//!
+//! Every entry point takes any `AsyncRead + AsyncWrite`, so a
+//! [`tokio_test::io::Builder`](https://docs.rs/tokio-test/latest/tokio_test/io/struct.Builder.html)
+//! mock can stand in for the peer: it hands out the bytes you script with
+//! `read`, panics on a write that differs from the next `write` you
+//! scripted, and, when dropped, on anything scripted that did not happen.
+//!
+//! A server is easy to script: it does not mask, and the client frames you
+//! feed it can use any key. A client draws a random `Sec-WebSocket-Key` and
+//! a random masking key per frame, so two things make its bytes known:
+//!
+//! - Give the request a `Sec-WebSocket-Key` header: a valid one (the base64
+//!   of 16 bytes) is sent as it is, and the `101` answers it with the
+//!   accept value of [`derive_accept_key`](crate::handshake::derive_accept_key).
+//!   The request head lists header names in lower case, in the order of the
+//!   request's headers: yours first, then `host`, `upgrade`, `connection`
+//!   and `sec-websocket-version`.
+//! - Set [`Config::mask_keys`](crate::Config::mask_keys):
+//!   [`MaskKeys::FixedForTesting`](crate::MaskKeys::FixedForTesting) masks
+//!   every frame with one key (`[0; 4]` leaves payloads readable), and
+//!   [`MaskKeys::CountingForTesting`](crate::MaskKeys::CountingForTesting)
+//!   masks frame `n` with `first + n`, big-endian. Keys are taken in wire
+//!   order, automatic pongs and close replies included.
+//!
+//! Both make the client predictable, which is the point in a test and a
+//! hole anywhere else: RFC 6455 §10.3 has clients mask with keys nobody can
+//! guess, so that a script cannot choose what its frames look like to a
+//! proxy on the way. Keep them out of production code; with the `tracing`
+//! feature a client connection made with predictable keys logs a warning.
+//!
+//! ```
+//! use futures_util::{SinkExt, StreamExt};
+//! use tokio_test::io::Builder;
+//! use wavesock::{Config, MaskKeys, Message};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> wavesock::Result<()> {
+//! let request = http::Request::builder()
+//!     .uri("ws://localhost/")
+//!     .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+//!     .body(())
+//!     .unwrap();
+//! let server = Builder::new()
+//!     .write(
+//!         b"GET / HTTP/1.1\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+//!           host: localhost\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\
+//!           sec-websocket-version: 13\r\n\r\n",
+//!     )
+//!     .read(
+//!         b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+//!           Connection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+//!     )
+//!     // The client's "hi": FIN and text, the mask bit and length 2, the key
+//!     // 00 00 00 00, and the payload, which a zero key leaves as it is.
+//!     .write(&[0x81, 0x82, 0, 0, 0, 0, b'h', b'i'])
+//!     // The server's answer, unmasked.
+//!     .read(&[0x81, 0x03, b'y', b'o', b'u'])
+//!     .build();
+//!
+//! let config = Config::default().mask_keys(MaskKeys::FixedForTesting([0; 4]));
+//! let (mut ws, _) = wavesock::client_async_with_config(request, server, config).await?;
+//! ws.send(Message::text("hi")).await?;
+//! assert_eq!(ws.next().await.transpose()?, Some(Message::text("you")));
+//! # Ok(()) }
+//! ```
+//!
+//! The repository's `tests/scripted.rs` scripts a longer exchange with
+//! counting keys: a text frame, the pong to a server's ping and the close
+//! handshake.
 //!
 //! [`WebSocketStream`]: crate::WebSocketStream
 //! [`WebSocketSender`]: crate::WebSocketSender

@@ -99,6 +99,7 @@ pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols
 pub use proto::Role;
 pub use proto::close::{CloseCode, CloseFrame};
 pub use proto::header::OpCode;
+pub use proto::mask::MaskKeys;
 pub use proto::message::{Frame, Message, PreparedMessage};
 pub use proto::text::Utf8Bytes;
 pub use server::{

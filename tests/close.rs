@@ -119,7 +119,7 @@ async fn a_peer_that_hangs_up_after_our_close_ends_the_stream_cleanly() {
             assert_eq!(byte[0], 0x88);
             if reset {
                 // Close with unread data and SO_LINGER 0: a TCP reset.
-                ws.get_ref().set_linger(Some(Duration::ZERO)).unwrap();
+                ws.get_ref().set_zero_linger().unwrap();
             }
             drop(ws);
         });

@@ -16,8 +16,11 @@ use crate::handshake::{derive_accept_key, generate_key, is_valid_key, list_value
 /// (`Authorization`, `Origin`, cookies, `Sec-WebSocket-Protocol`).
 ///
 /// The handshake headers (`Host` unless given, `Upgrade`, `Connection`,
-/// `Sec-WebSocket-Version`, `Sec-WebSocket-Key`) are filled in by
-/// [`prepare_request`]; you only add what is yours.
+/// `Sec-WebSocket-Version`, `Sec-WebSocket-Key` unless given) are filled in
+/// by [`prepare_request`]; you only add what is yours. A `Sec-WebSocket-Key`
+/// you give must be the base64 of 16 bytes and is sent as it is: for tests
+/// that know the request byte for byte. Outside tests, let a fresh random
+/// key be drawn.
 ///
 /// ```
 /// use wavesock::IntoClientRequest;
@@ -360,6 +363,55 @@ mod tests {
         );
         assert!(is_valid_key(ka.as_bytes()));
         assert_ne!(ka, kb);
+    }
+
+    #[test]
+    fn a_given_key_is_sent_as_is() {
+        let req = request(&[]);
+        let keys: Vec<_> = req.headers().get_all("sec-websocket-key").iter().collect();
+        assert_eq!(keys, ["dGhlIHNhbXBsZSBub25jZQ=="]);
+        let mut out = Vec::new();
+        write_request(&req, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_given_key_that_is_not_16_bytes_of_base64_is_refused() {
+        for bad in [
+            "dGhlIHNhbXBsZSBub25jZQ",   // unpadded
+            "dGhlIHNhbXBsZSBub25jZR==", // stray bits in the last digit
+            "aGVsbG8=",                 // 5 bytes
+            "dGhlIHNhbXBsZSBub25jZXM=", // 17 bytes
+            "dGhlIHNhbXBsZSBub25jZQ==, dGhlIHNhbXBsZSBub25jZQ==",
+        ] {
+            let req = Request::builder()
+                .uri("ws://h/")
+                .header("Sec-WebSocket-Key", bad)
+                .body(())
+                .unwrap();
+            assert!(
+                matches!(
+                    prepare_request(req),
+                    Err(HandshakeError::BadHeader {
+                        name: "Sec-WebSocket-Key",
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
+        }
+        // Two keys, each valid, are still one too many.
+        let req = Request::builder()
+            .uri("ws://h/")
+            .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+            .header("Sec-WebSocket-Key", "AAAAAAAAAAAAAAAAAAAAAA==")
+            .body(())
+            .unwrap();
+        assert!(prepare_request(req).is_err());
     }
 
     #[test]

@@ -8,20 +8,46 @@ use crate::error::Error;
 use crate::proto::Role;
 use crate::proto::close::CloseFrame;
 use crate::proto::header::{FrameHeader, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, OpCode};
-use crate::proto::mask::apply_mask;
+use crate::proto::mask::{MaskKeys, apply_mask};
 use crate::proto::message::{Frame, Message, PreparedMessage};
 
 /// Writes frames for one side of a connection. A client's encoder draws a
-/// fresh masking key per frame from a fast generator seeded from the OS.
+/// fresh masking key per frame from a fast generator seeded from the OS, or,
+/// in tests, keys chosen with [`MaskKeys`].
 #[derive(Debug)]
 pub struct FrameEncoder {
     role: Role,
     // Boxed: servers never need it, and every connection should be small.
-    rng: Option<Box<SmallRng>>,
+    // `None` on a client: random keys, the generator not seeded yet.
+    keys: Option<Box<KeySource>>,
     /// Compresses data messages when permessage-deflate was negotiated.
     #[cfg(feature = "deflate")]
     // Boxed: a connection without compression pays one pointer for it.
     deflater: Option<Box<crate::proto::deflate::Deflater>>,
+}
+
+/// A client's masking keys as it draws them.
+#[derive(Debug)]
+enum KeySource {
+    Random(SmallRng),
+    Fixed([u8; 4]),
+    /// The key of the next frame.
+    Counting(u32),
+}
+
+impl KeySource {
+    #[inline]
+    fn next_key(&mut self) -> [u8; 4] {
+        match self {
+            KeySource::Random(rng) => rng.random(),
+            KeySource::Fixed(key) => *key,
+            KeySource::Counting(next) => {
+                let key = next.to_be_bytes();
+                *next = next.wrapping_add(1);
+                key
+            }
+        }
+    }
 }
 
 /// RSV1: "this message is compressed" under permessage-deflate.
@@ -29,11 +55,49 @@ pub struct FrameEncoder {
 const RSV1: u8 = 0b100;
 
 impl FrameEncoder {
-    /// An encoder for `role` (the side that writes).
+    /// An encoder for `role` (the side that writes), masking with random
+    /// keys if it is a client.
+    ///
+    /// ```
+    /// use bytes::BytesMut;
+    /// use wavesock::proto::encoder::FrameEncoder;
+    /// use wavesock::{OpCode, Role};
+    ///
+    /// let mut wire = BytesMut::new();
+    /// FrameEncoder::new(Role::Server).encode_frame(true, OpCode::Text, b"hi", &mut wire)?;
+    /// assert_eq!(wire[..], [0x81, 0x02, b'h', b'i']);
+    /// # Ok::<(), wavesock::Error>(())
+    /// ```
     pub fn new(role: Role) -> Self {
+        Self::with_mask_keys(role, MaskKeys::Random)
+    }
+
+    /// An encoder for `role` that masks, if it is a client, with the keys
+    /// `keys` says. Anything but [`MaskKeys::Random`] is for tests only:
+    /// see [`MaskKeys`] for what it gives up.
+    ///
+    /// ```
+    /// use bytes::BytesMut;
+    /// use wavesock::proto::encoder::FrameEncoder;
+    /// use wavesock::{MaskKeys, OpCode, Role};
+    ///
+    /// let keys = MaskKeys::FixedForTesting([0; 4]);
+    /// let mut encoder = FrameEncoder::with_mask_keys(Role::Client, keys);
+    /// let mut wire = BytesMut::new();
+    /// encoder.encode_frame(true, OpCode::Text, b"hi", &mut wire)?;
+    /// // The mask bit, a zero key, and the payload as it was.
+    /// assert_eq!(wire[..], [0x81, 0x82, 0, 0, 0, 0, b'h', b'i']);
+    /// # Ok::<(), wavesock::Error>(())
+    /// ```
+    pub fn with_mask_keys(role: Role, keys: MaskKeys) -> Self {
+        let keys = match (role, keys) {
+            (Role::Server, _) | (Role::Client, MaskKeys::Random) => None,
+            (Role::Client, MaskKeys::FixedForTesting(key)) => Some(KeySource::Fixed(key)),
+            (Role::Client, MaskKeys::CountingForTesting(first)) => Some(KeySource::Counting(first)),
+        };
         FrameEncoder {
             role,
-            rng: None,
+            keys: keys.map(Box::new),
             #[cfg(feature = "deflate")]
             deflater: None,
         }
@@ -146,9 +210,9 @@ impl FrameEncoder {
         let mask = match self.role {
             Role::Server => None,
             Role::Client => Some(
-                self.rng
-                    .get_or_insert_with(|| Box::new(SmallRng::from_os_rng()))
-                    .random::<[u8; 4]>(),
+                self.keys
+                    .get_or_insert_with(|| Box::new(KeySource::Random(SmallRng::from_os_rng())))
+                    .next_key(),
             ),
         };
         let header = FrameHeader {
@@ -196,6 +260,129 @@ impl FrameEncoder {
                 opcode,
                 payload,
             }) => self.encode_frame(*fin, *opcode, payload, dst),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The masking key of the frame at the front of `wire` (a client frame
+    /// with a payload under 126 bytes), and the frame's length.
+    fn key_of(wire: &[u8]) -> ([u8; 4], usize) {
+        assert_eq!(wire[1] & 0x80, 0x80, "mask bit set");
+        let len = usize::from(wire[1] & 0x7f);
+        (wire[2..6].try_into().unwrap(), 6 + len)
+    }
+
+    /// The keys of `frames` text frames of `payload` from `encoder`.
+    fn keys(encoder: &mut FrameEncoder, frames: usize, payload: &[u8]) -> Vec<[u8; 4]> {
+        let mut out = Vec::new();
+        for _ in 0..frames {
+            let mut wire = BytesMut::new();
+            encoder
+                .encode_frame(true, OpCode::Text, payload, &mut wire)
+                .unwrap();
+            let (key, len) = key_of(&wire);
+            assert_eq!(wire.len(), len);
+            let unmasked: Vec<u8> = wire[6..]
+                .iter()
+                .enumerate()
+                .map(|(i, b)| b ^ key[i % 4])
+                .collect();
+            assert_eq!(unmasked, payload, "payload masked with the key sent");
+            out.push(key);
+        }
+        out
+    }
+
+    #[test]
+    fn default_keys_differ_between_connections_and_frames() {
+        let default = crate::config::Config::default().mask_keys;
+        assert_eq!(default, MaskKeys::Random);
+        let a = keys(
+            &mut FrameEncoder::with_mask_keys(Role::Client, default),
+            4,
+            b"x",
+        );
+        let b = keys(
+            &mut FrameEncoder::with_mask_keys(Role::Client, default),
+            4,
+            b"x",
+        );
+        // Equal 4-byte runs from two OS-seeded generators: odds of 2^-128.
+        assert_ne!(a, b);
+        // The key changes from frame to frame: it is not drawn once.
+        assert!(a.windows(2).any(|w| w[0] != w[1]), "{a:?}");
+    }
+
+    #[test]
+    fn counting_keys_are_first_plus_n_big_endian_and_wrap() {
+        let mut enc =
+            FrameEncoder::with_mask_keys(Role::Client, MaskKeys::CountingForTesting(0x0102_0304));
+        assert_eq!(
+            keys(&mut enc, 3, b"Hello"),
+            [[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 3, 6]]
+        );
+        let mut enc =
+            FrameEncoder::with_mask_keys(Role::Client, MaskKeys::CountingForTesting(0xffff_fffe));
+        assert_eq!(
+            keys(&mut enc, 4, b""),
+            [
+                [0xff, 0xff, 0xff, 0xfe],
+                [0xff, 0xff, 0xff, 0xff],
+                [0, 0, 0, 0],
+                [0, 0, 0, 1]
+            ]
+        );
+    }
+
+    #[test]
+    fn every_way_of_encoding_takes_the_next_key() {
+        let mut enc = FrameEncoder::with_mask_keys(Role::Client, MaskKeys::CountingForTesting(7));
+        let mut wire = BytesMut::new();
+        let key = enc
+            .encode_header(true, OpCode::Binary, 3, &mut wire)
+            .unwrap();
+        assert_eq!(key, Some([0, 0, 0, 7]));
+        assert_eq!(wire[2..6], [0, 0, 0, 7]);
+        let mut wire = BytesMut::new();
+        enc.encode_message(&Message::Ping(bytes::Bytes::from_static(b"p")), &mut wire)
+            .unwrap();
+        assert_eq!(key_of(&wire).0, [0, 0, 0, 8]);
+        let mut wire = BytesMut::new();
+        enc.encode_message(&Message::Close(None), &mut wire)
+            .unwrap();
+        assert_eq!(key_of(&wire).0, [0, 0, 0, 9]);
+    }
+
+    #[test]
+    fn a_fixed_key_masks_every_frame() {
+        let key = [0xde, 0xad, 0xbe, 0xef];
+        let mut enc = FrameEncoder::with_mask_keys(Role::Client, MaskKeys::FixedForTesting(key));
+        assert_eq!(keys(&mut enc, 3, b"abcdef"), [key; 3]);
+        // A zero key leaves the payload as it is, the mask bit still set.
+        let mut enc = FrameEncoder::with_mask_keys(Role::Client, MaskKeys::FixedForTesting([0; 4]));
+        let mut wire = BytesMut::new();
+        enc.encode_frame(true, OpCode::Text, b"hi", &mut wire)
+            .unwrap();
+        assert_eq!(wire[..], [0x81, 0x82, 0, 0, 0, 0, b'h', b'i']);
+    }
+
+    #[test]
+    fn servers_ignore_mask_keys() {
+        for keys in [
+            MaskKeys::Random,
+            MaskKeys::FixedForTesting([1, 2, 3, 4]),
+            MaskKeys::CountingForTesting(1),
+        ] {
+            let mut enc = FrameEncoder::with_mask_keys(Role::Server, keys);
+            let mut wire = BytesMut::new();
+            enc.encode_frame(true, OpCode::Text, b"hi", &mut wire)
+                .unwrap();
+            assert_eq!(wire[..], [0x81, 0x02, b'h', b'i'], "{keys:?}");
+            assert!(enc.keys.is_none());
         }
     }
 }

@@ -45,6 +45,63 @@ fn mask_words(buf: &mut [u8], key: [u8; 4]) {
     }
 }
 
+/// Where a client gets the masking key of each frame it sends.
+///
+/// RFC 6455 §5.3 has a client mask every frame with a fresh key that the
+/// application cannot predict, and §10.3 says why: if a script could know
+/// the key, it could choose message bytes that look, on the wire, like a
+/// request of its choosing to an intermediary that does not understand
+/// WebSocket (a transparent proxy or cache), and so poison that cache.
+/// [`Random`](MaskKeys::Random), the default, draws each key from a
+/// generator seeded from the operating system.
+///
+/// The other variants exist only so that a test can know a client's frames
+/// byte for byte, to script a peer with `tokio_test::io::Builder` for
+/// example (see the [guide](crate::guide#testing-with-tokio-test)). They
+/// give up the protection of §10.3: **never use them on a connection that a
+/// real network carries.** Servers never mask, and ignore this setting.
+///
+/// Keys are drawn per connection, one per frame, in the order frames are
+/// encoded, which is the order they go on the wire: automatic pongs, close
+/// replies, keepalive pings and each fragment of a message take one too.
+///
+/// ```
+/// use bytes::BytesMut;
+/// use wavesock::proto::encoder::FrameEncoder;
+/// use wavesock::{MaskKeys, OpCode, Role};
+///
+/// let keys = MaskKeys::CountingForTesting(0x0102_0304);
+/// let mut encoder = FrameEncoder::with_mask_keys(Role::Client, keys);
+/// let mut wire = BytesMut::new();
+/// encoder.encode_frame(true, OpCode::Text, b"hi", &mut wire)?;
+/// encoder.encode_frame(true, OpCode::Text, b"hi", &mut wire)?;
+/// // Header (2 bytes), key (4), masked payload (2): "h" ^ 01, "i" ^ 02.
+/// assert_eq!(wire[..8], [0x81, 0x82, 1, 2, 3, 4, b'h' ^ 1, b'i' ^ 2]);
+/// // The next frame's key is one more.
+/// assert_eq!(wire[10..14], [1, 2, 3, 5]);
+/// # Ok::<(), wavesock::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum MaskKeys {
+    /// A fresh, unpredictable key for every frame, as RFC 6455 requires.
+    /// The default.
+    #[default]
+    Random,
+    /// **For tests only; gives up RFC 6455 §10.3's protection.** Every frame
+    /// is masked with this key. `[0; 4]` leaves payloads readable in a
+    /// script (masking with zeros changes nothing), the mask bit still set.
+    FixedForTesting([u8; 4]),
+    /// **For tests only; gives up RFC 6455 §10.3's protection.** Frame `n`
+    /// of a connection, counting from 0, is masked with
+    /// `first.wrapping_add(n).to_be_bytes()`: `CountingForTesting(0x0102_0304)`
+    /// gives `01 02 03 04`, then `01 02 03 05`, and so on, wrapping after
+    /// `ff ff ff ff` to `00 00 00 00`. Every connection starts again from
+    /// `first`. A script can name each frame's key without running any code,
+    /// and no two frames in a row share one.
+    CountingForTesting(u32),
+}
+
 /// AVX2, chosen at run time: the baseline x86-64 target only lets the
 /// compiler use 16-byte registers, and 32-byte ones mask a cached kilobyte in
 /// half the time.

@@ -17,7 +17,9 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::proto::Role;
 use crate::proto::close::CloseFrame;
+use crate::proto::mask::MaskKeys;
 use crate::proto::message::{Message, PreparedMessage};
+use crate::trace;
 
 use read::{ReadState, Transport};
 use write::WriteState;
@@ -116,10 +118,16 @@ where
     /// decoded first.
     pub fn from_partially_read(io: S, read: BytesMut, role: Role, config: Config) -> Result<Self> {
         config.validate()?;
+        if role == Role::Client && config.mask_keys != MaskKeys::Random {
+            trace::warn_event!(
+                mask_keys = ?config.mask_keys,
+                "masking keys are predictable: for tests only (RFC 6455 §10.3)"
+            );
+        }
         Ok(WebSocketStream {
             io,
             reader: ReadState::new(role, &config, read),
-            writer: WriteState::new(role, config.write_buffer_size),
+            writer: WriteState::new(role, &config),
         })
     }
 

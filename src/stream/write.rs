@@ -7,6 +7,7 @@ use std::task::{Context, Poll, Waker, ready};
 
 use tokio::io::AsyncWrite;
 
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::outbox::Outbox;
 use crate::proto::Role;
@@ -67,11 +68,11 @@ pub(crate) fn store(slot: &mut Option<Waker>, cx: &Context<'_>) {
 }
 
 impl WriteState {
-    pub(crate) fn new(role: Role, write_buffer_size: usize) -> Self {
+    pub(crate) fn new(role: Role, config: &Config) -> Self {
         WriteState {
-            encoder: FrameEncoder::new(role),
+            encoder: FrameEncoder::with_mask_keys(role, config.mask_keys),
             outbox: Outbox::default(),
-            write_buffer_size,
+            write_buffer_size: config.write_buffer_size,
             close_sent: false,
             peer_closed: false,
             shutdown: false,

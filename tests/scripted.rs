@@ -1,0 +1,168 @@
+//! A client scripted byte for byte with `tokio_test::io::Builder`: the
+//! request with a given `Sec-WebSocket-Key`, then frames masked with keys
+//! chosen through `Config::mask_keys`. And the other side of that knob: by
+//! default keys stay random, different on every connection.
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, DuplexStream};
+use tokio_test::io::Builder;
+use wavesock::{
+    CloseCode, CloseFrame, Config, Error, HandshakeError, MaskKeys, Message, Role, WebSocketStream,
+};
+
+/// RFC 6455 §1.3's key and the accept value derived from it.
+const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+
+/// The request `client_async_with_config` writes for [`request`]: the key as
+/// given, then the headers `prepare_request` adds, in that order.
+const REQUEST: &[u8] = b"GET /chat HTTP/1.1\r\n\
+    sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+    host: localhost\r\n\
+    upgrade: websocket\r\n\
+    connection: Upgrade\r\n\
+    sec-websocket-version: 13\r\n\
+    \r\n";
+
+const RESPONSE: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\n\
+    Upgrade: websocket\r\n\
+    Connection: Upgrade\r\n\
+    Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\
+    \r\n";
+
+fn request(key: &str) -> http::Request<()> {
+    http::Request::builder()
+        .uri("ws://localhost/chat")
+        .header("Sec-WebSocket-Key", key)
+        .body(())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn client_handshake_and_frames_are_scripted_byte_for_byte() {
+    // Keys 37 fa 21 3d, 37 fa 21 3e, 37 fa 21 3f: the first is RFC 6455
+    // §5.7's, so the text frame is the RFC's own example.
+    let config = Config::default().mask_keys(MaskKeys::CountingForTesting(0x37fa_213d));
+    let server = Builder::new()
+        .write(REQUEST)
+        .read(RESPONSE)
+        // Text "Hello", key 37 fa 21 3d (RFC 6455 §5.7).
+        .write(&[
+            0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58,
+        ])
+        // The server pings with "Hello" (unmasked, §5.7)...
+        .read(&[0x89, 0x05, b'H', b'e', b'l', b'l', b'o'])
+        // ...and the client's automatic pong carries it back, key 37 fa 21 3e.
+        .write(&[
+            0x8a, 0x85, 0x37, 0xfa, 0x21, 0x3e, 0x7f, 0x9f, 0x4d, 0x52, 0x58,
+        ])
+        // Close 1000 "bye" (03 e8 62 79 65), key 37 fa 21 3f.
+        .write(&[
+            0x88, 0x85, 0x37, 0xfa, 0x21, 0x3f, 0x34, 0x12, 0x43, 0x46, 0x52,
+        ])
+        // The server's close reply, then the end of the connection.
+        .read(&[0x88, 0x02, 0x03, 0xe8])
+        .build();
+
+    let (mut ws, response) = wavesock::client_async_with_config(request(KEY), server, config)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), http::StatusCode::SWITCHING_PROTOCOLS);
+    ws.send(Message::text("Hello")).await.unwrap();
+    assert_eq!(
+        ws.next().await.unwrap().unwrap(),
+        Message::Ping(Bytes::from_static(b"Hello"))
+    );
+    ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "bye")))
+        .await
+        .unwrap();
+    // close() starts the handshake; the server's answer comes through next().
+    assert_eq!(
+        ws.next().await.unwrap().unwrap(),
+        Message::Close(Some(CloseFrame::new(CloseCode::NORMAL, "")))
+    );
+    assert!(ws.next().await.is_none());
+    // Dropping the mock checks that every scripted byte was read and written.
+}
+
+#[tokio::test]
+async fn a_bad_given_key_fails_before_anything_is_written() {
+    // A mock with no actions panics on any write.
+    let nothing = Builder::new().build();
+    let err = wavesock::client_async_with_config(
+        request("dGhlIHNhbXBsZSBub25jZQ"),
+        nothing,
+        Config::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Handshake(HandshakeError::BadHeader {
+                name: "Sec-WebSocket-Key",
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+}
+
+/// A client over an in-memory pipe with `config`, and the pipe's other end.
+fn client(config: Config) -> (WebSocketStream<DuplexStream>, DuplexStream) {
+    let (ours, theirs) = tokio::io::duplex(1024);
+    let ws = WebSocketStream::from_raw_socket(ours, Role::Client, config).unwrap();
+    (ws, theirs)
+}
+
+/// Sends `n` one-byte text messages from a client made with `config`; the
+/// masking key of each frame as it arrived at the other end.
+async fn first_keys(config: Config, n: usize) -> Vec<[u8; 4]> {
+    let (mut ws, mut peer) = client(config);
+    let mut keys = Vec::new();
+    for _ in 0..n {
+        ws.send(Message::text("x")).await.unwrap();
+        let mut frame = [0u8; 7];
+        peer.read_exact(&mut frame).await.unwrap();
+        assert_eq!(frame[..2], [0x81, 0x81], "masked one-byte text frame");
+        let key: [u8; 4] = frame[2..6].try_into().unwrap();
+        assert_eq!(frame[6] ^ key[0], b'x');
+        keys.push(key);
+    }
+    keys
+}
+
+#[tokio::test]
+async fn default_config_draws_different_keys_on_every_connection() {
+    let a = first_keys(Config::default(), 4).await;
+    let b = first_keys(Config::default(), 4).await;
+    // Sixteen equal random bytes: odds of 2^-128.
+    assert_ne!(a, b);
+    // And the key changes from frame to frame.
+    assert!(a.windows(2).any(|w| w[0] != w[1]), "{a:?}");
+}
+
+#[tokio::test]
+async fn counting_keys_start_again_on_every_connection() {
+    let config = Config::default().mask_keys(MaskKeys::CountingForTesting(0xffff_ffff));
+    let expected = [[0xff; 4], [0, 0, 0, 0], [0, 0, 0, 1]];
+    assert_eq!(first_keys(config.clone(), 3).await, expected);
+    assert_eq!(first_keys(config, 3).await, expected);
+}
+
+#[tokio::test]
+async fn a_fixed_key_masks_every_frame() {
+    let config = Config::default().mask_keys(MaskKeys::FixedForTesting([9, 8, 7, 6]));
+    assert_eq!(first_keys(config, 3).await, [[9, 8, 7, 6]; 3]);
+}
+
+#[tokio::test]
+async fn a_server_ignores_mask_keys() {
+    let (ours, mut peer) = tokio::io::duplex(1024);
+    let config = Config::default().mask_keys(MaskKeys::FixedForTesting([9, 8, 7, 6]));
+    let mut ws = WebSocketStream::from_raw_socket(ours, Role::Server, config).unwrap();
+    ws.send(Message::text("x")).await.unwrap();
+    let mut frame = [0u8; 3];
+    peer.read_exact(&mut frame).await.unwrap();
+    assert_eq!(frame, [0x81, 0x01, b'x']);
+}
