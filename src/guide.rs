@@ -182,44 +182,56 @@
 //!
 //! A WebSocket connection ends with a close handshake: one side sends a
 //! close frame, the other answers with its own, and the server closes the
-//! TCP connection.
+//! TCP connection. Nothing the peer sent before its close frame is ever
+//! dropped: it is all delivered by `next()`.
 //!
-//! - [`ws.close(frame)`](crate::WebSocketStream::close) does all of it: sends the
-//!   close frame (or none, for `None`), waits for the peer's, and for the end
-//!   of the connection, discarding messages that arrive meanwhile. The whole
-//!   handshake is bounded by [`close_timeout`](crate::Config::close_timeout)
-//!   (10 s); past it the connection is dropped and [`Error::CloseTimeout`](crate::Error::CloseTimeout)
-//!   returned. Closing again does nothing more.
-//! - To keep receiving until the peer answers, send [`Message::Close`]
-//!   yourself and keep polling `next()`; the same `close_timeout` applies,
-//!   and `next()` returns [`Error::CloseTimeout`](crate::Error::CloseTimeout) when it passes.
+//! - [`ws.close(frame)`](crate::WebSocketStream::close) starts the handshake:
+//!   it sends the close frame (or none, for `None`) and returns once it is
+//!   written. It does not read. Keep calling `next()`: it yields what the
+//!   peer sent before it saw our close, then the peer's [`Message::Close`],
+//!   then `None` once the handshake is done. That loop is "close and wait",
+//!   bounded by [`close_timeout`](crate::Config::close_timeout) (10 s): past
+//!   it `next()` returns [`Error::CloseTimeout`](crate::Error::CloseTimeout),
+//!   the connection is dropped, and the stream ends. Closing again does
+//!   nothing more.
+//! - A peer that ends the TCP connection (or resets it) after our close
+//!   frame instead of answering, as many servers do, ends the stream with
+//!   `None`: a normal end, not an error. Without our close frame, the same
+//!   is an error (`Error::Io` of kind `UnexpectedEof`, or the reset): the
+//!   conversation may have been cut short.
 //! - When the peer closes first, `next()` yields its [`Message::Close`]; the
 //!   reply is sent for you, and the next poll finishes the handshake and
 //!   ends the stream (`None`).
 //! - [`SinkExt::close`](futures_util::SinkExt::close) (what `tx.close()` is
 //!   on a [`WebSocketSender`](crate::WebSocketSender)) sends a close frame
 //!   with code 1000 if none was sent, flushes and shuts down the write side.
-//!   It does not wait for the peer: keep polling the receiving half for that.
+//!   Keep polling the receiving half for the rest.
 //! - Once a close frame has gone out, sending a data message fails:
 //!   with [`Error::ConnectionClosed`](crate::Error::ConnectionClosed) when the peer closed first
 //!   (its close frame arrived before ours went out, or the connection
 //!   ended); with [`Error::AlreadyClosed`](crate::Error::AlreadyClosed) when this side closed first
-//!   (a `close()` that completed, our close frame not answered yet or timed
-//!   out, or
-//!   the connection failed over an error the peer caused). Sending another
-//!   close frame is accepted and does nothing.
+//!   (our close frame sent, answered or not, or the connection failed over
+//!   an error the peer caused). Sending another close frame is accepted and
+//!   does nothing.
+//!
+//! This is tokio-tungstenite's behaviour, with two differences: the wait is
+//! bounded by `close_timeout` (tokio-tungstenite waits as long as the peer
+//! does), and a hang-up after our close frame is `None` (tungstenite reports
+//! `ResetWithoutClosingHandshake` for some of those).
 //!
 //! ```no_run
-//! use wavesock::{CloseCode, CloseFrame, Error, Message};
-//! use futures_util::SinkExt;
+//! use futures_util::StreamExt;
+//! use wavesock::{CloseCode, CloseFrame, Message};
 //!
 //! # async fn run(mut ws: wavesock::WebSocketStream<tokio::net::TcpStream>) -> wavesock::Result<()> {
 //! ws.close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "restarting"))).await?;
-//! // The peer answered our close, so it counts as closed by the peer now.
-//! assert!(matches!(
-//!     ws.send(Message::text("late")).await,
-//!     Err(Error::ConnectionClosed | Error::AlreadyClosed)
-//! ));
+//! // Close and wait: everything still in flight, then the peer's answer.
+//! while let Some(msg) = ws.next().await {
+//!     match msg? {
+//!         Message::Close(frame) => println!("peer answered: {frame:?}"),
+//!         other => println!("arrived while closing: {other}"),
+//!     }
+//! }
 //! # Ok(()) }
 //! ```
 //!
