@@ -1,5 +1,6 @@
 //! A broadcast server: every text message a client sends goes to every
-//! connected client, encoded once with `PreparedMessage`.
+//! connected client, encoded once with `PreparedMessage`; the sender alone
+//! is told how many clients it reached, through a clone of its sending half.
 //!
 //! ```text
 //! cargo run --example broadcast -- 127.0.0.1:9003
@@ -14,6 +15,9 @@ use wavesock::{Message, PreparedMessage};
 async fn serve(tcp: TcpStream, hub: broadcast::Sender<PreparedMessage>) -> wavesock::Result<()> {
     let ws = wavesock::accept_async(tcp).await?;
     let (mut tx, mut rx) = ws.split();
+    // Replies to this client alone go through a clone of the sending half,
+    // while the fan-out task sends through the original.
+    let mut reply = tx.clone();
     let mut inbox = hub.subscribe();
     let fan_out = tokio::spawn(async move {
         loop {
@@ -30,7 +34,12 @@ async fn serve(tcp: TcpStream, hub: broadcast::Sender<PreparedMessage>) -> waves
     });
     while let Some(msg) = rx.next().await {
         if let Message::Text(text) = msg? {
-            let _ = hub.send(PreparedMessage::new(&Message::Text(text))?);
+            let reached = hub
+                .send(PreparedMessage::new(&Message::Text(text))?)
+                .unwrap_or(0);
+            reply
+                .send(Message::text(format!("(delivered to {reached} clients)")))
+                .await?;
         }
     }
     fan_out.abort();

@@ -139,6 +139,9 @@ fn announce(hub: &Hub, text: String) {
 
 async fn chat(ws: WebSocketStream<TcpStream>, hub: Hub, id: u64) -> wavesock::Result<()> {
     let (mut tx, mut rx) = ws.split();
+    // A second handle on the same connection, for lines meant for this
+    // client alone; the fan-out task sends through the first.
+    let mut private = tx.clone();
     let mut inbox = hub.subscribe();
     let fan_out = tokio::spawn(async move {
         loop {
@@ -157,11 +160,21 @@ async fn chat(ws: WebSocketStream<TcpStream>, hub: Hub, id: u64) -> wavesock::Re
         }
     });
     announce(&hub, format!("guest {id} joined"));
+    private
+        .send(Message::text(format!("welcome, you are guest {id}")))
+        .await?;
     let mut result = Ok(());
     while let Some(msg) = rx.next().await {
         match msg {
             Ok(Message::Text(text)) => announce(&hub, format!("guest {id}: {}", text.as_str())),
-            Ok(_) => {} // pings are answered for us; binary is not chat
+            Ok(Message::Binary(_)) => {
+                let notice = Message::text("binary messages are not chat: not sent");
+                if let Err(e) = private.send(notice).await {
+                    result = Err(e);
+                    break;
+                }
+            }
+            Ok(_) => {} // pings are answered for us
             Err(e) => {
                 result = Err(e);
                 break;

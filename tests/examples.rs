@@ -77,6 +77,8 @@ async fn chat_serves_its_page_and_broadcasts_to_every_client() {
     let (mut a, _) = wavesock::connect_async(url.as_str()).await.unwrap();
     let (mut b, _) = wavesock::connect_async(url.as_str()).await.unwrap();
     text_containing(&mut a, "joined").await;
+    // Lines for one client alone go through a second sending handle.
+    text_containing(&mut b, "welcome, you are guest ").await;
     a.send(Message::text("hello, b")).await.unwrap();
     let heard = text_containing(&mut b, "hello, b").await;
     assert!(
@@ -85,6 +87,8 @@ async fn chat_serves_its_page_and_broadcasts_to_every_client() {
     );
     // The sender gets the same broadcast line.
     assert_eq!(text_containing(&mut a, "hello, b").await, heard);
+    a.send(Message::binary(vec![1, 2, 3])).await.unwrap();
+    text_containing(&mut a, "binary messages are not chat").await;
 
     b.close(None).await.unwrap();
     text_containing(&mut a, "left").await;
