@@ -461,6 +461,39 @@ async fn bad_urls_are_refused() {
 }
 
 #[tokio::test]
+async fn invalid_port_is_invalid_url_before_any_connection() {
+    // Were the port replaced by 80, each URL would be tried: a name under
+    // `.invalid` would fail to resolve (Error::Connect(Dns)), an address
+    // would be connected to. A listener posing as the proxy shows that no
+    // TCP connection is opened at all.
+    let watcher = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = format!("http://{}", watcher.local_addr().unwrap());
+    let config = Config::default()
+        .proxy(wavesock::proxy::Proxy::http(&proxy))
+        .connect_timeout(Some(Duration::from_secs(2)));
+    for url in [
+        "ws://nowhere.invalid:99999/",
+        "ws://nowhere.invalid:abc/",
+        "ws://127.0.0.1:99999/",
+        "ws://127.0.0.1:abc/",
+        "ws://[::1]:65536/",
+    ] {
+        let err = handshake_error(wavesock::connect_async(url).await);
+        assert!(
+            matches!(err, HandshakeError::InvalidUrl(_)),
+            "{url}: {err:?}"
+        );
+        let err = handshake_error(wavesock::connect_async_with_config(url, config.clone()).await);
+        assert!(
+            matches!(err, HandshakeError::InvalidUrl(_)),
+            "{url}: {err:?}"
+        );
+    }
+    let nobody = tokio::time::timeout(Duration::from_millis(100), watcher.accept()).await;
+    assert!(nobody.is_err(), "a connection was opened: {nobody:?}");
+}
+
+#[tokio::test]
 async fn connection_refused_is_a_connect_error_naming_the_address() {
     let port = {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -87,22 +87,72 @@ pub(crate) fn is_secure(uri: &Uri) -> bool {
         .is_some_and(|s| s.eq_ignore_ascii_case("wss"))
 }
 
+/// The port the URI's authority names, checked: `None` when it names none
+/// or leaves it empty after the colon (`ws://host:/`), which RFC 3986
+/// §3.2.3 and §6.2.3 make the same as naming none: the scheme's default.
+///
+/// [`Uri::port_u16`] cannot be used alone: it is `None` both for no port and
+/// for one that is not a number or is over 65535, and it takes a sign
+/// (`+80`). A port here is ASCII digits (leading zeros allowed) with a value
+/// from 1 to 65535; port 0 names no service and cannot be connected to.
+pub(crate) fn explicit_port(uri: &Uri) -> Result<Option<u16>, HandshakeError> {
+    let Some(authority) = uri.authority() else {
+        return Ok(None);
+    };
+    let authority = authority.as_str();
+    // Userinfo may hold colons; the host and port follow its last '@'.
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let after_host = match host_port.strip_prefix('[') {
+        // An IPv6 literal: its colons are inside the brackets.
+        Some(literal) => literal.split_once(']').map_or("", |(_, rest)| rest),
+        None => host_port.find(':').map_or("", |at| &host_port[at..]),
+    };
+    let digits = after_host.strip_prefix(':').unwrap_or_default();
+    if digits.is_empty() {
+        return Ok(None);
+    }
+    // `u16::from_str` alone would take a leading '+'.
+    let port = match digits.bytes().all(|b| b.is_ascii_digit()) {
+        true => digits.parse::<u16>().ok(),
+        false => None,
+    };
+    match port {
+        Some(p) if p != 0 => Ok(Some(p)),
+        _ => Err(HandshakeError::InvalidUrl(format!(
+            "{uri}: bad port {digits:?} (a port is a number from 1 to 65535)"
+        ))),
+    }
+}
+
+/// The port to connect to for a `ws://` or `wss://` URI: the one it names,
+/// else 443 for `wss://` and 80 otherwise. An invalid port is an error,
+/// never the default.
+pub(crate) fn port_or_default(uri: &Uri) -> Result<u16, HandshakeError> {
+    Ok(explicit_port(uri)?.unwrap_or(if is_secure(uri) { 443 } else { 80 }))
+}
+
 /// Completes a request into a valid opening handshake (RFC 6455 §4.1).
 ///
 /// The URI must be `ws://` or `wss://` with a host, or a bare path with a
-/// `Host` header given (for streams you opened yourself). `Upgrade`,
+/// `Host` header given (for streams you opened yourself). A port in the URI
+/// must be a number from 1 to 65535, else the request is refused with
+/// [`HandshakeError::InvalidUrl`] (never replaced by the default port); an
+/// empty port (`ws://host:/`) means the default, as in RFC 3986. `Upgrade`,
 /// `Connection` and `Sec-WebSocket-Version` are set; `Host` is derived from
 /// the URI unless present; a fresh random `Sec-WebSocket-Key` is added unless
 /// the request already carries a valid one. Everything else you set is kept.
 ///
 /// ```
 /// use wavesock::handshake::client::prepare_request;
-/// use wavesock::IntoClientRequest;
+/// use wavesock::{HandshakeError, IntoClientRequest};
 ///
 /// let req = prepare_request("ws://example.com:8080/chat".into_client_request()?)?;
 /// assert_eq!(req.headers()["host"], "example.com:8080");
 /// assert_eq!(req.headers()["sec-websocket-version"], "13");
 /// assert!(req.headers().contains_key("sec-websocket-key"));
+///
+/// let bad_port = prepare_request("ws://example.com:99999/".into_client_request()?);
+/// assert!(matches!(bad_port, Err(HandshakeError::InvalidUrl(_))));
 /// # Ok::<(), wavesock::HandshakeError>(())
 /// ```
 pub fn prepare_request(mut request: Request<()>) -> Result<Request<()>, HandshakeError> {
@@ -119,10 +169,13 @@ pub fn prepare_request(mut request: Request<()>) -> Result<Request<()>, Handshak
         Some(s) => return Err(HandshakeError::UnsupportedScheme(s.to_owned())),
         None => None,
     };
+    // Checked even when a Host header is given: the URL is also what
+    // connect_async connects to.
+    let port = explicit_port(uri)?;
     let host = match uri.authority() {
         Some(auth) if !auth.host().is_empty() => {
             // Userinfo never goes into Host; a default port is left out.
-            let host = match auth.port_u16() {
+            let host = match port {
                 Some(p) if Some(p) != default_port => format!("{}:{p}", auth.host()),
                 _ => auth.host().to_owned(),
             };
@@ -411,6 +464,57 @@ mod tests {
             prepare_request(post),
             Err(HandshakeError::MethodNotAllowed(_))
         ));
+    }
+
+    #[test]
+    fn invalid_ports_are_refused_not_replaced_by_the_default() {
+        for url in [
+            "ws://127.0.0.1:99999/",
+            "ws://h:65536/",
+            "ws://h:abc/",
+            "ws://h:-1/",
+            "ws://h:+80/",
+            "ws://h:0/",
+            "wss://h:99999/",
+            "ws://[::1]:99999/",
+            "ws://user:pw@h:x/",
+        ] {
+            match prepare_request(url.into_client_request().unwrap()) {
+                Err(HandshakeError::InvalidUrl(why)) => {
+                    assert!(why.contains("port"), "{url}: {why}")
+                }
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+        // Also when the caller gives its own Host: the URL is what
+        // connect_async would connect to.
+        let req = Request::builder()
+            .uri("ws://h:abc/")
+            .header("Host", "h")
+            .body(())
+            .unwrap();
+        assert!(matches!(
+            prepare_request(req),
+            Err(HandshakeError::InvalidUrl(_))
+        ));
+    }
+
+    #[test]
+    fn empty_or_zero_padded_ports_are_valid() {
+        // RFC 3986 §3.2.3: `port = *DIGIT`, an empty port is the default.
+        let cases = [
+            ("ws://h:/", "h", 80),
+            ("wss://h:/", "h", 443),
+            ("ws://h:080/", "h", 80),
+            ("ws://h:09001/", "h:9001", 9001),
+            ("ws://h:65535/", "h:65535", 65535),
+            ("ws://[::1]:/", "[::1]", 80),
+        ];
+        for (url, host, port) in cases {
+            let req = prepare_request(url.into_client_request().unwrap()).unwrap();
+            assert_eq!(req.headers()["host"], host, "{url}");
+            assert_eq!(port_or_default(req.uri()).unwrap(), port, "{url}");
+        }
     }
 
     #[test]
