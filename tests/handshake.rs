@@ -234,6 +234,21 @@ async fn method_other_than_get_gets_405() {
 }
 
 #[tokio::test]
+async fn post_upgrade_gets_405_with_allow_get() {
+    // RFC 9110 §15.5.6: a 405 response must carry Allow.
+    let raw = request("").replacen("GET", "POST", 1);
+    let (_, answer) = refused(&raw, 405).await;
+    let head = answer.split("\r\n\r\n").next().unwrap();
+    let allow: Vec<&str> = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(name, _)| name.eq_ignore_ascii_case("allow"))
+        .map(|(_, value)| value.trim())
+        .collect();
+    assert_eq!(allow, ["GET"], "{answer}");
+}
+
+#[tokio::test]
 async fn wrong_version_gets_426_naming_13() {
     let raw = request("").replace("Sec-WebSocket-Version: 13", "Sec-WebSocket-Version: 8");
     let (err, answer) = refused(&raw, 426).await;

@@ -334,7 +334,22 @@ pub fn write_response<B>(resp: &Response<B>, body: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(body);
 }
 
-/// The HTTP response that refuses a request that failed `err`.
+/// The HTTP response that refuses a request that failed `err`: its
+/// [`status`](HandshakeError::status), a plain-text body saying why, and
+/// the headers the status calls for: `Allow: GET` with `405 Method Not
+/// Allowed` (RFC 9110 §15.5.6), `Sec-WebSocket-Version: 13` with `426
+/// Upgrade Required` (RFC 6455 §4.4). `None` for failures that are not the
+/// request's fault.
+///
+/// ```
+/// use wavesock::HandshakeError;
+/// use wavesock::handshake::server::error_response;
+///
+/// let resp = error_response(&HandshakeError::MethodNotAllowed("POST".into())).unwrap();
+/// assert_eq!(resp.status(), http::StatusCode::METHOD_NOT_ALLOWED);
+/// assert_eq!(resp.headers()["allow"], "GET");
+/// assert!(error_response(&HandshakeError::Timeout).is_none());
+/// ```
 pub fn error_response(err: &HandshakeError) -> Option<Response<Vec<u8>>> {
     let status = err.status()?;
     let mut resp = Response::new(format!("{err}\n").into_bytes());
@@ -345,6 +360,10 @@ pub fn error_response(err: &HandshakeError) -> Option<Response<Vec<u8>>> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        // RFC 9110 §15.5.6: a 405 lists the methods the resource supports.
+        h.insert(header::ALLOW, HeaderValue::from_static("GET"));
+    }
     if status == StatusCode::UPGRADE_REQUIRED {
         h.insert(
             header::SEC_WEBSOCKET_VERSION,
@@ -419,6 +438,17 @@ mod tests {
             let resp = error_response(&err).unwrap();
             assert_eq!(resp.status(), *status);
         }
+    }
+
+    #[test]
+    fn method_not_allowed_names_get_in_allow() {
+        let post = parse(b"POST / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+        let resp = error_response(&check_request(&post).unwrap_err()).unwrap();
+        assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(resp.headers()["allow"], "GET");
+        // Only 405 carries it.
+        let bad = error_response(&HandshakeError::UnsupportedVersion).unwrap();
+        assert!(!bad.headers().contains_key(header::ALLOW));
     }
 
     #[test]
