@@ -393,6 +393,76 @@ async fn callback_is_not_called_for_invalid_requests() {
     assert!(matches!(err, HandshakeError::UnsupportedVersion));
 }
 
+/// Callbacks as written for tokio-tungstenite: only the path of the names
+/// changes, from `tungstenite::handshake::server` to
+/// `wavesock::handshake::server`.
+mod tungstenite_style {
+    use http::StatusCode;
+    use wavesock::handshake::server::{ErrorResponse, Request, Response};
+
+    pub fn callback(req: &Request, mut resp: Response) -> Result<Response, ErrorResponse> {
+        if req.uri().path() != "/ok" {
+            let mut refusal = ErrorResponse::new(Some("wrong path".into()));
+            *refusal.status_mut() = StatusCode::NOT_FOUND;
+            return Err(refusal);
+        }
+        resp.headers_mut()
+            .insert("x-checked", "yes".parse().unwrap());
+        Ok(resp)
+    }
+
+    pub async fn accept_with_closure(
+        tcp: tokio::net::TcpStream,
+    ) -> wavesock::Result<wavesock::WebSocketStream<tokio::net::TcpStream>> {
+        let closure = |req: &Request, mut resp: Response| -> Result<Response, ErrorResponse> {
+            let room = req.uri().path().trim_start_matches('/').to_owned();
+            resp.headers_mut().insert("x-room", room.parse().unwrap());
+            Ok(resp)
+        };
+        wavesock::accept_hdr_async(tcp, closure).await
+    }
+}
+
+#[tokio::test]
+async fn tungstenite_style_callbacks_compile_and_run() {
+    let (mut client, server) = pair().await;
+    let server = tokio::spawn(tungstenite_style::accept_with_closure(server));
+    client.write_all(request("").as_bytes()).await.unwrap();
+    let head = read_head(&mut client).await;
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    assert!(head.contains("x-room: chat\r\n"), "{head}");
+    server.await.unwrap().unwrap();
+
+    let (mut client, server) = pair().await;
+    let server = tokio::spawn(wavesock::accept_hdr_async(
+        server,
+        tungstenite_style::callback,
+    ));
+    client
+        .write_all(request("").replacen("GET /chat", "GET /ok", 1).as_bytes())
+        .await
+        .unwrap();
+    let head = read_head(&mut client).await;
+    assert!(head.contains("x-checked: yes\r\n"), "{head}");
+    server.await.unwrap().unwrap();
+
+    // Its refusal is written as given.
+    let (mut client, server) = pair().await;
+    let server = tokio::spawn(wavesock::accept_hdr_async(
+        server,
+        tungstenite_style::callback,
+    ));
+    client.write_all(request("").as_bytes()).await.unwrap();
+    let answer = read_to_end(&mut client).await;
+    assert!(answer.starts_with("HTTP/1.1 404 "), "{answer}");
+    assert!(answer.ends_with("wrong path"), "{answer}");
+    let err = handshake_error(server.await.unwrap());
+    assert!(matches!(
+        err,
+        HandshakeError::Refused(StatusCode::NOT_FOUND)
+    ));
+}
+
 #[tokio::test]
 async fn async_callback_accepts_and_refuses() {
     async fn lookup(token: &str) -> bool {

@@ -6,10 +6,49 @@
 //! [`connect_async`]: crate::connect_async
 
 use http::header::{self, HeaderValue};
-use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
+use http::{HeaderMap, Method, StatusCode, Uri, Version};
 
 use crate::error::HandshakeError;
 use crate::handshake::{derive_accept_key, generate_key, is_valid_key, list_values};
+
+/// The request a client sends: method `GET`, the URL, headers; no body.
+/// What [`IntoClientRequest`] produces. The same type as tungstenite's
+/// `handshake::client::Request`.
+///
+/// ```
+/// use wavesock::handshake::client::Request;
+///
+/// let request: Request = Request::get("ws://localhost:9001/chat")
+///     .header("Origin", "http://localhost")
+///     .body(())
+///     .unwrap();
+/// assert_eq!(request.uri().port_u16(), Some(9001));
+/// ```
+pub type Request = http::Request<()>;
+
+/// The server's answer to a successful handshake, as
+/// [`connect_async`](crate::connect_async) and
+/// [`client_async`](crate::client_async) return it: status `101`, its
+/// headers, no body (`None`). The same type as tungstenite's
+/// `handshake::client::Response` and as [`ClientResponse`](crate::ClientResponse).
+///
+/// ```
+/// use wavesock::handshake::client::Response;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> wavesock::Result<()> {
+/// let (client_io, server_io) = tokio::io::duplex(4096);
+/// let (client, server) = tokio::join!(
+///     wavesock::client_async("ws://localhost/", client_io),
+///     wavesock::accept_async(server_io),
+/// );
+/// let (_ws, response): (_, Response) = client?;
+/// assert_eq!(response.status(), http::StatusCode::SWITCHING_PROTOCOLS);
+/// assert!(response.body().is_none());
+/// # server?;
+/// # Ok(()) }
+/// ```
+pub type Response = http::Response<Option<Vec<u8>>>;
 
 /// Anything that can name the WebSocket to connect to: a URL (`&str`,
 /// `String`, [`Uri`]) or a full [`Request`] carrying your own headers
@@ -37,11 +76,11 @@ use crate::handshake::{derive_accept_key, generate_key, is_valid_key, list_value
 /// ```
 pub trait IntoClientRequest {
     /// The request to send, before the handshake headers are added.
-    fn into_client_request(self) -> Result<Request<()>, HandshakeError>;
+    fn into_client_request(self) -> Result<Request, HandshakeError>;
 }
 
 impl IntoClientRequest for &str {
-    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
         let uri: Uri = self
             .parse()
             .map_err(|e: http::uri::InvalidUri| HandshakeError::InvalidUrl(e.to_string()))?;
@@ -50,19 +89,19 @@ impl IntoClientRequest for &str {
 }
 
 impl IntoClientRequest for &String {
-    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
         self.as_str().into_client_request()
     }
 }
 
 impl IntoClientRequest for String {
-    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
         self.as_str().into_client_request()
     }
 }
 
 impl IntoClientRequest for Uri {
-    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
         let mut req = Request::new(());
         *req.uri_mut() = self;
         Ok(req)
@@ -70,13 +109,13 @@ impl IntoClientRequest for Uri {
 }
 
 impl IntoClientRequest for &Uri {
-    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
         self.clone().into_client_request()
     }
 }
 
-impl IntoClientRequest for Request<()> {
-    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+impl IntoClientRequest for Request {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
         Ok(self)
     }
 }
@@ -155,7 +194,7 @@ pub(crate) fn port_or_default(uri: &Uri) -> Result<u16, HandshakeError> {
 /// assert!(matches!(bad_port, Err(HandshakeError::InvalidUrl(_))));
 /// # Ok::<(), wavesock::HandshakeError>(())
 /// ```
-pub fn prepare_request(mut request: Request<()>) -> Result<Request<()>, HandshakeError> {
+pub fn prepare_request(mut request: Request) -> Result<Request, HandshakeError> {
     if request.method() != Method::GET {
         return Err(HandshakeError::MethodNotAllowed(
             request.method().to_string(),
@@ -221,7 +260,7 @@ pub fn prepare_request(mut request: Request<()>) -> Result<Request<()>, Handshak
 
 /// Writes a prepared request head in HTTP/1.1 form: the request target is
 /// the URI's path and query (`/` when empty).
-pub fn write_request(request: &Request<()>, out: &mut Vec<u8>) {
+pub fn write_request(request: &Request, out: &mut Vec<u8>) {
     let target = request
         .uri()
         .path_and_query()
@@ -251,7 +290,7 @@ pub fn write_request(request: &Request<()>, out: &mut Vec<u8>) {
 pub fn parse_response(
     buf: &[u8],
     max_headers: usize,
-) -> Result<Option<(Response<()>, usize)>, HandshakeError> {
+) -> Result<Option<(http::Response<()>, usize)>, HandshakeError> {
     let mut headers = vec![httparse::EMPTY_HEADER; max_headers];
     let mut resp = httparse::Response::new(&mut headers);
     let Some(len) = crate::handshake::head_len(resp.parse(buf), max_headers)? else {
@@ -261,7 +300,7 @@ pub fn parse_response(
         .code
         .and_then(|c| StatusCode::from_u16(c).ok())
         .ok_or_else(|| HandshakeError::Malformed("bad status code".into()))?;
-    let mut builder = Response::builder()
+    let mut builder = http::Response::builder()
         .status(status)
         .version(crate::handshake::http_version(resp.version));
     for h in resp.headers.iter() {
@@ -274,8 +313,8 @@ pub fn parse_response(
 }
 
 /// The response's head with `body`, for handing back to the caller.
-pub(crate) fn with_body<T>(response: &Response<()>, body: T) -> Response<T> {
-    let mut out = Response::new(body);
+pub(crate) fn with_body<T>(response: &http::Response<()>, body: T) -> http::Response<T> {
+    let mut out = http::Response::new(body);
     *out.status_mut() = response.status();
     *out.version_mut() = response.version();
     *out.headers_mut() = response.headers().clone();
@@ -294,8 +333,8 @@ pub(crate) fn with_body<T>(response: &Response<()>, body: T) -> Response<T> {
 /// [`HandshakeError::UnexpectedStatus`] without a body; the connecting
 /// functions read a bounded body first.
 pub fn check_response(
-    request: &Request<()>,
-    response: &Response<()>,
+    request: &Request,
+    response: &http::Response<()>,
 ) -> Result<Option<String>, HandshakeError> {
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
         return Err(HandshakeError::UnexpectedStatus {
@@ -366,7 +405,7 @@ fn chosen_subprotocol(
 mod tests {
     use super::*;
 
-    fn request(extra: &[(&str, &str)]) -> Request<()> {
+    fn request(extra: &[(&str, &str)]) -> Request {
         let mut b = Request::builder()
             .uri("ws://server.example.com/chat")
             .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==");
@@ -376,7 +415,7 @@ mod tests {
         prepare_request(b.body(()).unwrap()).unwrap()
     }
 
-    fn response(raw: &str) -> Response<()> {
+    fn response(raw: &str) -> http::Response<()> {
         parse_response(raw.as_bytes(), 64).unwrap().unwrap().0
     }
 
