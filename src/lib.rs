@@ -94,7 +94,7 @@ pub use config::Config;
 #[cfg(feature = "deflate")]
 pub use deflate::{DeflateConfig, DeflateParams};
 pub use error::{ConnectError, Error, HandshakeError, ProtocolError, Result};
-pub use handshake::client::IntoClientRequest;
+pub use handshake::client::{ClientRequestBuilder, IntoClientRequest};
 pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols};
 pub use proto::Role;
 pub use proto::close::{CloseCode, CloseFrame};

@@ -14,7 +14,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use wavesock::handshake::derive_accept_key;
 use wavesock::handshake::server::ErrorResponse;
-use wavesock::{CloseCode, CloseFrame, Config, Error, HandshakeError, Message, Subprotocols};
+use wavesock::{
+    ClientRequestBuilder, CloseCode, CloseFrame, Config, Error, HandshakeError, Message,
+    Subprotocols,
+};
 
 use support::{Counting, read_head, server_frame};
 
@@ -133,6 +136,47 @@ async fn custom_headers_path_and_query_reach_the_server() {
     assert_eq!(headers["origin"], "https://example.com");
     assert_eq!(headers["cookie"], "a=b");
     assert_eq!(headers["host"], addr.to_string());
+}
+
+#[tokio::test]
+async fn client_request_builder_headers_and_subprotocols_reach_the_server() {
+    let (url, server) =
+        raw_server(|head| switching(head, "Sec-WebSocket-Protocol: chat.v1\r\n")).await;
+    let request = ClientRequestBuilder::new(url.as_str())
+        .with_header("Authorization", "Bearer t0k3n")
+        .with_header("Origin", "https://example.com")
+        .with_sub_protocol("chat.v2")
+        .with_sub_protocol("chat.v1");
+    let (ws, response) = wavesock::connect_async(request).await.unwrap();
+    assert_eq!(response.headers()["sec-websocket-protocol"], "chat.v1");
+    // The raw server returns once the client has left.
+    drop(ws);
+    let head = server.await.unwrap();
+    assert!(head.starts_with("GET /socket HTTP/1.1\r\n"), "{head}");
+    let lower = head.to_ascii_lowercase();
+    for line in [
+        "authorization: bearer t0k3n\r\n",
+        "origin: https://example.com\r\n",
+        "sec-websocket-protocol: chat.v2, chat.v1\r\n",
+        "upgrade: websocket\r\n",
+    ] {
+        assert!(lower.contains(line), "{line:?} missing from {head}");
+    }
+}
+
+#[tokio::test]
+async fn client_request_builder_mistakes_fail_before_connecting() {
+    // Nothing listens on port 1; a connection attempt would be refused.
+    let bad = ClientRequestBuilder::new("ws://127.0.0.1:1/").with_header("Bad Name", "x");
+    assert!(matches!(
+        handshake_error(wavesock::connect_async(bad).await),
+        HandshakeError::InvalidRequest(_)
+    ));
+    let bad = ClientRequestBuilder::new("ws://127.0.0.1:1/ with space");
+    assert!(matches!(
+        handshake_error(wavesock::connect_async(bad).await),
+        HandshakeError::InvalidUrl(_)
+    ));
 }
 
 #[tokio::test]
