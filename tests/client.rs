@@ -179,6 +179,25 @@ async fn client_request_builder_mistakes_fail_before_connecting() {
     ));
 }
 
+#[cfg(feature = "url")]
+#[tokio::test]
+async fn connect_async_takes_a_url_crate_url() {
+    // Borrowed and owned, each to a one-connection server.
+    for owned in [false, true] {
+        let (url, server) = raw_server(|head| switching(head, "")).await;
+        let url = url::Url::parse(&format!("{url}?owned={owned}")).unwrap();
+        let (ws, _) = if owned {
+            wavesock::connect_async(url).await.unwrap()
+        } else {
+            wavesock::connect_async(&url).await.unwrap()
+        };
+        drop(ws);
+        let head = server.await.unwrap();
+        let line = format!("GET /socket?owned={owned} HTTP/1.1\r\n");
+        assert!(head.starts_with(&line), "{head}");
+    }
+}
+
 #[tokio::test]
 async fn server_answering_200_is_an_error_with_status_headers_and_body() {
     let (url, server) = raw_server(|_| {

@@ -121,6 +121,43 @@ impl IntoClientRequest for &Uri {
     }
 }
 
+/// With the `url` feature: a parsed [`url::Url`], as tokio-tungstenite's
+/// `url` feature takes it. It goes through the same checks as a URL given
+/// as a string; a fragment (`#...`), which RFC 6455 §3 does not allow in
+/// WebSocket URLs, is not sent.
+///
+/// ```
+/// use wavesock::IntoClientRequest;
+///
+/// let url = url::Url::parse("ws://localhost:9001/chat?room=1").unwrap();
+/// let request = url.into_client_request()?;
+/// assert_eq!(request.uri(), "ws://localhost:9001/chat?room=1");
+/// # Ok::<(), wavesock::HandshakeError>(())
+/// ```
+#[cfg(feature = "url")]
+impl IntoClientRequest for url::Url {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
+        (&self).into_client_request()
+    }
+}
+
+/// With the `url` feature: a borrowed [`url::Url`], like an owned one.
+///
+/// ```
+/// use wavesock::IntoClientRequest;
+///
+/// let url = url::Url::parse("wss://example.com/feed").unwrap();
+/// let request = (&url).into_client_request()?;
+/// assert_eq!(request.uri().host(), Some("example.com"));
+/// # Ok::<(), wavesock::HandshakeError>(())
+/// ```
+#[cfg(feature = "url")]
+impl IntoClientRequest for &url::Url {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
+        self.as_str().into_client_request()
+    }
+}
+
 impl IntoClientRequest for Request {
     fn into_client_request(self) -> Result<Request, HandshakeError> {
         Ok(self)
@@ -788,6 +825,31 @@ mod tests {
         assert!(matches!(
             ClientRequestBuilder::new("ws://h:99999/").into_client_request(),
             Err(HandshakeError::InvalidUrl(_))
+        ));
+    }
+
+    #[cfg(feature = "url")]
+    #[test]
+    fn url_crate_urls_are_client_requests() {
+        let url = url::Url::parse("ws://user:pw@h:9001/a/b?c=d#frag").unwrap();
+        let by_ref = (&url).into_client_request().unwrap();
+        let owned = url.clone().into_client_request().unwrap();
+        assert_eq!(by_ref.uri(), owned.uri());
+        assert_eq!(owned.uri().path_and_query().unwrap(), "/a/b?c=d");
+        let prepared = prepare_request(owned).unwrap();
+        assert_eq!(prepared.headers()["host"], "h:9001");
+        let mut out = Vec::new();
+        write_request(&prepared, &mut out);
+        assert!(out.starts_with(b"GET /a/b?c=d HTTP/1.1\r\n"));
+        // The url crate drops a default port; the request is the same.
+        let url = url::Url::parse("wss://h:443/").unwrap();
+        let prepared = prepare_request(url.into_client_request().unwrap()).unwrap();
+        assert_eq!(prepared.headers()["host"], "h");
+        // Schemes are checked as for any URL.
+        let url = url::Url::parse("https://h/").unwrap();
+        assert!(matches!(
+            prepare_request(url.into_client_request().unwrap()),
+            Err(HandshakeError::UnsupportedScheme(s)) if s == "https"
         ));
     }
 
