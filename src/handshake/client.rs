@@ -370,7 +370,8 @@ pub(crate) fn port_or_default(uri: &Uri) -> Result<u16, HandshakeError> {
 /// assert_eq!(req.headers()["sec-websocket-version"], "13");
 /// assert!(req.headers().contains_key("sec-websocket-key"));
 ///
-/// let bad_port = prepare_request("ws://example.com:99999/".into_client_request()?);
+/// let hand_built = http::Request::get("ws://example.com:99999/").body(()).unwrap();
+/// let bad_port = prepare_request(hand_built);
 /// assert!(matches!(bad_port, Err(HandshakeError::InvalidUrl(_))));
 /// # Ok::<(), wavesock::HandshakeError>(())
 /// ```
