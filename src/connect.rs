@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::client::MaybeTlsStream;
 use crate::config::Config;
 use crate::error::{ConnectError, HandshakeError, Result};
-use crate::handshake::client::is_secure;
+use crate::handshake::client::{is_secure, port_or_default};
 use crate::proxy;
 
 /// What secures `wss://`: with the `rustls` feature, the caller's connector
@@ -38,7 +38,7 @@ pub(crate) async fn open(
     };
     // IPv6 literals come bracketed in URLs but not in socket addresses.
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    let port = uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
+    let port = port_or_default(uri)?;
     // Settle everything that needs no network first, so that a bad
     // configuration fails at once.
     #[cfg(feature = "rustls")]

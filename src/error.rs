@@ -200,6 +200,12 @@ pub enum HandshakeError {
     /// The URL could not be used to open a WebSocket connection.
     #[error("invalid URL: {0}")]
     InvalidUrl(String),
+    /// A client request could not be built from the parts given: a header
+    /// name or value that is not valid HTTP, or a subprotocol name that is
+    /// not an HTTP token (see
+    /// [`ClientRequestBuilder`](crate::ClientRequestBuilder)).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
     /// The server's callback refused the request.
     #[error("request refused with status {0}")]
     Refused(StatusCode),

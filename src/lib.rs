@@ -15,7 +15,9 @@
 //!   (head size, header count, timeout): [`accept_async`],
 //!   [`accept_hdr_async`] and [`accept_async_callback`] to see, amend or
 //!   refuse a request; [`connect_async`] for `ws://` URLs and
-//!   [`client_async`] over any stream you opened.
+//!   [`client_async`] over any stream you opened, given a URL, an
+//!   [`http::Request`] or a [`ClientRequestBuilder`] (and a `url::Url`
+//!   with the `url` feature).
 //! - `wss://` with rustls behind the `rustls`, `rustls-webpki-roots` and
 //!   `rustls-native-roots` features (the `tls` module), and client
 //!   connections through HTTP `CONNECT` and SOCKS5 proxies ([`proxy`]).
@@ -94,7 +96,7 @@ pub use config::Config;
 #[cfg(feature = "deflate")]
 pub use deflate::{DeflateConfig, DeflateParams};
 pub use error::{ConnectError, Error, HandshakeError, ProtocolError, Result};
-pub use handshake::client::IntoClientRequest;
+pub use handshake::client::{ClientRequestBuilder, IntoClientRequest};
 pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols};
 pub use proto::Role;
 pub use proto::close::{CloseCode, CloseFrame};

@@ -14,7 +14,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use wavesock::handshake::derive_accept_key;
 use wavesock::handshake::server::ErrorResponse;
-use wavesock::{CloseCode, CloseFrame, Config, Error, HandshakeError, Message, Subprotocols};
+use wavesock::{
+    ClientRequestBuilder, CloseCode, CloseFrame, Config, Error, HandshakeError, Message,
+    Subprotocols,
+};
 
 use support::{Counting, read_head, server_frame};
 
@@ -133,6 +136,66 @@ async fn custom_headers_path_and_query_reach_the_server() {
     assert_eq!(headers["origin"], "https://example.com");
     assert_eq!(headers["cookie"], "a=b");
     assert_eq!(headers["host"], addr.to_string());
+}
+
+#[tokio::test]
+async fn client_request_builder_headers_and_subprotocols_reach_the_server() {
+    let (url, server) =
+        raw_server(|head| switching(head, "Sec-WebSocket-Protocol: chat.v1\r\n")).await;
+    let request = ClientRequestBuilder::new(url.as_str())
+        .with_header("Authorization", "Bearer t0k3n")
+        .with_header("Origin", "https://example.com")
+        .with_sub_protocol("chat.v2")
+        .with_sub_protocol("chat.v1");
+    let (ws, response) = wavesock::connect_async(request).await.unwrap();
+    assert_eq!(response.headers()["sec-websocket-protocol"], "chat.v1");
+    // The raw server returns once the client has left.
+    drop(ws);
+    let head = server.await.unwrap();
+    assert!(head.starts_with("GET /socket HTTP/1.1\r\n"), "{head}");
+    let lower = head.to_ascii_lowercase();
+    for line in [
+        "authorization: bearer t0k3n\r\n",
+        "origin: https://example.com\r\n",
+        "sec-websocket-protocol: chat.v2, chat.v1\r\n",
+        "upgrade: websocket\r\n",
+    ] {
+        assert!(lower.contains(line), "{line:?} missing from {head}");
+    }
+}
+
+#[tokio::test]
+async fn client_request_builder_mistakes_fail_before_connecting() {
+    // Nothing listens on port 1; a connection attempt would be refused.
+    let bad = ClientRequestBuilder::new("ws://127.0.0.1:1/").with_header("Bad Name", "x");
+    assert!(matches!(
+        handshake_error(wavesock::connect_async(bad).await),
+        HandshakeError::InvalidRequest(_)
+    ));
+    let bad = ClientRequestBuilder::new("ws://127.0.0.1:1/ with space");
+    assert!(matches!(
+        handshake_error(wavesock::connect_async(bad).await),
+        HandshakeError::InvalidUrl(_)
+    ));
+}
+
+#[cfg(feature = "url")]
+#[tokio::test]
+async fn connect_async_takes_a_url_crate_url() {
+    // Borrowed and owned, each to a one-connection server.
+    for owned in [false, true] {
+        let (url, server) = raw_server(|head| switching(head, "")).await;
+        let url = url::Url::parse(&format!("{url}?owned={owned}")).unwrap();
+        let (ws, _) = if owned {
+            wavesock::connect_async(url).await.unwrap()
+        } else {
+            wavesock::connect_async(&url).await.unwrap()
+        };
+        drop(ws);
+        let head = server.await.unwrap();
+        let line = format!("GET /socket?owned={owned} HTTP/1.1\r\n");
+        assert!(head.starts_with(&line), "{head}");
+    }
 }
 
 #[tokio::test]
@@ -458,6 +521,39 @@ async fn bad_urls_are_refused() {
             "{url}"
         );
     }
+}
+
+#[tokio::test]
+async fn invalid_port_is_invalid_url_before_any_connection() {
+    // Were the port replaced by 80, each URL would be tried: a name under
+    // `.invalid` would fail to resolve (Error::Connect(Dns)), an address
+    // would be connected to. A listener posing as the proxy shows that no
+    // TCP connection is opened at all.
+    let watcher = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = format!("http://{}", watcher.local_addr().unwrap());
+    let config = Config::default()
+        .proxy(wavesock::proxy::Proxy::http(&proxy))
+        .connect_timeout(Some(Duration::from_secs(2)));
+    for url in [
+        "ws://nowhere.invalid:99999/",
+        "ws://nowhere.invalid:abc/",
+        "ws://127.0.0.1:99999/",
+        "ws://127.0.0.1:abc/",
+        "ws://[::1]:65536/",
+    ] {
+        let err = handshake_error(wavesock::connect_async(url).await);
+        assert!(
+            matches!(err, HandshakeError::InvalidUrl(_)),
+            "{url}: {err:?}"
+        );
+        let err = handshake_error(wavesock::connect_async_with_config(url, config.clone()).await);
+        assert!(
+            matches!(err, HandshakeError::InvalidUrl(_)),
+            "{url}: {err:?}"
+        );
+    }
+    let nobody = tokio::time::timeout(Duration::from_millis(100), watcher.accept()).await;
+    assert!(nobody.is_err(), "a connection was opened: {nobody:?}");
 }
 
 #[tokio::test]

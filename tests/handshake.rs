@@ -234,6 +234,21 @@ async fn method_other_than_get_gets_405() {
 }
 
 #[tokio::test]
+async fn post_upgrade_gets_405_with_allow_get() {
+    // RFC 9110 §15.5.6: a 405 response must carry Allow.
+    let raw = request("").replacen("GET", "POST", 1);
+    let (_, answer) = refused(&raw, 405).await;
+    let head = answer.split("\r\n\r\n").next().unwrap();
+    let allow: Vec<&str> = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(name, _)| name.eq_ignore_ascii_case("allow"))
+        .map(|(_, value)| value.trim())
+        .collect();
+    assert_eq!(allow, ["GET"], "{answer}");
+}
+
+#[tokio::test]
 async fn wrong_version_gets_426_naming_13() {
     let raw = request("").replace("Sec-WebSocket-Version: 13", "Sec-WebSocket-Version: 8");
     let (err, answer) = refused(&raw, 426).await;
@@ -376,6 +391,76 @@ async fn callback_is_not_called_for_invalid_requests() {
     };
     let err = handshake_error(wavesock::accept_hdr_async(server, callback).await);
     assert!(matches!(err, HandshakeError::UnsupportedVersion));
+}
+
+/// Callbacks as written for tokio-tungstenite: only the path of the names
+/// changes, from `tungstenite::handshake::server` to
+/// `wavesock::handshake::server`.
+mod tungstenite_style {
+    use http::StatusCode;
+    use wavesock::handshake::server::{ErrorResponse, Request, Response};
+
+    pub fn callback(req: &Request, mut resp: Response) -> Result<Response, ErrorResponse> {
+        if req.uri().path() != "/ok" {
+            let mut refusal = ErrorResponse::new(Some("wrong path".into()));
+            *refusal.status_mut() = StatusCode::NOT_FOUND;
+            return Err(refusal);
+        }
+        resp.headers_mut()
+            .insert("x-checked", "yes".parse().unwrap());
+        Ok(resp)
+    }
+
+    pub async fn accept_with_closure(
+        tcp: tokio::net::TcpStream,
+    ) -> wavesock::Result<wavesock::WebSocketStream<tokio::net::TcpStream>> {
+        let closure = |req: &Request, mut resp: Response| -> Result<Response, ErrorResponse> {
+            let room = req.uri().path().trim_start_matches('/').to_owned();
+            resp.headers_mut().insert("x-room", room.parse().unwrap());
+            Ok(resp)
+        };
+        wavesock::accept_hdr_async(tcp, closure).await
+    }
+}
+
+#[tokio::test]
+async fn tungstenite_style_callbacks_compile_and_run() {
+    let (mut client, server) = pair().await;
+    let server = tokio::spawn(tungstenite_style::accept_with_closure(server));
+    client.write_all(request("").as_bytes()).await.unwrap();
+    let head = read_head(&mut client).await;
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    assert!(head.contains("x-room: chat\r\n"), "{head}");
+    server.await.unwrap().unwrap();
+
+    let (mut client, server) = pair().await;
+    let server = tokio::spawn(wavesock::accept_hdr_async(
+        server,
+        tungstenite_style::callback,
+    ));
+    client
+        .write_all(request("").replacen("GET /chat", "GET /ok", 1).as_bytes())
+        .await
+        .unwrap();
+    let head = read_head(&mut client).await;
+    assert!(head.contains("x-checked: yes\r\n"), "{head}");
+    server.await.unwrap().unwrap();
+
+    // Its refusal is written as given.
+    let (mut client, server) = pair().await;
+    let server = tokio::spawn(wavesock::accept_hdr_async(
+        server,
+        tungstenite_style::callback,
+    ));
+    client.write_all(request("").as_bytes()).await.unwrap();
+    let answer = read_to_end(&mut client).await;
+    assert!(answer.starts_with("HTTP/1.1 404 "), "{answer}");
+    assert!(answer.ends_with("wrong path"), "{answer}");
+    let err = handshake_error(server.await.unwrap());
+    assert!(matches!(
+        err,
+        HandshakeError::Refused(StatusCode::NOT_FOUND)
+    ));
 }
 
 #[tokio::test]

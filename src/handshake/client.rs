@@ -6,10 +6,49 @@
 //! [`connect_async`]: crate::connect_async
 
 use http::header::{self, HeaderValue};
-use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
+use http::{HeaderMap, Method, StatusCode, Uri, Version};
 
 use crate::error::HandshakeError;
 use crate::handshake::{derive_accept_key, generate_key, is_valid_key, list_values};
+
+/// The request a client sends: method `GET`, the URL, headers; no body.
+/// What [`IntoClientRequest`] produces. The same type as tungstenite's
+/// `handshake::client::Request`.
+///
+/// ```
+/// use wavesock::handshake::client::Request;
+///
+/// let request: Request = Request::get("ws://localhost:9001/chat")
+///     .header("Origin", "http://localhost")
+///     .body(())
+///     .unwrap();
+/// assert_eq!(request.uri().port_u16(), Some(9001));
+/// ```
+pub type Request = http::Request<()>;
+
+/// The server's answer to a successful handshake, as
+/// [`connect_async`](crate::connect_async) and
+/// [`client_async`](crate::client_async) return it: status `101`, its
+/// headers, no body (`None`). The same type as tungstenite's
+/// `handshake::client::Response` and as [`ClientResponse`](crate::ClientResponse).
+///
+/// ```
+/// use wavesock::handshake::client::Response;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> wavesock::Result<()> {
+/// let (client_io, server_io) = tokio::io::duplex(4096);
+/// let (client, server) = tokio::join!(
+///     wavesock::client_async("ws://localhost/", client_io),
+///     wavesock::accept_async(server_io),
+/// );
+/// let (_ws, response): (_, Response) = client?;
+/// assert_eq!(response.status(), http::StatusCode::SWITCHING_PROTOCOLS);
+/// assert!(response.body().is_none());
+/// # server?;
+/// # Ok(()) }
+/// ```
+pub type Response = http::Response<Option<Vec<u8>>>;
 
 /// Anything that can name the WebSocket to connect to: a URL (`&str`,
 /// `String`, [`Uri`]) or a full [`Request`] carrying your own headers
@@ -20,7 +59,12 @@ use crate::handshake::{derive_accept_key, generate_key, is_valid_key, list_value
 /// by [`prepare_request`]; you only add what is yours. A `Sec-WebSocket-Key`
 /// you give must be the base64 of 16 bytes and is sent as it is: for tests
 /// that know the request byte for byte. Outside tests, let a fresh random
-/// key be drawn.
+/// key be drawn. For headers and subprotocols without building an
+/// [`http::Request`], see [`ClientRequestBuilder`].
+///
+/// A URL that does not parse, or whose port is not a number from 1 to
+/// 65535, is refused here with [`HandshakeError::InvalidUrl`]; a
+/// [`Request`] is taken as it is and checked by [`prepare_request`].
 ///
 /// ```
 /// use wavesock::IntoClientRequest;
@@ -40,11 +84,11 @@ use crate::handshake::{derive_accept_key, generate_key, is_valid_key, list_value
 /// ```
 pub trait IntoClientRequest {
     /// The request to send, before the handshake headers are added.
-    fn into_client_request(self) -> Result<Request<()>, HandshakeError>;
+    fn into_client_request(self) -> Result<Request, HandshakeError>;
 }
 
 impl IntoClientRequest for &str {
-    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
         let uri: Uri = self
             .parse()
             .map_err(|e: http::uri::InvalidUri| HandshakeError::InvalidUrl(e.to_string()))?;
@@ -53,19 +97,20 @@ impl IntoClientRequest for &str {
 }
 
 impl IntoClientRequest for &String {
-    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
         self.as_str().into_client_request()
     }
 }
 
 impl IntoClientRequest for String {
-    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
         self.as_str().into_client_request()
     }
 }
 
 impl IntoClientRequest for Uri {
-    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
+        explicit_port(&self)?;
         let mut req = Request::new(());
         *req.uri_mut() = self;
         Ok(req)
@@ -73,14 +118,187 @@ impl IntoClientRequest for Uri {
 }
 
 impl IntoClientRequest for &Uri {
-    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
         self.clone().into_client_request()
     }
 }
 
-impl IntoClientRequest for Request<()> {
-    fn into_client_request(self) -> Result<Request<()>, HandshakeError> {
+/// With the `url` feature: a parsed [`url::Url`], as tokio-tungstenite's
+/// `url` feature takes it. It goes through the same checks as a URL given
+/// as a string; a fragment (`#...`), which RFC 6455 §3 does not allow in
+/// WebSocket URLs, is not sent.
+///
+/// ```
+/// use wavesock::IntoClientRequest;
+///
+/// let url = url::Url::parse("ws://localhost:9001/chat?room=1").unwrap();
+/// let request = url.into_client_request()?;
+/// assert_eq!(request.uri(), "ws://localhost:9001/chat?room=1");
+/// # Ok::<(), wavesock::HandshakeError>(())
+/// ```
+#[cfg(feature = "url")]
+impl IntoClientRequest for url::Url {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
+        (&self).into_client_request()
+    }
+}
+
+/// With the `url` feature: a borrowed [`url::Url`], like an owned one.
+///
+/// ```
+/// use wavesock::IntoClientRequest;
+///
+/// let url = url::Url::parse("wss://example.com/feed").unwrap();
+/// let request = (&url).into_client_request()?;
+/// assert_eq!(request.uri().host(), Some("example.com"));
+/// # Ok::<(), wavesock::HandshakeError>(())
+/// ```
+#[cfg(feature = "url")]
+impl IntoClientRequest for &url::Url {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
+        self.as_str().into_client_request()
+    }
+}
+
+impl IntoClientRequest for Request {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
         Ok(self)
+    }
+}
+
+/// A client request from a URL plus your own headers and subprotocols, so
+/// that [`connect_async`](crate::connect_async) and
+/// [`client_async`](crate::client_async) need no hand-built
+/// [`http::Request`]. The name and methods are tungstenite's.
+///
+/// Building never fails and never panics: the URL, the header names and
+/// values and the subprotocol names are checked by
+/// [`into_client_request`](IntoClientRequest::into_client_request), which
+/// returns [`HandshakeError::InvalidUrl`] (a URL that does not parse or
+/// has a bad port) or [`HandshakeError::InvalidRequest`]. The URL's scheme
+/// and host are checked when the request is sent, as for any URL.
+///
+/// ```
+/// use wavesock::{ClientRequestBuilder, IntoClientRequest};
+///
+/// let request = ClientRequestBuilder::new("ws://localhost:9001/chat")
+///     .with_header("Authorization", "Bearer secret")
+///     .with_sub_protocol("chat.v2")
+///     .with_sub_protocol("chat.v1")
+///     .into_client_request()?;
+/// assert_eq!(request.uri().path(), "/chat");
+/// assert_eq!(request.headers()["authorization"], "Bearer secret");
+/// assert_eq!(request.headers()["sec-websocket-protocol"], "chat.v2, chat.v1");
+///
+/// // Mistakes come out as errors, not panics.
+/// let bad = ClientRequestBuilder::new("ws://localhost/")
+///     .with_header("Bad Name", "x")
+///     .into_client_request();
+/// assert!(matches!(bad, Err(wavesock::HandshakeError::InvalidRequest(_))));
+/// # Ok::<(), wavesock::HandshakeError>(())
+/// ```
+///
+/// Connecting with one, here to a server on an in-memory stream:
+///
+/// ```
+/// use wavesock::ClientRequestBuilder;
+/// use wavesock::handshake::server::Subprotocols;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> wavesock::Result<()> {
+/// let (client_io, server_io) = tokio::io::duplex(4096);
+/// let request = ClientRequestBuilder::new("ws://localhost/").with_sub_protocol("chat.v1");
+/// let (client, server) = tokio::join!(
+///     wavesock::client_async(request, client_io),
+///     wavesock::accept_hdr_async(server_io, Subprotocols::new(["chat.v1"])),
+/// );
+/// let (_ws, response) = client?;
+/// assert_eq!(response.headers()["sec-websocket-protocol"], "chat.v1");
+/// # server?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ClientRequestBuilder {
+    /// The parsed URI, or why it did not parse.
+    uri: Result<Uri, String>,
+    headers: Vec<(String, String)>,
+    subprotocols: Vec<String>,
+}
+
+impl ClientRequestBuilder {
+    /// A request for `uri`: a [`Uri`] or anything that converts to one
+    /// (`&str`, `String`), as [`http::request::Builder::uri`] takes. A URL
+    /// that does not parse is reported by `into_client_request`.
+    pub fn new<U>(uri: U) -> Self
+    where
+        U: TryInto<Uri>,
+        U::Error: Into<http::Error>,
+    {
+        ClientRequestBuilder {
+            uri: uri.try_into().map_err(|e| e.into().to_string()),
+            headers: Vec::new(),
+            subprotocols: Vec::new(),
+        }
+    }
+
+    /// Adds a header line to the request (`Authorization`, `Origin`,
+    /// `Cookie`). Adding a name twice sends both lines. The handshake's own
+    /// headers (`Upgrade`, `Connection`, `Sec-WebSocket-Version`) are set
+    /// by the library whatever is given here; a `Host` given here is kept.
+    pub fn with_header<K, V>(mut self, name: K, value: V) -> Self
+    where
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Offers a subprotocol in `Sec-WebSocket-Protocol`, after those
+    /// already offered (the order is the client's preference). Each must be
+    /// an HTTP token and offered once (RFC 6455 §4.1).
+    pub fn with_sub_protocol<P>(mut self, protocol: P) -> Self
+    where
+        P: Into<String>,
+    {
+        self.subprotocols.push(protocol.into());
+        self
+    }
+}
+
+impl IntoClientRequest for ClientRequestBuilder {
+    fn into_client_request(self) -> Result<Request, HandshakeError> {
+        let uri = self.uri.map_err(HandshakeError::InvalidUrl)?;
+        let mut request = uri.into_client_request()?;
+        let headers = request.headers_mut();
+        for (name, value) in &self.headers {
+            let name = header::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                HandshakeError::InvalidRequest(format!("{name:?} is not a header name"))
+            })?;
+            // The value is left out of the error: it may be a credential.
+            let value = HeaderValue::from_str(value).map_err(|_| {
+                HandshakeError::InvalidRequest(format!("the value of header {name} is not valid"))
+            })?;
+            headers.append(name, value);
+        }
+        if !self.subprotocols.is_empty() {
+            for (i, p) in self.subprotocols.iter().enumerate() {
+                if !crate::handshake::is_token(p) {
+                    return Err(HandshakeError::InvalidRequest(format!(
+                        "{p:?} is not a subprotocol name (an HTTP token)"
+                    )));
+                }
+                if self.subprotocols[..i].contains(p) {
+                    return Err(HandshakeError::InvalidRequest(format!(
+                        "subprotocol {p:?} is offered twice"
+                    )));
+                }
+            }
+            let list = self.subprotocols.join(", ");
+            let value = HeaderValue::from_str(&list).expect("tokens are valid header values");
+            headers.append(header::SEC_WEBSOCKET_PROTOCOL, value);
+        }
+        Ok(request)
     }
 }
 
@@ -90,25 +308,76 @@ pub(crate) fn is_secure(uri: &Uri) -> bool {
         .is_some_and(|s| s.eq_ignore_ascii_case("wss"))
 }
 
+/// The port the URI's authority names, checked: `None` when it names none
+/// or leaves it empty after the colon (`ws://host:/`), which RFC 3986
+/// §3.2.3 and §6.2.3 make the same as naming none: the scheme's default.
+///
+/// [`Uri::port_u16`] cannot be used alone: it is `None` both for no port and
+/// for one that is not a number or is over 65535, and it takes a sign
+/// (`+80`). A port here is ASCII digits (leading zeros allowed) with a value
+/// from 1 to 65535; port 0 names no service and cannot be connected to.
+pub(crate) fn explicit_port(uri: &Uri) -> Result<Option<u16>, HandshakeError> {
+    let Some(authority) = uri.authority() else {
+        return Ok(None);
+    };
+    let authority = authority.as_str();
+    // Userinfo may hold colons; the host and port follow its last '@'.
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let after_host = match host_port.strip_prefix('[') {
+        // An IPv6 literal: its colons are inside the brackets.
+        Some(literal) => literal.split_once(']').map_or("", |(_, rest)| rest),
+        None => host_port.find(':').map_or("", |at| &host_port[at..]),
+    };
+    let digits = after_host.strip_prefix(':').unwrap_or_default();
+    if digits.is_empty() {
+        return Ok(None);
+    }
+    // `u16::from_str` alone would take a leading '+'.
+    let port = match digits.bytes().all(|b| b.is_ascii_digit()) {
+        true => digits.parse::<u16>().ok(),
+        false => None,
+    };
+    match port {
+        Some(p) if p != 0 => Ok(Some(p)),
+        _ => Err(HandshakeError::InvalidUrl(format!(
+            "{uri}: bad port {digits:?} (a port is a number from 1 to 65535)"
+        ))),
+    }
+}
+
+/// The port to connect to for a `ws://` or `wss://` URI: the one it names,
+/// else 443 for `wss://` and 80 otherwise. An invalid port is an error,
+/// never the default.
+pub(crate) fn port_or_default(uri: &Uri) -> Result<u16, HandshakeError> {
+    Ok(explicit_port(uri)?.unwrap_or(if is_secure(uri) { 443 } else { 80 }))
+}
+
 /// Completes a request into a valid opening handshake (RFC 6455 §4.1).
 ///
 /// The URI must be `ws://` or `wss://` with a host, or a bare path with a
-/// `Host` header given (for streams you opened yourself). `Upgrade`,
+/// `Host` header given (for streams you opened yourself). A port in the URI
+/// must be a number from 1 to 65535, else the request is refused with
+/// [`HandshakeError::InvalidUrl`] (never replaced by the default port); an
+/// empty port (`ws://host:/`) means the default, as in RFC 3986. `Upgrade`,
 /// `Connection` and `Sec-WebSocket-Version` are set; `Host` is derived from
 /// the URI unless present; a fresh random `Sec-WebSocket-Key` is added unless
 /// the request already carries a valid one. Everything else you set is kept.
 ///
 /// ```
 /// use wavesock::handshake::client::prepare_request;
-/// use wavesock::IntoClientRequest;
+/// use wavesock::{HandshakeError, IntoClientRequest};
 ///
 /// let req = prepare_request("ws://example.com:8080/chat".into_client_request()?)?;
 /// assert_eq!(req.headers()["host"], "example.com:8080");
 /// assert_eq!(req.headers()["sec-websocket-version"], "13");
 /// assert!(req.headers().contains_key("sec-websocket-key"));
+///
+/// let hand_built = http::Request::get("ws://example.com:99999/").body(()).unwrap();
+/// let bad_port = prepare_request(hand_built);
+/// assert!(matches!(bad_port, Err(HandshakeError::InvalidUrl(_))));
 /// # Ok::<(), wavesock::HandshakeError>(())
 /// ```
-pub fn prepare_request(mut request: Request<()>) -> Result<Request<()>, HandshakeError> {
+pub fn prepare_request(mut request: Request) -> Result<Request, HandshakeError> {
     if request.method() != Method::GET {
         return Err(HandshakeError::MethodNotAllowed(
             request.method().to_string(),
@@ -122,10 +391,13 @@ pub fn prepare_request(mut request: Request<()>) -> Result<Request<()>, Handshak
         Some(s) => return Err(HandshakeError::UnsupportedScheme(s.to_owned())),
         None => None,
     };
+    // Checked even when a Host header is given: the URL is also what
+    // connect_async connects to.
+    let port = explicit_port(uri)?;
     let host = match uri.authority() {
         Some(auth) if !auth.host().is_empty() => {
             // Userinfo never goes into Host; a default port is left out.
-            let host = match auth.port_u16() {
+            let host = match port {
                 Some(p) if Some(p) != default_port => format!("{}:{p}", auth.host()),
                 _ => auth.host().to_owned(),
             };
@@ -171,7 +443,7 @@ pub fn prepare_request(mut request: Request<()>) -> Result<Request<()>, Handshak
 
 /// Writes a prepared request head in HTTP/1.1 form: the request target is
 /// the URI's path and query (`/` when empty).
-pub fn write_request(request: &Request<()>, out: &mut Vec<u8>) {
+pub fn write_request(request: &Request, out: &mut Vec<u8>) {
     let target = request
         .uri()
         .path_and_query()
@@ -201,7 +473,7 @@ pub fn write_request(request: &Request<()>, out: &mut Vec<u8>) {
 pub fn parse_response(
     buf: &[u8],
     max_headers: usize,
-) -> Result<Option<(Response<()>, usize)>, HandshakeError> {
+) -> Result<Option<(http::Response<()>, usize)>, HandshakeError> {
     let mut headers = vec![httparse::EMPTY_HEADER; max_headers];
     let mut resp = httparse::Response::new(&mut headers);
     let Some(len) = crate::handshake::head_len(resp.parse(buf), max_headers)? else {
@@ -211,7 +483,7 @@ pub fn parse_response(
         .code
         .and_then(|c| StatusCode::from_u16(c).ok())
         .ok_or_else(|| HandshakeError::Malformed("bad status code".into()))?;
-    let mut builder = Response::builder()
+    let mut builder = http::Response::builder()
         .status(status)
         .version(crate::handshake::http_version(resp.version));
     for h in resp.headers.iter() {
@@ -224,8 +496,8 @@ pub fn parse_response(
 }
 
 /// The response's head with `body`, for handing back to the caller.
-pub(crate) fn with_body<T>(response: &Response<()>, body: T) -> Response<T> {
-    let mut out = Response::new(body);
+pub(crate) fn with_body<T>(response: &http::Response<()>, body: T) -> http::Response<T> {
+    let mut out = http::Response::new(body);
     *out.status_mut() = response.status();
     *out.version_mut() = response.version();
     *out.headers_mut() = response.headers().clone();
@@ -244,8 +516,8 @@ pub(crate) fn with_body<T>(response: &Response<()>, body: T) -> Response<T> {
 /// [`HandshakeError::UnexpectedStatus`] without a body; the connecting
 /// functions read a bounded body first.
 pub fn check_response(
-    request: &Request<()>,
-    response: &Response<()>,
+    request: &Request,
+    response: &http::Response<()>,
 ) -> Result<Option<String>, HandshakeError> {
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
         return Err(HandshakeError::UnexpectedStatus {
@@ -316,7 +588,7 @@ fn chosen_subprotocol(
 mod tests {
     use super::*;
 
-    fn request(extra: &[(&str, &str)]) -> Request<()> {
+    fn request(extra: &[(&str, &str)]) -> Request {
         let mut b = Request::builder()
             .uri("ws://server.example.com/chat")
             .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==");
@@ -326,7 +598,7 @@ mod tests {
         prepare_request(b.body(()).unwrap()).unwrap()
     }
 
-    fn response(raw: &str) -> Response<()> {
+    fn response(raw: &str) -> http::Response<()> {
         parse_response(raw.as_bytes(), 64).unwrap().unwrap().0
     }
 
@@ -462,6 +734,174 @@ mod tests {
         assert!(matches!(
             prepare_request(post),
             Err(HandshakeError::MethodNotAllowed(_))
+        ));
+    }
+
+    #[test]
+    fn invalid_ports_are_refused_not_replaced_by_the_default() {
+        for url in [
+            "ws://127.0.0.1:99999/",
+            "ws://h:65536/",
+            "ws://h:abc/",
+            "ws://h:-1/",
+            "ws://h:+80/",
+            "ws://h:0/",
+            "wss://h:99999/",
+            "ws://[::1]:99999/",
+            "ws://user:pw@h:x/",
+        ] {
+            // As a URL, refused as soon as it becomes a request.
+            match url.into_client_request() {
+                Err(HandshakeError::InvalidUrl(why)) => {
+                    assert!(why.contains("port"), "{url}: {why}")
+                }
+                other => panic!("{url}: {other:?}"),
+            }
+            // In a request built by hand, refused by prepare_request.
+            let req = Request::builder().uri(url).body(()).unwrap();
+            match prepare_request(req) {
+                Err(HandshakeError::InvalidUrl(why)) => {
+                    assert!(why.contains("port"), "{url}: {why}")
+                }
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+        // Also when the caller gives its own Host: the URL is what
+        // connect_async would connect to.
+        let req = Request::builder()
+            .uri("ws://h:abc/")
+            .header("Host", "h")
+            .body(())
+            .unwrap();
+        assert!(matches!(
+            prepare_request(req),
+            Err(HandshakeError::InvalidUrl(_))
+        ));
+    }
+
+    #[test]
+    fn empty_or_zero_padded_ports_are_valid() {
+        // RFC 3986 §3.2.3: `port = *DIGIT`, an empty port is the default.
+        let cases = [
+            ("ws://h:/", "h", 80),
+            ("wss://h:/", "h", 443),
+            ("ws://h:080/", "h", 80),
+            ("ws://h:09001/", "h:9001", 9001),
+            ("ws://h:65535/", "h:65535", 65535),
+            ("ws://[::1]:/", "[::1]", 80),
+        ];
+        for (url, host, port) in cases {
+            let req = prepare_request(url.into_client_request().unwrap()).unwrap();
+            assert_eq!(req.headers()["host"], host, "{url}");
+            assert_eq!(port_or_default(req.uri()).unwrap(), port, "{url}");
+        }
+    }
+
+    #[test]
+    fn builder_makes_the_request_a_hand_built_one_would_be() {
+        let built = ClientRequestBuilder::new("ws://h:9001/chat?x=1")
+            .with_header("Authorization", "Bearer t")
+            .with_header("Cookie", "a=1")
+            .with_header("cookie", "b=2")
+            .with_sub_protocol("v2")
+            .with_sub_protocol(String::from("v1"))
+            .into_client_request()
+            .unwrap();
+        assert_eq!(built.method(), Method::GET);
+        assert_eq!(built.uri(), "ws://h:9001/chat?x=1");
+        assert_eq!(built.headers()["authorization"], "Bearer t");
+        let cookies: Vec<_> = built.headers().get_all("cookie").iter().collect();
+        assert_eq!(cookies, ["a=1", "b=2"]);
+        assert_eq!(built.headers()["sec-websocket-protocol"], "v2, v1");
+        // And it completes into a handshake like any other request.
+        let prepared = prepare_request(built).unwrap();
+        assert_eq!(prepared.headers()["host"], "h:9001");
+        assert_eq!(prepared.headers()["authorization"], "Bearer t");
+
+        // Nothing added: just the URL.
+        let plain = ClientRequestBuilder::new("ws://h/")
+            .into_client_request()
+            .unwrap();
+        assert!(plain.headers().is_empty());
+    }
+
+    #[test]
+    fn builder_takes_what_a_request_builder_takes_as_a_uri() {
+        let uri: Uri = "ws://h/a".parse().unwrap();
+        for built in [
+            ClientRequestBuilder::new(uri.clone()),
+            ClientRequestBuilder::new(&uri),
+            ClientRequestBuilder::new("ws://h/a"),
+            ClientRequestBuilder::new(String::from("ws://h/a")),
+        ] {
+            assert_eq!(built.into_client_request().unwrap().uri(), &uri);
+        }
+    }
+
+    #[test]
+    fn builder_mistakes_are_errors_at_into_client_request() {
+        let bad_url = ClientRequestBuilder::new("not a url").with_sub_protocol("v1");
+        assert!(matches!(
+            bad_url.into_client_request(),
+            Err(HandshakeError::InvalidUrl(_))
+        ));
+        let cases = [
+            ClientRequestBuilder::new("ws://h/").with_header("Bad Name", "x"),
+            ClientRequestBuilder::new("ws://h/").with_header("", "x"),
+            ClientRequestBuilder::new("ws://h/").with_header("X-Ok", "line\r\nbreak"),
+            ClientRequestBuilder::new("ws://h/").with_sub_protocol(""),
+            ClientRequestBuilder::new("ws://h/").with_sub_protocol("a, b"),
+            ClientRequestBuilder::new("ws://h/").with_sub_protocol("chat v1"),
+            ClientRequestBuilder::new("ws://h/").with_sub_protocol("caf\u{e9}"),
+            ClientRequestBuilder::new("ws://h/")
+                .with_sub_protocol("v1")
+                .with_sub_protocol("v1"),
+        ];
+        for builder in cases {
+            let shown = format!("{builder:?}");
+            assert!(
+                matches!(
+                    builder.into_client_request(),
+                    Err(HandshakeError::InvalidRequest(_))
+                ),
+                "{shown}"
+            );
+        }
+        // A secret in a bad value does not end up in the error.
+        let err = ClientRequestBuilder::new("ws://h/")
+            .with_header("Authorization", "Bearer s3cret\n")
+            .into_client_request()
+            .unwrap_err();
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+        // So is a port that is not one.
+        assert!(matches!(
+            ClientRequestBuilder::new("ws://h:99999/").into_client_request(),
+            Err(HandshakeError::InvalidUrl(_))
+        ));
+    }
+
+    #[cfg(feature = "url")]
+    #[test]
+    fn url_crate_urls_are_client_requests() {
+        let url = url::Url::parse("ws://user:pw@h:9001/a/b?c=d#frag").unwrap();
+        let by_ref = (&url).into_client_request().unwrap();
+        let owned = url.clone().into_client_request().unwrap();
+        assert_eq!(by_ref.uri(), owned.uri());
+        assert_eq!(owned.uri().path_and_query().unwrap(), "/a/b?c=d");
+        let prepared = prepare_request(owned).unwrap();
+        assert_eq!(prepared.headers()["host"], "h:9001");
+        let mut out = Vec::new();
+        write_request(&prepared, &mut out);
+        assert!(out.starts_with(b"GET /a/b?c=d HTTP/1.1\r\n"));
+        // The url crate drops a default port; the request is the same.
+        let url = url::Url::parse("wss://h:443/").unwrap();
+        let prepared = prepare_request(url.into_client_request().unwrap()).unwrap();
+        assert_eq!(prepared.headers()["host"], "h");
+        // Schemes are checked as for any URL.
+        let url = url::Url::parse("https://h/").unwrap();
+        assert!(matches!(
+            prepare_request(url.into_client_request().unwrap()),
+            Err(HandshakeError::UnsupportedScheme(s)) if s == "https"
         ));
     }
 

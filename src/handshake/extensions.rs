@@ -37,6 +37,7 @@ use http::header::{HeaderValue, SEC_WEBSOCKET_EXTENSIONS};
 
 use crate::deflate::{DeflateConfig, DeflateParams};
 use crate::error::HandshakeError;
+use crate::handshake::is_token;
 
 /// The extension's registered name.
 pub const PERMESSAGE_DEFLATE: &str = "permessage-deflate";
@@ -68,13 +69,6 @@ fn split_unquoted(s: &str, sep: u8) -> Vec<&str> {
     }
     parts.push(&s[start..]);
     parts
-}
-
-/// An HTTP token (RFC 9110 §5.6.2).
-fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// A parameter value: a token, or a quoted string unescaped.

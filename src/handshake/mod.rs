@@ -62,6 +62,14 @@ pub(crate) fn is_valid_key(key: &[u8]) -> bool {
     key.len() == 24 && STANDARD.decode(key).is_ok_and(|k| k.len() == 16)
 }
 
+/// An HTTP token (RFC 9110 §5.6.2): what extension names and parameters and
+/// subprotocol names (RFC 6455 §4.1) are made of.
+pub(crate) fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
 /// Whether a comma-separated header value lists `token` (case-insensitive).
 pub(crate) fn has_token(value: &[u8], token: &str) -> bool {
     value

@@ -1,5 +1,10 @@
 //! The server side of the handshake: parse and check the client's request,
 //! write the response.
+//!
+//! [`Request`], [`Response`] and [`ErrorResponse`] name the types a
+//! [`Callback`] takes and returns, as `tungstenite::handshake::server` does,
+//! so a callback written for tokio-tungstenite's `accept_hdr_async` compiles
+//! unchanged against [`accept_hdr_async`](crate::accept_hdr_async).
 
 // Callbacks return `Result<Response<()>, Response<Option<String>>>`, the
 // shape users know from tokio-tungstenite; a refusal is rare and cheap next
@@ -7,21 +12,62 @@
 #![allow(clippy::result_large_err)]
 
 use http::header::{self, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Version};
+use http::{Method, StatusCode, Version};
 
 use crate::error::HandshakeError;
 use crate::handshake::{derive_accept_key, is_valid_key, list_values};
 
+/// The client's upgrade request as a [`Callback`] sees it: method, URI,
+/// version and headers; no body. The same type as tungstenite's
+/// `handshake::server::Request`.
+///
+/// A callback in tokio-tungstenite's style, run over an in-memory stream:
+///
+/// ```
+/// use wavesock::handshake::server::{ErrorResponse, Request, Response};
+///
+/// fn callback(req: &Request, mut resp: Response) -> Result<Response, ErrorResponse> {
+///     if req.uri().path() != "/chat" {
+///         let mut refusal = ErrorResponse::new(Some("no such room".into()));
+///         *refusal.status_mut() = http::StatusCode::NOT_FOUND;
+///         return Err(refusal);
+///     }
+///     resp.headers_mut().insert("x-room", "chat".parse().unwrap());
+///     Ok(resp)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> wavesock::Result<()> {
+/// let (client_io, server_io) = tokio::io::duplex(4096);
+/// let (server, client) = tokio::join!(
+///     wavesock::accept_hdr_async(server_io, callback),
+///     wavesock::client_async("ws://localhost/chat", client_io),
+/// );
+/// let (_ws, response) = client?;
+/// assert_eq!(response.headers()["x-room"], "chat");
+/// server?;
+/// # Ok(()) }
+/// ```
+pub type Request = http::Request<()>;
+
+/// The `101 Switching Protocols` response a [`Callback`] may add headers
+/// to; no body. The same type as tungstenite's
+/// `handshake::server::Response`. (The client's view of the answer is
+/// [`handshake::client::Response`](crate::handshake::client::Response).)
+pub type Response = http::Response<()>;
+
 /// The response a callback refuses a request with: status, headers and an
-/// optional body, written to the client as they are.
-pub type ErrorResponse = Response<Option<String>>;
+/// optional body, written to the client as they are. The same type as
+/// tungstenite's `handshake::server::ErrorResponse`.
+pub type ErrorResponse = http::Response<Option<String>>;
 
 /// Looks at the client's request before it is accepted: may add headers to
 /// the `101` response (cookies, a chosen subprotocol), or refuse with an
 /// [`ErrorResponse`] of its own.
 ///
 /// Implemented for closures
-/// `FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, ErrorResponse>`.
+/// `FnOnce(&Request, Response) -> Result<Response, ErrorResponse>` (with
+/// the aliases of this module: `http::Request<()>` and `http::Response<()>`).
 /// The response handed in already has status `101` and the handshake
 /// headers; whatever the callback returns, the status and the `Upgrade`,
 /// `Connection` and `Sec-WebSocket-Accept` headers are kept as RFC 6455
@@ -46,22 +92,14 @@ pub type ErrorResponse = Response<Option<String>>;
 pub trait Callback {
     /// Called once with the parsed, checked request and the response about
     /// to be sent.
-    fn on_request(
-        self,
-        request: &Request<()>,
-        response: Response<()>,
-    ) -> Result<Response<()>, ErrorResponse>;
+    fn on_request(self, request: &Request, response: Response) -> Result<Response, ErrorResponse>;
 }
 
 impl<F> Callback for F
 where
-    F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, ErrorResponse>,
+    F: FnOnce(&Request, Response) -> Result<Response, ErrorResponse>,
 {
-    fn on_request(
-        self,
-        request: &Request<()>,
-        response: Response<()>,
-    ) -> Result<Response<()>, ErrorResponse> {
+    fn on_request(self, request: &Request, response: Response) -> Result<Response, ErrorResponse> {
         self(request, response)
     }
 }
@@ -71,11 +109,7 @@ where
 pub struct NoCallback;
 
 impl Callback for NoCallback {
-    fn on_request(
-        self,
-        _: &Request<()>,
-        response: Response<()>,
-    ) -> Result<Response<()>, ErrorResponse> {
+    fn on_request(self, _: &Request, response: Response) -> Result<Response, ErrorResponse> {
         Ok(response)
     }
 }
@@ -90,21 +124,21 @@ impl Callback for NoCallback {
 /// apply to the response.
 pub trait AsyncCallback {
     /// The future [`on_request`](Self::on_request) returns.
-    type Future: Future<Output = Result<Response<()>, ErrorResponse>>;
+    type Future: Future<Output = Result<Response, ErrorResponse>>;
 
     /// Called once with the parsed, checked request and the response about
     /// to be sent.
-    fn on_request(self, request: Request<()>, response: Response<()>) -> Self::Future;
+    fn on_request(self, request: Request, response: Response) -> Self::Future;
 }
 
 impl<F, Fut> AsyncCallback for F
 where
-    F: FnOnce(Request<()>, Response<()>) -> Fut,
-    Fut: Future<Output = Result<Response<()>, ErrorResponse>>,
+    F: FnOnce(Request, Response) -> Fut,
+    Fut: Future<Output = Result<Response, ErrorResponse>>,
 {
     type Future = Fut;
 
-    fn on_request(self, request: Request<()>, response: Response<()>) -> Fut {
+    fn on_request(self, request: Request, response: Response) -> Fut {
         self(request, response)
     }
 }
@@ -125,7 +159,10 @@ where
 /// assert_eq!(select_subprotocol(&req, &["chat.v2", "chat.v1"]), Some("chat.v2"));
 /// assert_eq!(select_subprotocol(&req, &["mqtt"]), None);
 /// ```
-pub fn select_subprotocol<'a, B>(request: &Request<B>, supported: &[&'a str]) -> Option<&'a str> {
+pub fn select_subprotocol<'a, B>(
+    request: &http::Request<B>,
+    supported: &[&'a str],
+) -> Option<&'a str> {
     supported.iter().copied().find(|s| {
         list_values(request.headers(), header::SEC_WEBSOCKET_PROTOCOL).any(|offered| offered == *s)
     })
@@ -177,9 +214,9 @@ impl Subprotocols {
     /// matches.
     pub fn apply(
         &self,
-        request: &Request<()>,
-        mut response: Response<()>,
-    ) -> Result<Response<()>, ErrorResponse> {
+        request: &Request,
+        mut response: Response,
+    ) -> Result<Response, ErrorResponse> {
         let supported: Vec<&str> = self.supported.iter().map(String::as_str).collect();
         match select_subprotocol(request, &supported) {
             Some(p) => match HeaderValue::from_str(p) {
@@ -204,27 +241,19 @@ impl Subprotocols {
 }
 
 impl Callback for Subprotocols {
-    fn on_request(
-        self,
-        request: &Request<()>,
-        response: Response<()>,
-    ) -> Result<Response<()>, ErrorResponse> {
+    fn on_request(self, request: &Request, response: Response) -> Result<Response, ErrorResponse> {
         self.apply(request, response)
     }
 }
 
 impl Callback for &Subprotocols {
-    fn on_request(
-        self,
-        request: &Request<()>,
-        response: Response<()>,
-    ) -> Result<Response<()>, ErrorResponse> {
+    fn on_request(self, request: &Request, response: Response) -> Result<Response, ErrorResponse> {
         self.apply(request, response)
     }
 }
 
 fn refusal(status: StatusCode, why: &str) -> ErrorResponse {
-    let mut resp = Response::new(Some(format!("{why}\n")));
+    let mut resp = http::Response::new(Some(format!("{why}\n")));
     *resp.status_mut() = status;
     resp
 }
@@ -236,7 +265,7 @@ fn refusal(status: StatusCode, why: &str) -> ErrorResponse {
 pub fn parse_request(
     buf: &[u8],
     max_headers: usize,
-) -> Result<Option<(Request<()>, usize)>, HandshakeError> {
+) -> Result<Option<(Request, usize)>, HandshakeError> {
     let mut headers = vec![httparse::EMPTY_HEADER; max_headers];
     let mut req = httparse::Request::new(&mut headers);
     let Some(len) = crate::handshake::head_len(req.parse(buf), max_headers)? else {
@@ -264,7 +293,7 @@ pub fn parse_request(
 ///
 /// Generic over the body so that servers doing the upgrade themselves (hyper,
 /// axum) can check their own requests with it.
-pub fn check_request<B>(req: &Request<B>) -> Result<String, HandshakeError> {
+pub fn check_request<B>(req: &http::Request<B>) -> Result<String, HandshakeError> {
     if req.method() != Method::GET {
         return Err(HandshakeError::MethodNotAllowed(req.method().to_string()));
     }
@@ -298,7 +327,7 @@ pub fn check_request<B>(req: &Request<B>) -> Result<String, HandshakeError> {
 }
 
 /// The 101 response for an accepted request.
-pub fn accept_response(accept_key: &str) -> Response<()> {
+pub fn accept_response(accept_key: &str) -> Response {
     let mut resp = Response::new(());
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = resp.headers_mut();
@@ -312,7 +341,7 @@ pub fn accept_response(accept_key: &str) -> Response<()> {
 }
 
 /// Writes a response head (and body, if any) in HTTP/1.1 form.
-pub fn write_response<B>(resp: &Response<B>, body: &[u8], out: &mut Vec<u8>) {
+pub fn write_response<B>(resp: &http::Response<B>, body: &[u8], out: &mut Vec<u8>) {
     let status = resp.status();
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
@@ -334,10 +363,25 @@ pub fn write_response<B>(resp: &Response<B>, body: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(body);
 }
 
-/// The HTTP response that refuses a request that failed `err`.
-pub fn error_response(err: &HandshakeError) -> Option<Response<Vec<u8>>> {
+/// The HTTP response that refuses a request that failed `err`: its
+/// [`status`](HandshakeError::status), a plain-text body saying why, and
+/// the headers the status calls for: `Allow: GET` with `405 Method Not
+/// Allowed` (RFC 9110 §15.5.6), `Sec-WebSocket-Version: 13` with `426
+/// Upgrade Required` (RFC 6455 §4.4). `None` for failures that are not the
+/// request's fault.
+///
+/// ```
+/// use wavesock::HandshakeError;
+/// use wavesock::handshake::server::error_response;
+///
+/// let resp = error_response(&HandshakeError::MethodNotAllowed("POST".into())).unwrap();
+/// assert_eq!(resp.status(), http::StatusCode::METHOD_NOT_ALLOWED);
+/// assert_eq!(resp.headers()["allow"], "GET");
+/// assert!(error_response(&HandshakeError::Timeout).is_none());
+/// ```
+pub fn error_response(err: &HandshakeError) -> Option<http::Response<Vec<u8>>> {
     let status = err.status()?;
-    let mut resp = Response::new(format!("{err}\n").into_bytes());
+    let mut resp = http::Response::new(format!("{err}\n").into_bytes());
     *resp.status_mut() = status;
     let h = resp.headers_mut();
     h.insert(
@@ -345,6 +389,10 @@ pub fn error_response(err: &HandshakeError) -> Option<Response<Vec<u8>>> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        // RFC 9110 §15.5.6: a 405 lists the methods the resource supports.
+        h.insert(header::ALLOW, HeaderValue::from_static("GET"));
+    }
     if status == StatusCode::UPGRADE_REQUIRED {
         h.insert(
             header::SEC_WEBSOCKET_VERSION,
@@ -361,7 +409,7 @@ mod tests {
 
     const RFC_REQUEST: &[u8] = b"GET /chat HTTP/1.1\r\nHost: server.example.com\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nOrigin: http://example.com\r\nSec-WebSocket-Protocol: chat, superchat\r\nSec-WebSocket-Version: 13\r\n\r\n";
 
-    fn parse(buf: &[u8]) -> Request<()> {
+    fn parse(buf: &[u8]) -> Request {
         parse_request(buf, 64).unwrap().unwrap().0
     }
 
@@ -419,6 +467,28 @@ mod tests {
             let resp = error_response(&err).unwrap();
             assert_eq!(resp.status(), *status);
         }
+    }
+
+    #[test]
+    fn aliases_are_the_tungstenite_shapes() {
+        // Each line fails to compile if an alias names another type.
+        let _: fn(Request) -> http::Request<()> = |r| r;
+        let _: fn(Response) -> http::Response<()> = |r| r;
+        let _: fn(ErrorResponse) -> http::Response<Option<String>> = |r| r;
+        let _: fn(crate::handshake::client::Request) -> http::Request<()> = |r| r;
+        let _: fn(crate::handshake::client::Response) -> http::Response<Option<Vec<u8>>> = |r| r;
+        let _: fn(crate::ClientResponse) -> crate::handshake::client::Response = |r| r;
+    }
+
+    #[test]
+    fn method_not_allowed_names_get_in_allow() {
+        let post = parse(b"POST / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+        let resp = error_response(&check_request(&post).unwrap_err()).unwrap();
+        assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(resp.headers()["allow"], "GET");
+        // Only 405 carries it.
+        let bad = error_response(&HandshakeError::UnsupportedVersion).unwrap();
+        assert!(!bad.headers().contains_key(header::ALLOW));
     }
 
     #[test]

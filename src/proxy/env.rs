@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use http::Uri;
 
 use super::Proxy;
-use crate::handshake::client::is_secure;
+use crate::handshake::client::{is_secure, port_or_default};
 
 /// The first variable among `names` that is set and not blank.
 fn first<F: Fn(&str) -> Option<String>>(var: &F, names: &[&str]) -> Option<String> {
@@ -30,7 +30,11 @@ pub(super) fn select<F: Fn(&str) -> Option<String>>(target: &Uri, var: F) -> Pro
     let Some(host) = target.host() else {
         return Proxy::none();
     };
-    let port = target.port_u16().unwrap_or(if secure { 443 } else { 80 });
+    // A bad port is refused (InvalidUrl) before any proxy is asked for; here
+    // it only means there is no port to match NO_PROXY entries against.
+    let Ok(port) = port_or_default(target) else {
+        return Proxy::none();
+    };
     if let Some(list) = first(&var, &["no_proxy", "NO_PROXY"]) {
         if no_proxy_matches(&list, host, port) {
             return Proxy::none();
