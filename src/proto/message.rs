@@ -133,9 +133,20 @@ impl Message {
         }
     }
 
-    /// The payload bytes, whatever the kind (the encoded code and reason
-    /// for close), without copying.
+    /// The data, without copying: the payload of text, binary, ping, pong
+    /// and raw frames, and a close frame's reason (as in tungstenite; see
+    /// [`into_payload`](Self::into_payload) for the code too).
     pub fn into_data(self) -> Bytes {
+        match self {
+            Message::Close(f) => f.map(|f| f.reason.into_bytes()).unwrap_or_default(),
+            other => other.into_payload(),
+        }
+    }
+
+    /// The payload as it goes on the wire (unmasked, uncompressed): for a
+    /// close frame, the code and reason encoded, else the same as
+    /// [`into_data`](Self::into_data).
+    pub fn into_payload(self) -> Bytes {
         match self {
             Message::Text(t) => t.into_bytes(),
             Message::Binary(b) | Message::Ping(b) | Message::Pong(b) => b,
@@ -144,17 +155,13 @@ impl Message {
         }
     }
 
-    /// The same as [`into_data`](Self::into_data).
-    pub fn into_payload(self) -> Bytes {
-        self.into_data()
-    }
-
-    /// Payload length in bytes.
+    /// Length in bytes of [`into_data`](Self::into_data): a close frame
+    /// counts its reason only, as in tungstenite.
     pub fn len(&self) -> usize {
         match self {
             Message::Text(t) => t.len(),
             Message::Binary(b) | Message::Ping(b) | Message::Pong(b) => b.len(),
-            Message::Close(f) => f.as_ref().map_or(0, |f| 2 + f.reason.len()),
+            Message::Close(f) => f.as_ref().map_or(0, |f| f.reason.len()),
             Message::Frame(f) => f.payload.len(),
         }
     }
@@ -309,5 +316,103 @@ impl PreparedMessage {
     /// The whole encoded server frame: header and payload.
     pub fn frame(&self) -> &Bytes {
         &self.frame
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::close::CloseCode;
+
+    fn bye() -> Message {
+        Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "bye")))
+    }
+
+    #[test]
+    fn predicates_name_one_kind_each() {
+        let all = [
+            Message::text("t"),
+            Message::binary(vec![1]),
+            Message::Ping(Bytes::new()),
+            Message::Pong(Bytes::new()),
+            bye(),
+        ];
+        let kinds: Vec<[bool; 5]> = all
+            .iter()
+            .map(|m| {
+                [
+                    m.is_text(),
+                    m.is_binary(),
+                    m.is_ping(),
+                    m.is_pong(),
+                    m.is_close(),
+                ]
+            })
+            .collect();
+        for (i, k) in kinds.iter().enumerate() {
+            let mut want = [false; 5];
+            want[i] = true;
+            assert_eq!(*k, want, "{:?}", all[i]);
+        }
+    }
+
+    #[test]
+    fn text_views_follow_tungstenite() {
+        assert_eq!(Message::text("héllo").to_text().unwrap(), "héllo");
+        assert_eq!(Message::binary(&b"ok"[..]).to_text().unwrap(), "ok");
+        assert_eq!(
+            Message::Ping(Bytes::from_static(b"p")).to_text().unwrap(),
+            "p"
+        );
+        assert_eq!(bye().to_text().unwrap(), "bye");
+        assert_eq!(Message::Close(None).to_text().unwrap(), "");
+        assert!(matches!(
+            Message::binary(vec![0xFF]).to_text(),
+            Err(Error::InvalidUtf8)
+        ));
+        let f = Frame::new(true, OpCode::Binary, vec![0xC3]);
+        assert!(Message::Frame(f).into_text().is_err());
+        assert_eq!(bye().into_text().unwrap(), "bye");
+        assert_eq!(Message::binary(&b"ok"[..]).into_text().unwrap(), "ok");
+        assert!(
+            Message::Pong(Bytes::from_static(b"\xFF"))
+                .into_text()
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn data_and_length_count_a_close_frames_reason_only() {
+        assert_eq!(bye().len(), 3);
+        assert_eq!(bye().into_data(), Bytes::from_static(b"bye"));
+        assert_eq!(bye().into_payload(), Bytes::from_static(b"\x03\xE9bye"));
+        assert!(Message::Close(None).is_empty());
+        assert!(Message::Close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).is_empty());
+        assert_eq!(Message::text("abc").into_data(), Bytes::from_static(b"abc"));
+        assert_eq!(Message::text("abc").len(), 3);
+        assert!(!Message::Ping(Bytes::from_static(b"x")).is_empty());
+    }
+
+    #[test]
+    fn display_shows_text_or_the_binary_length() {
+        assert_eq!(Message::text("hi").to_string(), "hi");
+        assert_eq!(
+            Message::binary(vec![0xFF, 0]).to_string(),
+            "Binary Data<length=2>"
+        );
+        assert_eq!(bye().to_string(), "bye");
+    }
+
+    #[test]
+    fn conversions_pick_text_for_strings_and_binary_for_bytes() {
+        assert_eq!(Message::from("a"), Message::text("a"));
+        assert_eq!(Message::from(String::from("a")), Message::text("a"));
+        assert_eq!(Message::from(Utf8Bytes::from("a")), Message::text("a"));
+        assert_eq!(Message::from(vec![1u8]), Message::binary(vec![1u8]));
+        assert_eq!(Message::from(&[1u8][..]), Message::binary(vec![1u8]));
+        assert_eq!(
+            Message::from(Bytes::from_static(b"\x01")),
+            Message::binary(vec![1u8])
+        );
     }
 }
