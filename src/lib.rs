@@ -121,7 +121,15 @@ pub use tls::Connector;
 #[cfg(feature = "rustls")]
 pub use tokio_rustls;
 
-// The README's examples are compiled as doc tests so that they stay true.
+/// The bytes crate's `Bytes`, which binary payloads are (as `tungstenite::Bytes`).
+pub use bytes::Bytes;
+
+// The README's and the migration guide's examples are compiled as doc tests
+// so that they stay true.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+#[doc = include_str!("../MIGRATING.md")]
+#[cfg(doctest)]
+pub struct MigratingDoctests;
