@@ -29,7 +29,7 @@ pub use split::{WebSocketReceiver, WebSocketSender};
 
 /// A WebSocket connection over `S`.
 ///
-/// Receive with [`StreamExt::next`]; send with [`SinkExt::send`] (one write
+/// Receive with [`StreamExt::next`](futures_util::StreamExt::next); send with [`SinkExt::send`] (one write
 /// per message), or with [`SinkExt::feed`]: fed messages are buffered and
 /// written together when you [`flush`](SinkExt::flush), when the buffer
 /// passes [`Config::write_buffer_size`], or when the stream is polled and
