@@ -58,16 +58,26 @@ async fn read_head(tcp: &mut TcpStream, buf: &mut BytesMut) -> Option<(Request<(
 }
 
 /// Writes a plain HTTP response and ends the connection.
-async fn reply(mut tcp: TcpStream, status: StatusCode, content_type: &str, body: &str) {
-    let resp = Response::builder()
+async fn reply(tcp: TcpStream, status: StatusCode, content_type: &str, body: &str) {
+    let mut resp = Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, content_type)
         .header(header::CACHE_CONTROL, "no-store")
         .header(header::CONNECTION, "close")
         .body(())
         .expect("static header values are valid");
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        // RFC 9110 §15.5.6: every resource here is GET only.
+        let allow = header::HeaderValue::from_static("GET");
+        resp.headers_mut().insert(header::ALLOW, allow);
+    }
+    send_response(tcp, &resp, body.as_bytes()).await;
+}
+
+/// Writes a whole response and ends the connection.
+async fn send_response(mut tcp: TcpStream, resp: &Response<()>, body: &[u8]) {
     let mut out = Vec::with_capacity(body.len() + 160);
-    write_response(&resp, body.as_bytes(), &mut out);
+    write_response(resp, body, &mut out);
     // The answer is best effort: a browser that left needs none.
     let _ = tcp.write_all(&out).await;
     let _ = tcp.shutdown().await;
@@ -101,10 +111,11 @@ async fn route(mut tcp: TcpStream, hub: Hub) -> wavesock::Result<()> {
             let accept = match check_request(&req) {
                 Ok(accept) => accept,
                 Err(e) => {
-                    // The same 400/405/426 answers accept_async would give.
+                    // The same 400/405/426 answers accept_async would give,
+                    // headers (Allow, Sec-WebSocket-Version) included.
                     let resp = error_response(&e).expect("request errors have a status");
-                    let body = String::from_utf8_lossy(resp.body()).into_owned();
-                    reply(tcp, resp.status(), "text/plain", &body).await;
+                    let (head, body) = resp.into_parts();
+                    send_response(tcp, &Response::from_parts(head, ()), &body).await;
                     return Ok(());
                 }
             };

@@ -31,8 +31,12 @@ async fn local() -> (TcpListener, String) {
 
 /// A plain HTTP GET; returns the whole response (the servers close after it).
 async fn http_get(addr: &str, path: &str) -> String {
+    http_request(addr, "GET", path).await
+}
+
+async fn http_request(addr: &str, method: &str, path: &str) -> String {
     let mut tcp = TcpStream::connect(addr).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     tcp.write_all(req.as_bytes()).await.unwrap();
     let mut out = Vec::new();
     tcp.read_to_end(&mut out).await.unwrap();
@@ -72,6 +76,10 @@ async fn chat_serves_its_page_and_broadcasts_to_every_client() {
     );
     // A plain GET on the endpoint is not an upgrade: refused as accept_async would.
     assert!(http_get(&addr, "/ws").await.starts_with("HTTP/1.1 400"));
+    // Only GET is served; a 405 says so (RFC 9110 §15.5.6).
+    let post = http_request(&addr, "POST", "/").await.to_ascii_lowercase();
+    assert!(post.starts_with("http/1.1 405"), "{post}");
+    assert!(post.contains("\r\nallow: get\r\n"), "{post}");
 
     let url = format!("ws://{addr}/ws");
     let (mut a, _) = wavesock::connect_async(url.as_str()).await.unwrap();
