@@ -83,46 +83,48 @@
 //!   half is being polled. A task that only reads keeps the protocol going;
 //!   **keep polling the receiver**, even if you ignore what it yields, or
 //!   pings go unanswered and the close handshake never completes.
-//! - On the sender half, finish with [`send`](futures_util::SinkExt::send)
-//!   or [`flush`](futures_util::SinkExt::flush) after a run of
-//!   [`feed`](futures_util::SinkExt::feed)s. The sender holds the last fed
-//!   message itself (the split halves' one-message slot) and hands it to the
-//!   connection on its next `feed`, `send`, `flush` or `close`; only then
-//!   can it be written, by either half.
-//! - Many tasks that want to send should hand their messages to one sender
-//!   task through a channel (`tokio::sync::mpsc`) rather than share the
-//!   sender behind a mutex: the channel gives them a queue with a bound.
+//! - On the sender half, finish with [`send`](crate::WebSocketSender::send)
+//!   or [`flush`](crate::WebSocketSender::flush) after a run of
+//!   [`feed`](crate::WebSocketSender::feed)s: fed messages wait in the
+//!   connection's queue until a send or flush (by any clone) writes them.
+//! - Many tasks that want to send each take a clone of the sender. Each
+//!   `send` queues its message whole, so messages from one clone keep their
+//!   order and never interleave with another's; under backpressure each
+//!   task waits for room on its own, and no lock is held while it waits.
+//!   No `Arc<Mutex<..>>` is needed. The first close frame, from any clone,
+//!   ends sending for all of them ([`Error::AlreadyClosed`](crate::Error::AlreadyClosed)
+//!   afterwards); dropping clones never closes the connection.
+//! - Where producers should not wait on the network at all, put a bounded
+//!   `tokio::sync::mpsc` channel in front of one sending task instead.
 //!
 //! ```no_run
 //! use futures_util::{SinkExt, StreamExt};
-//! use tokio::sync::mpsc;
+//! use std::time::Duration;
 //! use wavesock::Message;
 //!
 //! # async fn run(ws: wavesock::WebSocketStream<tokio::net::TcpStream>) -> wavesock::Result<()> {
 //! let (mut tx, mut rx) = ws.split();
-//! let (outgoing, mut queue) = mpsc::channel::<Message>(64);
 //!
-//! // The only writer. It ends when every `outgoing` clone is dropped.
-//! let writer = tokio::spawn(async move {
-//!     while let Some(msg) = queue.recv().await {
-//!         tx.send(msg).await?;
+//! // A ticker with its own handle on the connection.
+//! let mut ticker = tx.clone();
+//! let ticking = tokio::spawn(async move {
+//!     loop {
+//!         tokio::time::sleep(Duration::from_secs(1)).await;
+//!         ticker.send(Message::text("tick")).await?;
 //!     }
-//!     tx.close().await // close frame 1000, then the write side is shut
+//!     #[allow(unreachable_code)]
+//!     Ok::<_, wavesock::Error>(())
 //! });
 //!
-//! // Any number of producers.
-//! let ticker = outgoing.clone();
-//! tokio::spawn(async move { ticker.send(Message::text("tick")).await });
-//!
-//! // The reader: keeps answering pings while the others work.
+//! // The reader answers through another, and keeps answering pings.
 //! while let Some(msg) = rx.next().await {
 //!     if let Message::Text(t) = msg? {
-//!         let _ = outgoing.send(Message::text(format!("you said {}", t.as_str()))).await;
+//!         tx.send(Message::text(format!("you said {t}"))).await?;
 //!     }
 //! }
-//! drop(outgoing);
-//! writer.await.expect("writer task")?;
-//! # Ok(()) }
+//! ticking.abort();
+//! tx.close().await // close frame 1000 if none went out, then the write side is shut
+//! # }
 //! ```
 //!
 //! # Cancel safety

@@ -236,6 +236,9 @@ where
     /// sender's queue only to add a pong or a close reply, which it then
     /// writes itself, so pings are answered while the sender is idle.
     ///
+    /// The sending half can be cloned, one clone per task that sends; see
+    /// [`WebSocketSender`].
+    ///
     /// ```no_run
     /// # async fn f(ws: wavesock::WebSocketStream<tokio::net::TcpStream>) {
     /// use futures_util::{SinkExt, StreamExt};
