@@ -5,13 +5,23 @@
 //! ```text
 //! cargo run --example chat                    # http://127.0.0.1:8080/
 //! cargo run --example chat -- 127.0.0.1:3000  # another address
+//! cargo run --example chat -- 127.0.0.1:8081 --redis redis://127.0.0.1:6379/
 //! ```
 //!
 //! Open the page in two tabs and talk. The HTTP routing is done here, on
 //! top of wavesock's handshake functions: the request head is read and
 //! parsed once, and either answered as plain HTTP or upgraded, keeping any
 //! bytes the browser sent after it.
+//!
+//! With `--redis URL`, several chat servers (processes, on one machine or
+//! many) share one room: each publishes its clients' lines to a Redis
+//! channel and fans out what it receives from that channel to its own
+//! clients, encoding each line once per process. While Redis is
+//! unreachable the room is split: each server's clients hear only each
+//! other, are told so, and lines said meanwhile do not reach the other
+//! servers. The link reconnects with backoff.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -20,7 +30,7 @@ use futures_util::StreamExt;
 use http::{Method, Request, Response, StatusCode, header};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 use wavesock::handshake::server::{
     accept_response, check_request, error_response, parse_request, write_response,
 };
@@ -35,6 +45,158 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_CHAT_MESSAGE: usize = 4 << 10;
 
 type Hub = broadcast::Sender<PreparedMessage>;
+
+/// The Redis channel every server of one room publishes to.
+const CHANNEL: &str = "wavesock-chat";
+/// Lines waiting for Redis; past this many (Redis stalled), lines are
+/// shown here only.
+const PUBLISH_QUEUE: usize = 1024;
+/// Reconnection to Redis: doubling from the first delay up to the cap.
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_CAP: Duration = Duration::from_secs(5);
+/// A Redis command or connection attempt that takes longer is a failure.
+const REDIS_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// One server's view of the room.
+#[derive(Clone)]
+struct Room {
+    /// This server's name, shown on the page and after guests' names.
+    server: Arc<str>,
+    /// Fan-out to this server's clients.
+    hub: Hub,
+    /// With Redis: lines to publish to every server of the room.
+    outgoing: Option<mpsc::Sender<String>>,
+}
+
+impl Room {
+    /// Says `line` to the whole room: through Redis when there is one,
+    /// else (or when Redis is too far behind) to this server's clients.
+    fn say(&self, line: String) {
+        match &self.outgoing {
+            None => deliver(&self.hub, line),
+            Some(outgoing) => {
+                if let Err(e) = outgoing.try_send(line) {
+                    let (mpsc::error::TrySendError::Full(line)
+                    | mpsc::error::TrySendError::Closed(line)) = e;
+                    deliver(&self.hub, line);
+                }
+            }
+        }
+    }
+
+    /// A guest's name: with several servers, which one they are on too.
+    fn guest(&self, id: u64) -> String {
+        match self.outgoing {
+            None => format!("guest {id}"),
+            Some(_) => format!("guest {id}@{}", self.server),
+        }
+    }
+}
+
+/// A line from the server itself, not a guest.
+fn system(text: &str) -> String {
+    format!("* {text}")
+}
+
+/// Keeps this server in the room through Redis: publishes what its
+/// clients say, and fans out to them what any server published. Runs for
+/// the life of the process, reconnecting with backoff when Redis goes away.
+async fn redis_link(
+    client: redis::Client,
+    hub: Hub,
+    server: Arc<str>,
+    mut outgoing: mpsc::Receiver<String>,
+) {
+    let mut backoff = BACKOFF_FIRST;
+    let mut split = false;
+    loop {
+        match redis_connect(&client).await {
+            Ok((mut publisher, mut subscriber)) => {
+                eprintln!("{server}: joined the room through Redis");
+                if split {
+                    deliver(
+                        &hub,
+                        system("the room is whole again: lines reach every server"),
+                    );
+                    split = false;
+                }
+                backoff = BACKOFF_FIRST;
+                let mut incoming = subscriber.on_message();
+                loop {
+                    tokio::select! {
+                        line = outgoing.recv() => {
+                            let Some(line) = line else { return };
+                            let sent: Result<Result<i64, _>, _> = tokio::time::timeout(
+                                REDIS_TIMEOUT,
+                                redis::AsyncCommands::publish(&mut publisher, CHANNEL, &line),
+                            )
+                            .await;
+                            if !matches!(sent, Ok(Ok(_))) {
+                                // Not lost for this server's clients, at least.
+                                deliver(&hub, line);
+                                break;
+                            }
+                        }
+                        msg = incoming.next() => match msg {
+                            Some(msg) => match msg.get_payload::<String>() {
+                                Ok(line) => deliver(&hub, line),
+                                Err(e) => eprintln!("{server}: unreadable line from Redis: {e}"),
+                            },
+                            // Redis closed the subscription: it went away.
+                            None => break,
+                        },
+                    }
+                }
+            }
+            Err(e) => eprintln!("{server}: cannot reach Redis: {e}"),
+        }
+        if !split {
+            eprintln!("{server}: room split, reconnecting to Redis");
+            deliver(
+                &hub,
+                system(
+                    "the room is split: Redis is unreachable, so lines reach only this server's guests until it is back",
+                ),
+            );
+            split = true;
+        }
+        // Meanwhile this server's guests still hear each other.
+        let wait = tokio::time::sleep(jittered(backoff));
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                () = &mut wait => break,
+                line = outgoing.recv() => match line {
+                    Some(line) => deliver(&hub, line),
+                    None => return,
+                },
+            }
+        }
+        backoff = (backoff * 2).min(BACKOFF_CAP);
+    }
+}
+
+/// A connection to publish on and one subscribed to the room's channel.
+async fn redis_connect(
+    client: &redis::Client,
+) -> redis::RedisResult<(redis::aio::MultiplexedConnection, redis::aio::PubSub)> {
+    let timed_out = || redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+    let connect = async {
+        let publisher = client.get_multiplexed_async_connection().await?;
+        let mut subscriber = client.get_async_pubsub().await?;
+        subscriber.subscribe(CHANNEL).await?;
+        Ok((publisher, subscriber))
+    };
+    tokio::time::timeout(REDIS_TIMEOUT, connect)
+        .await
+        .unwrap_or_else(|_| Err(timed_out()))
+}
+
+/// Between half and all of `d`, so that servers that lost Redis together
+/// do not all come back at the same instant.
+fn jittered(d: Duration) -> Duration {
+    d.mul_f64(0.5 + rand::random::<f64>() / 2.0)
+}
 
 /// Guests are numbered as they join.
 static NEXT_GUEST: AtomicU64 = AtomicU64::new(1);
@@ -84,7 +246,7 @@ async fn send_response(mut tcp: TcpStream, resp: &Response<()>, body: &[u8]) {
 }
 
 /// Serves one TCP connection: the page, the WebSocket endpoint or an error.
-async fn route(mut tcp: TcpStream, hub: Hub) -> wavesock::Result<()> {
+async fn route(mut tcp: TcpStream, room: Room) -> wavesock::Result<()> {
     let mut buf = BytesMut::new();
     let Ok(Some((req, head_len))) =
         tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut tcp, &mut buf)).await
@@ -104,7 +266,8 @@ async fn route(mut tcp: TcpStream, hub: Hub) -> wavesock::Result<()> {
     }
     match req.uri().path() {
         "/" => {
-            reply(tcp, StatusCode::OK, "text/html; charset=utf-8", PAGE).await;
+            let page = PAGE.replace("{{SERVER}}", &html_escape(&room.server));
+            reply(tcp, StatusCode::OK, "text/html; charset=utf-8", &page).await;
             Ok(())
         }
         "/ws" => {
@@ -130,7 +293,7 @@ async fn route(mut tcp: TcpStream, hub: Hub) -> wavesock::Result<()> {
                 // Closed tabs on sleeping laptops are noticed and dropped.
                 .ping_interval(Some(Duration::from_secs(30)));
             let ws = WebSocketStream::from_partially_read(tcp, early, Role::Server, config)?;
-            chat(ws, hub, NEXT_GUEST.fetch_add(1, Ordering::Relaxed)).await
+            chat(ws, room, NEXT_GUEST.fetch_add(1, Ordering::Relaxed)).await
         }
         _ => {
             reply(tcp, StatusCode::NOT_FOUND, "text/plain", "not found\n").await;
@@ -139,8 +302,8 @@ async fn route(mut tcp: TcpStream, hub: Hub) -> wavesock::Result<()> {
     }
 }
 
-/// Tells everyone, encoding the text once for all connections.
-fn announce(hub: &Hub, text: String) {
+/// Shows a line to this server's clients, encoding it once for all of them.
+fn deliver(hub: &Hub, text: String) {
     match PreparedMessage::new(&Message::text(text)) {
         // Err only means nobody is listening.
         Ok(prepared) => drop(hub.send(prepared)),
@@ -148,12 +311,20 @@ fn announce(hub: &Hub, text: String) {
     }
 }
 
-async fn chat(ws: WebSocketStream<TcpStream>, hub: Hub, id: u64) -> wavesock::Result<()> {
+/// Enough escaping for text placed in HTML.
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+async fn chat(ws: WebSocketStream<TcpStream>, room: Room, id: u64) -> wavesock::Result<()> {
     let (mut tx, mut rx) = ws.split();
     // A second handle on the same connection, for lines meant for this
     // client alone; the fan-out task sends through the first.
     let mut private = tx.clone();
-    let mut inbox = hub.subscribe();
+    let mut inbox = room.hub.subscribe();
+    let name = room.guest(id);
     let fan_out = tokio::spawn(async move {
         loop {
             let first = match inbox.recv().await {
@@ -170,14 +341,17 @@ async fn chat(ws: WebSocketStream<TcpStream>, hub: Hub, id: u64) -> wavesock::Re
             tx.flush().await?;
         }
     });
-    announce(&hub, format!("guest {id} joined"));
+    room.say(format!("{name} joined"));
     private
-        .send(Message::text(format!("welcome, you are guest {id}")))
+        .send(Message::text(format!(
+            "welcome, you are guest {id} on server {}",
+            room.server
+        )))
         .await?;
     let mut result = Ok(());
     while let Some(msg) = rx.next().await {
         match msg {
-            Ok(Message::Text(text)) => announce(&hub, format!("guest {id}: {}", text.as_str())),
+            Ok(Message::Text(text)) => room.say(format!("{name}: {}", text.as_str())),
             Ok(Message::Binary(_)) => {
                 let notice = Message::text("binary messages are not chat: not sent");
                 if let Err(e) = private.send(notice).await {
@@ -193,18 +367,38 @@ async fn chat(ws: WebSocketStream<TcpStream>, hub: Hub, id: u64) -> wavesock::Re
         }
     }
     fan_out.abort();
-    announce(&hub, format!("guest {id} left"));
+    room.say(format!("{name} left"));
     result
 }
 
-/// Serves the chat on `listener` until accepting fails.
+/// Serves the chat on `listener` until accepting fails, one process's room.
 pub async fn serve(listener: TcpListener) -> std::io::Result<()> {
+    serve_with(listener, None).await
+}
+
+/// Serves the chat on `listener`; with a Redis client, as one server of a
+/// room shared with every server using the same Redis.
+pub async fn serve_with(
+    listener: TcpListener,
+    redis: Option<redis::Client>,
+) -> std::io::Result<()> {
     let (hub, _) = broadcast::channel(256);
+    let server: Arc<str> = listener.local_addr()?.to_string().into();
+    let outgoing = redis.map(|client| {
+        let (tx, rx) = mpsc::channel(PUBLISH_QUEUE);
+        tokio::spawn(redis_link(client, hub.clone(), server.clone(), rx));
+        tx
+    });
+    let room = Room {
+        server,
+        hub,
+        outgoing,
+    };
     loop {
         let (tcp, _) = listener.accept().await?;
-        let hub = hub.clone();
+        let room = room.clone();
         tokio::spawn(async move {
-            if let Err(e) = route(tcp, hub).await {
+            if let Err(e) = route(tcp, room).await {
                 eprintln!("connection ended: {e}");
             }
         });
@@ -213,11 +407,28 @@ pub async fn serve(listener: TcpListener) -> std::io::Result<()> {
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let addr = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "127.0.0.1:8080".into());
+    let mut addr = "127.0.0.1:8080".to_string();
+    let mut redis = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--redis" {
+            let Some(url) = args.next() else {
+                eprintln!("usage: chat [ADDR] [--redis redis://HOST:PORT/]");
+                std::process::exit(2);
+            };
+            match redis::Client::open(url.as_str()) {
+                Ok(client) => redis = Some(client),
+                Err(e) => {
+                    eprintln!("bad Redis URL {url}: {e}");
+                    std::process::exit(2);
+                }
+            }
+        } else {
+            addr = arg;
+        }
+    }
     let listener = TcpListener::bind(&addr).await?;
     // tests/browser/run.sh reads the address from this line.
     eprintln!("chat server on http://{}/", listener.local_addr()?);
-    serve(listener).await
+    serve_with(listener, redis).await
 }

@@ -2,59 +2,22 @@
 // other. run.sh starts the server and passes its address in CHAT_URL.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { chromium } from 'playwright-core';
+import { heard, launch, openChat as open, say } from './chatpage.mjs';
 
 const url = process.env.CHAT_URL;
-const executablePath = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const timeout = 15_000;
 
 let browser;
 
 before(async () => {
   assert.ok(url, 'set CHAT_URL to the chat server, e.g. http://127.0.0.1:8080/');
-  browser = await chromium.launch({
-    executablePath,
-    // Without the background-networking flags Chromium keeps trying to reach
-    // Google services, which the sandboxed network refuses.
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
+  browser = await launch();
 });
 
 after(async () => {
   await browser?.close();
 });
 
-/** A page in its own browser context (like a separate user), connected. */
-async function openChat() {
-  const context = await browser.newContext();
-  const page = await context.newPage();
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(e));
-  await page.goto(url, { timeout });
-  await page.locator('#status', { hasText: /^connected$/ }).waitFor({ timeout });
-  return { page, errors };
-}
-
-async function say(page, text) {
-  await page.fill('#input', text);
-  await page.click('#send');
-}
-
-/** Waits until `page` lists a chat line ending in `text`; returns the line. */
-async function heard(page, text) {
-  const line = page.locator('#messages li', { hasText: text });
-  await line.first().waitFor({ timeout });
-  return line.first().textContent();
-}
+const openChat = () => open(browser, url);
 
 test('a message typed in one page appears in the other, both ways', async () => {
   const a = await openChat();
