@@ -51,6 +51,8 @@ const CHANNEL: &str = "wavesock-chat";
 /// Lines waiting for Redis; past this many (Redis stalled), lines are
 /// shown here only.
 const PUBLISH_QUEUE: usize = 1024;
+/// Most lines published in one round trip to Redis.
+const PUBLISH_BATCH: usize = 64;
 /// Reconnection to Redis: doubling from the first delay up to the cap.
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_CAP: Duration = Duration::from_secs(5);
@@ -126,14 +128,27 @@ async fn redis_link(
                     tokio::select! {
                         line = outgoing.recv() => {
                             let Some(line) = line else { return };
-                            let sent: Result<Result<i64, _>, _> = tokio::time::timeout(
+                            // Whatever else is queued goes in the same round
+                            // trip, in order: one pipeline of PUBLISH commands.
+                            let mut batch = vec![line];
+                            while batch.len() < PUBLISH_BATCH {
+                                match outgoing.try_recv() {
+                                    Ok(line) => batch.push(line),
+                                    Err(_) => break,
+                                }
+                            }
+                            let mut pipe = redis::pipe();
+                            for line in &batch {
+                                pipe.publish(CHANNEL, line).ignore();
+                            }
+                            let sent = tokio::time::timeout(
                                 REDIS_TIMEOUT,
-                                redis::AsyncCommands::publish(&mut publisher, CHANNEL, &line),
+                                pipe.query_async::<()>(&mut publisher),
                             )
                             .await;
-                            if !matches!(sent, Ok(Ok(_))) {
+                            if !matches!(sent, Ok(Ok(()))) {
                                 // Not lost for this server's clients, at least.
-                                deliver(&hub, line);
+                                batch.into_iter().for_each(|line| deliver(&hub, line));
                                 break;
                             }
                         }

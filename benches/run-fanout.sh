@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The chat room's fan-out, one process against several sharing the room
+# through Redis: builds examples/chat and the fanout client, starts
+# redis-server (installing it if missing) on a free port, and for each
+# configuration starts fresh chat servers and runs `fanout` against them.
+#
+# usage: benches/run-fanout.sh [--clients TOTAL] [--procs "2 4"] [--messages K]
+#                              [--size S] [--no-build]
+#   --clients TOTAL   receiving clients in all (default 200), spread evenly
+#   --procs "N ..."   server counts to run through Redis (default "1 2 4");
+#                     the single-process broadcast (no Redis) always runs first
+#   --messages K      lines in the throughput phase (default 2000)
+#   --size S          bytes per line (default 64)
+#
+# Prints a markdown table: publish-to-last-receipt latency (p50, p99, max,
+# one line at a time) and lines/s and deliveries/s (lines × clients) with
+# up to 32 lines in flight.
+set -euo pipefail
+
+total=200
+procs="1 2 4"
+messages=2000
+size=64
+build=1
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --clients) total=$2; shift 2 ;;
+        --procs) procs=$2; shift 2 ;;
+        --messages) messages=$2; shift 2 ;;
+        --size) size=$2; shift 2 ;;
+        --no-build) build=0; shift ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        *) echo "unknown option $1" >&2; exit 2 ;;
+    esac
+done
+
+cd "$(dirname "$0")/.."
+if [[ $build == 1 ]]; then
+    cargo build --profile bench --example chat
+    cargo build --profile bench -p wavesock-benches --bin fanout
+fi
+if ! command -v redis-server >/dev/null; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server
+fi
+
+PIDS=()
+stop_all() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    PIDS=()
+}
+REDIS=
+cleanup() { stop_all; [ -n "$REDIS" ] && kill "$REDIS" 2>/dev/null; rm -rf "$TMP"; }
+TMP=$(mktemp -d)
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+REDIS_PORT=$(free_port)
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >/dev/null &
+REDIS=$!
+
+# start_servers N [--redis URL]: N chat servers; sets URLS.
+start_servers() {
+    local n=$1; shift
+    URLS=
+    for i in $(seq 1 "$n"); do
+        local log=$TMP/chat-$i.log
+        target/release/examples/chat 127.0.0.1:0 "$@" 2>"$log" &
+        PIDS+=($!)
+        local url=
+        for _ in $(seq 1 100); do
+            url=$(sed -n 's#^chat server on http://\([^/]*\)/$#ws://\1/ws#p' "$log")
+            [ -n "$url" ] && break
+            sleep 0.1
+        done
+        [ -n "$url" ] || { echo "chat server $i did not start" >&2; cat "$log" >&2; exit 1; }
+        URLS=${URLS:+$URLS,}$url
+    done
+}
+
+echo "| configuration | servers × clients | p50 | p99 | max | lines/s | deliveries/s |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
+start_servers 1
+target/release/fanout --urls "$URLS" --clients "$total" --messages "$messages" --size "$size" \
+    --label "one process, broadcast" | grep '^|'
+stop_all
+for n in $procs; do
+    start_servers "$n" --redis "redis://127.0.0.1:$REDIS_PORT/"
+    target/release/fanout --urls "$URLS" --clients $((total / n)) --messages "$messages" --size "$size" \
+        --label "$n process(es) through Redis" | grep '^|'
+    stop_all
+done
