@@ -18,6 +18,7 @@ use crate::handshake::client::{
 };
 use crate::negotiated::Negotiated;
 use crate::proto::Role;
+use crate::retry::Retrying;
 use crate::stream::WebSocketStream;
 
 /// The server's answer to a successful handshake: status `101`, its headers
@@ -303,7 +304,7 @@ where
     let mut buf = BytesMut::new();
     let (response, head_len) = within(
         deadline,
-        send_and_read_head(&mut io, &request, &mut buf, &config),
+        send_and_read_head(&mut Retrying(&mut io), &request, &mut buf, &config),
     )
     .await
     .ok_or(HandshakeError::Timeout)??;
@@ -311,7 +312,7 @@ where
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
         // Whatever arrives by the deadline, up to the cap, is the body.
         let limit = body_limit(&response, config.max_handshake_size);
-        let _ = within(deadline, read_body(&mut io, &mut buf, limit)).await;
+        let _ = within(deadline, read_body(&mut Retrying(&mut io), &mut buf, limit)).await;
         let body = (limit > 0).then(|| buf[..buf.len().min(limit)].to_vec());
         return Err(HandshakeError::UnexpectedStatus {
             status: response.status(),

@@ -81,6 +81,7 @@ mod outbox;
 mod pool;
 pub mod proto;
 pub mod proxy;
+mod retry;
 mod server;
 pub mod stream;
 #[cfg(feature = "rustls")]

@@ -11,6 +11,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::AsyncWrite;
 
 use crate::pool;
+use crate::retry::Retrying;
 
 /// At most this many slices go into one vectored write.
 const MAX_IOV: usize = 32;
@@ -106,7 +107,7 @@ impl Outbox {
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<usize>> {
         let r = if self.segs.is_empty() {
-            Pin::new(io).poll_write(cx, &self.tail)
+            Pin::new(&mut Retrying(io)).poll_write(cx, &self.tail)
         } else {
             let mut iov = [IoSlice::new(&[]); MAX_IOV];
             let mut at = 0;
@@ -120,7 +121,7 @@ impl Outbox {
                 };
             }
             let k = self.segs.len().min(MAX_IOV);
-            Pin::new(io).poll_write_vectored(cx, &iov[..k])
+            Pin::new(&mut Retrying(io)).poll_write_vectored(cx, &iov[..k])
         };
         if r.is_pending() {
             // Waiting on the peer: hold memory in proportion to what is

@@ -12,6 +12,7 @@ use crate::handshake::server::{
 };
 use crate::negotiated::Negotiated;
 use crate::proto::Role;
+use crate::retry::Retrying;
 use crate::stream::WebSocketStream;
 
 /// Accepts a WebSocket connection on `io` with the default [`Config`].
@@ -214,12 +215,15 @@ where
     C: AsyncCallback,
 {
     config.validate()?;
-    let handshake = server_handshake(&mut io, &config, callback);
-    let result = match config.handshake_timeout {
-        Some(t) => tokio::time::timeout(t, handshake)
-            .await
-            .unwrap_or_else(|_| Err(HandshakeError::Timeout.into())),
-        None => handshake.await,
+    let result = {
+        let mut retrying = Retrying(&mut io);
+        let handshake = server_handshake(&mut retrying, &config, callback);
+        match config.handshake_timeout {
+            Some(t) => tokio::time::timeout(t, handshake)
+                .await
+                .unwrap_or_else(|_| Err(HandshakeError::Timeout.into())),
+            None => handshake.await,
+        }
     };
     #[cfg(feature = "tracing")]
     match &result {

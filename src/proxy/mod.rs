@@ -34,6 +34,7 @@ use ::http::Uri;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::error::{ConnectError, Error, Result};
+use crate::retry::Retrying;
 
 mod env;
 pub(crate) mod http;
@@ -391,8 +392,8 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let result = match proxy.protocol {
-        Protocol::Http => http_tunnel(io, proxy, host, port, max_head).await,
-        Protocol::Socks5 => socks5_tunnel(io, proxy, host, port).await,
+        Protocol::Http => http_tunnel(&mut Retrying(io), proxy, host, port, max_head).await,
+        Protocol::Socks5 => socks5_tunnel(&mut Retrying(io), proxy, host, port).await,
     };
     result.map_err(|e| match e {
         // The proxy hung up mid-negotiation: its fault, not a transport one.

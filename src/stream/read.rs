@@ -19,6 +19,7 @@ use crate::proto::Role;
 use crate::proto::close::CloseCode;
 use crate::proto::decoder::MessageDecoder;
 use crate::proto::message::Message;
+use crate::retry::Retrying;
 use crate::stream::write::{Side, WriteState};
 use crate::trace;
 
@@ -254,7 +255,11 @@ impl ReadState {
             .decoder
             .payload_remaining(self.read_buf.len())
             .map_or(usize::MAX, |want| want.saturating_add(READ_CHUNK));
-        let r = poll_read_buf(Pin::new(io), cx, &mut (&mut self.read_buf).limit(limit));
+        let r = poll_read_buf(
+            Pin::new(&mut Retrying(io)),
+            cx,
+            &mut (&mut self.read_buf).limit(limit),
+        );
         match r {
             Poll::Ready(Ok(n)) if n > 0 => {
                 if fresh && n < self.read_buf.capacity() / 4 {
@@ -514,7 +519,7 @@ fn finish_writes<W: AsyncWrite + Unpin>(
     }
     let _ = ready!(w.poll_flush_io(io, cx, Side::Read));
     if !wait_for_peer {
-        let _ = ready!(Pin::new(io).poll_shutdown(cx));
+        let _ = ready!(Pin::new(&mut Retrying(io)).poll_shutdown(cx));
         w.shutdown = true;
     }
     Poll::Ready(())

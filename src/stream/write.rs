@@ -15,6 +15,7 @@ use crate::proto::close::{CloseCode, CloseFrame};
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::header::OpCode;
 use crate::proto::message::{Message, PreparedMessage};
+use crate::retry::Retrying;
 use crate::trace;
 
 /// Server payloads at least this large are written from where they are
@@ -232,7 +233,7 @@ impl WriteState {
     where
         W: AsyncWrite + Unpin,
     {
-        match Pin::new(io).poll_flush(cx) {
+        match Pin::new(&mut Retrying(io)).poll_flush(cx) {
             Poll::Ready(r) => {
                 if std::mem::take(&mut self.unflushed) {
                     self.wake_other(side, cx);
@@ -356,7 +357,7 @@ impl WriteState {
         }
         ready!(self.poll_flush(io, cx))?;
         if !self.shutdown {
-            match Pin::new(io).poll_shutdown(cx) {
+            match Pin::new(&mut Retrying(io)).poll_shutdown(cx) {
                 Poll::Ready(r) => {
                     self.shutdown = true;
                     r?;
