@@ -117,3 +117,65 @@ async fn one_clone_closing_closes_for_all() {
     drop((one, other));
     rx.reunite(tx).expect("the last clone");
 }
+
+/// Two senders wait on a peer that does not read: the transport remembers
+/// only the last to ask. When the peer reads, that one's progress must wake
+/// the other, although it keeps its handle (no drop to wake anyone).
+#[tokio::test]
+async fn a_waiting_sender_is_woken_by_another_senders_progress() {
+    let (a, b) = tokio::io::duplex(256);
+    let config = Config::default().write_buffer_size(1024);
+    let (tx, _rx) = WebSocketStream::from_raw_socket(a, Role::Server, config)
+        .unwrap()
+        .split();
+    let mut peer = WebSocketStream::from_raw_socket(b, Role::Client, Config::default()).unwrap();
+    let mut first = tx.clone();
+    let first_done = tokio::spawn(async move {
+        first.send(Message::binary(vec![1u8; 4000])).await.unwrap();
+        first
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut second = tx.clone();
+    let (keep, kept) = tokio::sync::oneshot::channel::<()>();
+    let second_done = tokio::spawn(async move {
+        second.send(Message::text("second")).await.unwrap();
+        // Stays alive, holding its handle, until the test ends.
+        let _ = kept.await;
+        drop(second);
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!first_done.is_finished() && !second_done.is_finished());
+    let reader = tokio::spawn(async move {
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            got.push(peer.next().await.unwrap().unwrap());
+        }
+        got
+    });
+    let first = tokio::time::timeout(Duration::from_secs(5), first_done)
+        .await
+        .expect("the first sender was woken")
+        .unwrap();
+    let got = reader.await.unwrap();
+    assert_eq!(got[0], Message::binary(vec![1u8; 4000]));
+    assert_eq!(got[1], Message::text("second"));
+    drop((first, keep, tx));
+}
+
+/// A prepared close frame closes like `Message::Close`.
+#[tokio::test]
+async fn a_prepared_close_frame_closes_the_sending_side() {
+    let (a, b) = tokio::io::duplex(4096);
+    let (mut tx, _rx) = WebSocketStream::from_raw_socket(a, Role::Server, Config::default())
+        .unwrap()
+        .split();
+    let mut peer = WebSocketStream::from_raw_socket(b, Role::Client, Config::default()).unwrap();
+    let bye = wavesock::PreparedMessage::new(&Message::Close(None)).unwrap();
+    tx.send_prepared(&bye).await.unwrap();
+    assert!(tx.is_close_sent());
+    assert!(matches!(
+        tx.send(Message::text("late")).await,
+        Err(Error::AlreadyClosed)
+    ));
+    assert_eq!(peer.next().await.unwrap().unwrap(), Message::Close(None));
+}
