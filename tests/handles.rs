@@ -179,3 +179,49 @@ async fn a_prepared_close_frame_closes_the_sending_side() {
     ));
     assert_eq!(peer.next().await.unwrap().unwrap(), Message::Close(None));
 }
+
+/// The receiver owes a pong while the sender's large message fills the
+/// queue, so it waits without reading. When the sender's writes make
+/// progress, the receiver must be woken to pay its debt and read on.
+#[tokio::test]
+async fn a_receiver_waiting_to_pay_a_pong_is_woken_by_the_senders_progress() {
+    let (a, b) = tokio::io::duplex(256);
+    let config = Config::default().write_buffer_size(1024);
+    let (mut tx, mut rx) = WebSocketStream::from_raw_socket(a, Role::Server, config)
+        .unwrap()
+        .split();
+    let (mut peer_tx, mut peer_rx) =
+        WebSocketStream::from_raw_socket(b, Role::Client, Config::default())
+            .unwrap()
+            .split();
+    let sending = tokio::spawn(async move {
+        tx.send(Message::binary(vec![5u8; 8000])).await.unwrap();
+        tx
+    });
+    let received = tokio::spawn(async move {
+        let mut got = Vec::new();
+        while let Some(Ok(msg)) = rx.next().await {
+            let done = msg.is_text();
+            got.push(msg);
+            if done {
+                break;
+            }
+        }
+        got
+    });
+    peer_tx.send(Message::Ping("p".into())).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // The peer reads now: the big message, then the pong.
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        seen.push(peer_rx.next().await.unwrap().unwrap());
+    }
+    assert_eq!(seen[1], Message::Pong("p".into()));
+    peer_tx.send(Message::text("after")).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), received)
+        .await
+        .expect("the receiver was woken and read on")
+        .unwrap();
+    assert_eq!(got, [Message::Ping("p".into()), Message::text("after")]);
+    let _tx = sending.await.unwrap();
+}
