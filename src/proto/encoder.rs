@@ -299,7 +299,7 @@ mod tests {
 
     #[test]
     fn default_keys_differ_between_connections_and_frames() {
-        let default = crate::config::Config::default().mask_keys;
+        let default = MaskKeys::default();
         assert_eq!(default, MaskKeys::Random);
         let a = keys(
             &mut FrameEncoder::with_mask_keys(Role::Client, default),

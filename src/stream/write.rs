@@ -260,10 +260,6 @@ impl WriteState {
     }
 
     pub(crate) fn start_send(&mut self, msg: Message) -> Result<()> {
-        let close = msg.is_close();
-        if self.refuse_after_close(close)? {
-            return Ok(());
-        }
         let (opcode, fin) = match &msg {
             Message::Frame(f) => (f.opcode, f.fin),
             Message::Text(_) => (OpCode::Text, true),
@@ -272,23 +268,28 @@ impl WriteState {
             Message::Pong(_) => (OpCode::Pong, true),
             Message::Close(_) => (OpCode::Close, true),
         };
-        let fragmenting = self.check_fragments(opcode, fin)?;
-        self.queue(msg)?;
-        self.fragmenting = fragmenting;
-        if close {
-            trace::debug_event!("close frame sent");
-            self.close_sent = true;
-        }
-        Ok(())
+        self.start_frame(opcode, fin, |w| w.queue(msg))
     }
 
     pub(crate) fn start_send_prepared(&mut self, p: &PreparedMessage) -> Result<()> {
-        let close = p.opcode == OpCode::Close;
+        self.start_frame(p.opcode, true, |w| w.queue_prepared(p))
+    }
+
+    /// The rules for a frame the user sends, whatever it is made from:
+    /// nothing after a close, fragments not interrupted, and a close frame
+    /// ends sending.
+    fn start_frame(
+        &mut self,
+        opcode: OpCode,
+        fin: bool,
+        queue: impl FnOnce(&mut Self) -> Result<()>,
+    ) -> Result<()> {
+        let close = opcode == OpCode::Close;
         if self.refuse_after_close(close)? {
             return Ok(());
         }
-        let fragmenting = self.check_fragments(p.opcode, true)?;
-        self.queue_prepared(p)?;
+        let fragmenting = self.check_fragments(opcode, fin)?;
+        queue(self)?;
         self.fragmenting = fragmenting;
         if close {
             trace::debug_event!("close frame sent");
