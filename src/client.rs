@@ -323,7 +323,7 @@ where
     check_response(&request, &response)?;
     let negotiated = Negotiated::client(&config, response.headers())?;
     let ws = WebSocketStream::from_partially_read(io, buf, Role::Client, config)?;
-    Ok((negotiated.apply(ws), with_body(&response, None)))
+    Ok((negotiated.apply(ws)?, with_body(&response, None)))
 }
 
 async fn send_and_read_head<S>(

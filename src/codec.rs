@@ -9,6 +9,8 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::proto::Role;
 use crate::proto::decoder::MessageDecoder;
+#[cfg(feature = "deflate")]
+use crate::proto::deflate::{DeflateConfig, DeflateParams};
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::header::OpCode;
 use crate::proto::message::{Message, PreparedMessage};
@@ -39,7 +41,7 @@ impl WebSocketCodec {
     /// [`mask_keys`](Config::mask_keys)) of `config`.
     pub fn new(role: Role, config: &Config) -> Self {
         WebSocketCodec {
-            decoder: MessageDecoder::new(role, config),
+            decoder: decoder(role, config),
             encoder: FrameEncoder::with_mask_keys(role, config.mask_keys),
         }
     }
@@ -65,12 +67,9 @@ impl WebSocketCodec {
     /// Turns permessage-deflate on in both directions, with the parameters
     /// the handshake agreed on.
     #[cfg(feature = "deflate")]
-    pub fn enable_deflate(
-        &mut self,
-        params: &crate::deflate::DeflateParams,
-        config: &crate::deflate::DeflateConfig,
-    ) {
-        crate::proto::deflate::enable(&mut self.decoder, &mut self.encoder, params, config);
+    pub fn enable_deflate(&mut self, params: &DeflateParams, config: &DeflateConfig) {
+        // Cannot fail: this method is compiled only with the `deflate` feature.
+        let _ = crate::proto::deflate::enable(&mut self.decoder, &mut self.encoder, params, config);
     }
 
     /// Writes only a frame header; see [`FrameEncoder::encode_header`].
@@ -81,7 +80,7 @@ impl WebSocketCodec {
         len: usize,
         dst: &mut BytesMut,
     ) -> Result<Option<[u8; 4]>, Error> {
-        self.encoder.encode_header(fin, opcode, len, dst)
+        Ok(self.encoder.encode_header(fin, opcode, len, dst)?)
     }
 
     /// Encodes one frame into `dst`, masking it if this side is a client.
@@ -92,8 +91,15 @@ impl WebSocketCodec {
         payload: &[u8],
         dst: &mut BytesMut,
     ) -> Result<(), Error> {
-        self.encoder.encode_frame(fin, opcode, payload, dst)
+        Ok(self.encoder.encode_frame(fin, opcode, payload, dst)?)
     }
+}
+
+/// The protocol core's decoder with what `config` says of decoding.
+pub(crate) fn decoder(role: Role, config: &Config) -> MessageDecoder {
+    MessageDecoder::new(role, config.limits())
+        .accept_unmasked_frames(config.accept_unmasked_frames)
+        .stream_messages(config.stream_messages)
 }
 
 impl Decoder for WebSocketCodec {
@@ -101,7 +107,7 @@ impl Decoder for WebSocketCodec {
     type Error = Error;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Message>, Error> {
-        self.decoder.decode(src)
+        Ok(self.decoder.decode(src)?)
     }
 }
 
@@ -109,7 +115,7 @@ impl Encoder<Message> for WebSocketCodec {
     type Error = Error;
 
     fn encode(&mut self, msg: Message, dst: &mut BytesMut) -> Result<(), Error> {
-        self.encoder.encode_message(&msg, dst)
+        Ok(self.encoder.encode_message(&msg, dst)?)
     }
 }
 
@@ -117,7 +123,7 @@ impl Encoder<&Message> for WebSocketCodec {
     type Error = Error;
 
     fn encode(&mut self, msg: &Message, dst: &mut BytesMut) -> Result<(), Error> {
-        self.encoder.encode_message(msg, dst)
+        Ok(self.encoder.encode_message(msg, dst)?)
     }
 }
 
@@ -127,7 +133,7 @@ impl Encoder<&PreparedMessage> for WebSocketCodec {
     type Error = Error;
 
     fn encode(&mut self, msg: &PreparedMessage, dst: &mut BytesMut) -> Result<(), Error> {
-        self.encoder.encode_prepared(msg, dst)
+        Ok(self.encoder.encode_prepared(msg, dst)?)
     }
 }
 

@@ -3,6 +3,8 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::proto::deflate::DeflateConfig;
+use crate::proto::limits::Limits;
 use crate::proto::mask::MaskKeys;
 use crate::proxy::Proxy;
 
@@ -66,9 +68,10 @@ pub struct Config {
     /// dropped anyway. Default 10 s.
     pub close_timeout: Duration,
     /// permessage-deflate: what a client offers or a server accepts.
-    /// Default `None`: no compression (a server declines offers).
-    #[cfg(feature = "deflate")]
-    pub deflate: Option<crate::deflate::DeflateConfig>,
+    /// Default `None`: no compression (a server declines offers). Needs the
+    /// `deflate` feature: without it, [`validate`](Config::validate)
+    /// refuses `Some`.
+    pub deflate: Option<DeflateConfig>,
     /// Hand out received text and binary messages in pieces as their bytes
     /// arrive, as [`Message::Frame`](crate::Message::Frame)s, instead of
     /// assembling them: memory stays bounded by what one read brings,
@@ -99,7 +102,6 @@ impl Default for Config {
             ping_interval: None,
             pong_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(10),
-            #[cfg(feature = "deflate")]
             deflate: None,
             stream_messages: false,
             mask_keys: MaskKeys::Random,
@@ -198,9 +200,10 @@ impl Config {
     ///
     /// let on = Config::default().deflate(DeflateConfig::default());
     /// assert!(on.deflate.is_some());
+    /// // Compression needs the `deflate` feature; without it this is refused.
+    /// assert_eq!(on.validate().is_ok(), cfg!(feature = "deflate"));
     /// ```
-    #[cfg(feature = "deflate")]
-    pub fn deflate(mut self, deflate: impl Into<Option<crate::deflate::DeflateConfig>>) -> Self {
+    pub fn deflate(mut self, deflate: impl Into<Option<DeflateConfig>>) -> Self {
         self.deflate = deflate.into();
         self
     }
@@ -239,18 +242,31 @@ impl Config {
         self
     }
 
+    /// The limits the protocol core holds the peer to.
+    ///
+    /// ```
+    /// use wavesock::Config;
+    ///
+    /// let limits = Config::default().max_message_size(1 << 20).limits();
+    /// assert_eq!(limits.max_message_size, 1 << 20);
+    /// ```
+    pub fn limits(&self) -> Limits {
+        Limits::default()
+            .max_frame_size(self.max_frame_size)
+            .max_message_size(self.max_message_size)
+    }
+
     /// Checks that the settings can work together.
     pub fn validate(&self) -> Result<()> {
-        #[cfg(feature = "deflate")]
         if let Some(d) = &self.deflate {
+            if !crate::proto::deflate::AVAILABLE {
+                return Err(Error::InvalidConfig(
+                    "Config::deflate needs wavesock's `deflate` feature",
+                ));
+            }
             d.validate()?;
         }
-        if self.max_frame_size == 0 {
-            return Err(Error::InvalidConfig("max_frame_size must be at least 1"));
-        }
-        if self.max_message_size == 0 {
-            return Err(Error::InvalidConfig("max_message_size must be at least 1"));
-        }
+        self.limits().validate()?;
         if self.write_buffer_size == 0 {
             return Err(Error::InvalidConfig("write_buffer_size must be at least 1"));
         }

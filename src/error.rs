@@ -5,7 +5,10 @@ use std::net::SocketAddr;
 
 use http::StatusCode;
 
+use crate::proto;
 use crate::proto::close::CloseCode;
+
+pub use crate::proto::error::ProtocolError;
 
 /// Everything that can go wrong on a WebSocket connection.
 ///
@@ -98,6 +101,26 @@ impl Error {
     }
 }
 
+/// The protocol core's errors, each as the variant of the same name.
+impl From<proto::Error> for Error {
+    fn from(e: proto::Error) -> Error {
+        match e {
+            proto::Error::Protocol(p) => Error::Protocol(p),
+            proto::Error::InvalidUtf8 => Error::InvalidUtf8,
+            proto::Error::FrameTooLarge { size, max } => Error::FrameTooLarge { size, max },
+            proto::Error::MessageTooLarge { size, max } => Error::MessageTooLarge { size, max },
+            proto::Error::InvalidMessage(m) => Error::InvalidMessage(m),
+            proto::Error::ConnectionClosed => Error::ConnectionClosed,
+            proto::Error::AlreadyClosed => Error::AlreadyClosed,
+            proto::Error::KeepaliveTimeout => Error::KeepaliveTimeout,
+            proto::Error::CloseTimeout => Error::CloseTimeout,
+            proto::Error::InvalidConfig(m) => Error::InvalidConfig(m),
+            // A compressor failure is a local fault, like a failed write.
+            proto::Error::Compression(m) => Error::Io(io::Error::other(m)),
+        }
+    }
+}
+
 /// For byte-stream adapters such as [`tokio_util::io::StreamReader`] over
 /// [`MessagePieces`](crate::MessagePieces): an I/O error is given back as it
 /// was, a peer that closed in mid-message becomes
@@ -112,51 +135,6 @@ impl From<Error> for io::Error {
             e => io::Error::other(e),
         }
     }
-}
-
-/// A violation of the framing rules of RFC 6455 by the peer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ProtocolError {
-    /// An RSV bit was set without a negotiated extension that defines it.
-    #[error("reserved bits set without a negotiated extension")]
-    ReservedBits,
-    /// An opcode reserved for future use (3–7, 11–15).
-    #[error("reserved opcode {0:#x}")]
-    ReservedOpcode(u8),
-    /// A control frame with FIN clear.
-    #[error("fragmented control frame")]
-    FragmentedControlFrame,
-    /// A control frame with more than 125 bytes of payload.
-    #[error("control frame payload of {0} bytes (at most 125 allowed)")]
-    ControlFrameTooLong(u64),
-    /// A 64-bit payload length with the most significant bit set.
-    #[error("64-bit payload length with the top bit set")]
-    InvalidLength,
-    /// A client sent an unmasked frame.
-    #[error("unmasked frame from a client")]
-    UnmaskedFrame,
-    /// A server sent a masked frame.
-    #[error("masked frame from a server")]
-    MaskedFrame,
-    /// A continuation frame arrived with no fragmented message in progress.
-    #[error("continuation frame without a message in progress")]
-    UnexpectedContinuation,
-    /// A new text or binary frame arrived while a fragmented message was in progress.
-    #[error("new data frame while a fragmented message is in progress")]
-    ExpectedContinuation,
-    /// A close frame with a one-byte payload.
-    #[error("close frame with a one-byte payload")]
-    CloseTooShort,
-    /// A close frame carrying a code that must not appear on the wire.
-    #[error("invalid close code {0}")]
-    InvalidCloseCode(u16),
-    /// Data frames arrived after the peer's close frame.
-    #[error("frame received after a close frame")]
-    FrameAfterClose,
-    /// A compressed message (permessage-deflate) did not inflate.
-    #[error("invalid permessage-deflate data")]
-    InvalidCompressedData,
 }
 
 /// Why the opening HTTP handshake failed.

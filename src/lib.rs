@@ -94,13 +94,12 @@ pub use client::{
 };
 pub use codec::WebSocketCodec;
 pub use config::Config;
-#[cfg(feature = "deflate")]
-pub use deflate::{DeflateConfig, DeflateParams};
 pub use error::{ConnectError, Error, HandshakeError, ProtocolError, Result};
 pub use handshake::client::{ClientRequestBuilder, IntoClientRequest};
 pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols};
 pub use proto::Role;
 pub use proto::close::{CloseCode, CloseFrame};
+pub use proto::deflate::{DeflateConfig, DeflateParams};
 pub use proto::header::OpCode;
 pub use proto::mask::MaskKeys;
 pub use proto::message::{Frame, Message, PreparedMessage};

@@ -1,19 +1,20 @@
 //! What the opening handshake agreed on beyond RFC 6455 itself (today only
-//! permessage-deflate), as the handshakes need it. Compiled with and
-//! without the `deflate` feature so that the handshakes need no `cfg`.
+//! permessage-deflate), as the handshakes need it. Without the `deflate`
+//! feature, `Config::validate` refuses `Config::deflate`, so nothing is
+//! offered or accepted.
 
 use http::header::{HeaderValue, SEC_WEBSOCKET_EXTENSIONS};
 use http::{HeaderMap, Request};
 
 use crate::config::Config;
-use crate::error::HandshakeError;
+use crate::error::{HandshakeError, Result};
+use crate::proto::deflate::{DeflateConfig, DeflateParams};
 use crate::stream::WebSocketStream;
 
 /// The extensions a connection runs with.
 #[derive(Debug, Default)]
 pub(crate) struct Negotiated {
-    #[cfg(feature = "deflate")]
-    deflate: Option<(crate::deflate::DeflateParams, crate::deflate::DeflateConfig)>,
+    deflate: Option<(DeflateParams, DeflateConfig)>,
 }
 
 fn not_offered() -> HandshakeError {
@@ -27,38 +28,32 @@ impl Negotiated {
     /// Server: picks among the client's offers; the header value, if any,
     /// goes into the `101` response.
     pub(crate) fn server(config: &Config, request: &HeaderMap) -> (Self, Option<HeaderValue>) {
-        #[cfg(feature = "deflate")]
         if let Some(d) = &config.deflate {
             if let Some((params, value)) = crate::handshake::extensions::negotiate(d, request) {
                 let deflate = Some((params, d.clone()));
                 return (Negotiated { deflate }, Some(value));
             }
         }
-        let _ = (config, request);
         (Negotiated::default(), None)
     }
 
     /// Client: adds the offers to the request.
     pub(crate) fn offer(config: &Config, request: &mut Request<()>) {
-        #[cfg(feature = "deflate")]
         if let Some(d) = &config.deflate {
             let value = crate::handshake::extensions::offer(d);
             request
                 .headers_mut()
                 .append(SEC_WEBSOCKET_EXTENSIONS, value);
         }
-        let _ = (config, request);
     }
 
     /// Client: checks what the server chose.
     pub(crate) fn client(config: &Config, response: &HeaderMap) -> Result<Self, HandshakeError> {
-        #[cfg(feature = "deflate")]
         if let Some(d) = &config.deflate {
             let params = crate::handshake::extensions::check_response(d, response)?;
             let deflate = params.map(|p| (p, d.clone()));
             return Ok(Negotiated { deflate });
         }
-        let _ = config;
         if response.contains_key(SEC_WEBSOCKET_EXTENSIONS) {
             return Err(not_offered());
         }
@@ -66,14 +61,13 @@ impl Negotiated {
     }
 
     /// Sets the connection up accordingly.
-    pub(crate) fn apply<S>(self, ws: WebSocketStream<S>) -> WebSocketStream<S>
+    pub(crate) fn apply<S>(self, mut ws: WebSocketStream<S>) -> Result<WebSocketStream<S>>
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
-        #[cfg(feature = "deflate")]
         if let Some((params, config)) = self.deflate {
-            return ws.with_deflate(params, &config);
+            ws.enable_deflate(&params, &config)?;
         }
-        ws
+        Ok(ws)
     }
 }

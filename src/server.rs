@@ -232,7 +232,7 @@ where
     }
     let (leftover, negotiated) = result?;
     let ws = WebSocketStream::from_partially_read(io, leftover, Role::Server, config)?;
-    Ok(negotiated.apply(ws))
+    negotiated.apply(ws)
 }
 
 /// Reads the request head into `buf`, never holding more than the cap.

@@ -35,9 +35,9 @@ use std::borrow::Cow;
 use http::HeaderMap;
 use http::header::{HeaderValue, SEC_WEBSOCKET_EXTENSIONS};
 
-use crate::deflate::{DeflateConfig, DeflateParams};
 use crate::error::HandshakeError;
 use crate::handshake::is_token;
+use crate::proto::deflate::{DeflateConfig, DeflateParams};
 
 /// The extension's registered name.
 pub const PERMESSAGE_DEFLATE: &str = "permessage-deflate";

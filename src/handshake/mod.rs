@@ -1,7 +1,6 @@
 //! The opening HTTP/1.1 handshake (RFC 6455 §4), without I/O.
 
 pub mod client;
-#[cfg(feature = "deflate")]
 pub mod extensions;
 pub mod server;
 

@@ -4,7 +4,7 @@ use std::fmt;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::error::{Error, ProtocolError};
+use crate::proto::error::{Error, ProtocolError};
 use crate::proto::text::Utf8Bytes;
 
 /// A close status code.
@@ -111,7 +111,7 @@ impl CloseFrame {
                 if !code.is_sendable() {
                     return Err(ProtocolError::InvalidCloseCode(code.0).into());
                 }
-                let reason = std::str::from_utf8(reason).map_err(|_| Error::InvalidUtf8)?;
+                let reason = std::str::from_utf8(reason)?;
                 Ok(Some(CloseFrame::new(code, reason)))
             }
         }

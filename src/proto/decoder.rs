@@ -6,17 +6,18 @@
 //! Limits are checked on the header, before any memory is reserved for the
 //! payload. Control frames may come between the fragments of a message.
 //!
-//! With [`Config::stream_messages`] data messages are not assembled: the
+//! With [`MessageDecoder::stream_messages`] data messages are not assembled: the
 //! payload bytes of each read are handed out at once as [`Message::Frame`]
 //! pieces, so memory stays bounded by what one read brings.
 
 use bytes::{Buf, BytesMut};
 
-use crate::config::Config;
-use crate::error::{Error, ProtocolError};
 use crate::proto::Role;
 use crate::proto::close::CloseFrame;
+use crate::proto::deflate::Inflater;
+use crate::proto::error::{Error, ProtocolError};
 use crate::proto::header::{FrameHeader, OpCode};
+use crate::proto::limits::Limits;
 use crate::proto::mask::apply_mask;
 use crate::proto::message::{Frame, Message};
 use crate::proto::text::Utf8Bytes;
@@ -62,9 +63,8 @@ pub struct MessageDecoder {
     /// Text checking applies to the frame being read.
     checking_text: bool,
     /// Inflates compressed messages when permessage-deflate was negotiated.
-    #[cfg(feature = "deflate")]
     // Boxed: a connection without compression pays one pointer for it.
-    inflater: Option<Box<crate::proto::deflate::Inflater>>,
+    inflater: Option<Box<Inflater>>,
     /// Hand out data payloads as pieces instead of assembling messages.
     stream: bool,
     /// Streaming: payload bytes of earlier frames of the message in progress.
@@ -72,50 +72,58 @@ pub struct MessageDecoder {
 }
 
 impl MessageDecoder {
-    /// A decoder for `role` (the side that reads) with the limits of `config`.
-    pub fn new(role: Role, config: &Config) -> Self {
+    /// A decoder for `role` (the side that reads) holding the peer to
+    /// `limits`.
+    pub fn new(role: Role, limits: Limits) -> Self {
         MessageDecoder {
             role,
-            max_frame_size: config.max_frame_size,
-            max_message_size: config.max_message_size,
-            accept_unmasked: config.accept_unmasked_frames,
+            max_frame_size: limits.max_frame_size,
+            max_message_size: limits.max_message_size,
+            accept_unmasked: false,
             state: DecodeState::Head,
             fragments: None,
             utf8: Utf8Validator::new(),
             checking_text: false,
-            #[cfg(feature = "deflate")]
             inflater: None,
-            stream: config.stream_messages,
+            stream: false,
             streamed: 0,
         }
     }
 
+    /// Accepts unmasked frames from clients (a server's decoder), against
+    /// RFC 6455; off by default.
+    pub fn accept_unmasked_frames(mut self, accept: bool) -> Self {
+        self.accept_unmasked = accept;
+        self
+    }
+
+    /// Hands out data payloads as [`Message::Frame`] pieces as their bytes
+    /// arrive instead of assembling messages; off by default.
+    pub fn stream_messages(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
     /// Accepts compressed messages (RSV1 on their first frame) from now on,
-    /// from a peer compressing with at most `2^window_bits` bytes of window
-    /// and resetting its context after each message if `reset`.
-    #[cfg(feature = "deflate")]
-    pub(crate) fn set_inflater(&mut self, window_bits: u8, reset: bool) {
-        self.inflater = Some(Box::new(crate::proto::deflate::Inflater::new(
-            window_bits,
-            reset,
-            self.max_message_size,
-        )));
+    /// inflated by `inflater`.
+    pub(crate) fn set_inflater(&mut self, inflater: Inflater) {
+        self.inflater = Some(Box::new(inflater));
+    }
+
+    /// The message limit, which inflated messages are held to as well.
+    pub(crate) fn max_message_size(&self) -> usize {
+        self.max_message_size
     }
 
     /// Whether a compressed message is being received.
     fn inflating(&self) -> bool {
-        #[cfg(feature = "deflate")]
-        if let Some(i) = &self.inflater {
-            return i.in_message();
-        }
-        false
+        self.inflater.as_ref().is_some_and(|i| i.in_message())
     }
 
     /// Checks the RSV bits; starts inflating if the frame begins a
     /// compressed message. RSV1 is allowed only on the first frame of a
     /// data message, and only when permessage-deflate was negotiated.
     fn start_compressed(&mut self, header: &FrameHeader) -> Result<bool, Error> {
-        #[cfg(feature = "deflate")]
         if let Some(i) = &mut self.inflater {
             let first = matches!(header.opcode, OpCode::Text | OpCode::Binary);
             let rsv1 = if first { 0b100 } else { 0 };
@@ -132,21 +140,18 @@ impl MessageDecoder {
 
     /// Inflates compressed payload bytes as they arrive.
     fn inflate(&mut self, fresh: &[u8]) -> Result<(), Error> {
-        #[cfg(feature = "deflate")]
-        if let Some(i) = &mut self.inflater {
-            return i.feed(fresh, &mut self.utf8);
+        match &mut self.inflater {
+            Some(i) => i.feed(fresh, &mut self.utf8),
+            None => Ok(()),
         }
-        let _ = fresh;
-        Ok(())
     }
 
     /// Ends a compressed message.
     fn finish_compressed(&mut self) -> Result<Message, Error> {
-        #[cfg(feature = "deflate")]
-        if let Some(i) = &mut self.inflater {
-            return i.finish(&mut self.utf8);
+        match &mut self.inflater {
+            Some(i) => i.finish(&mut self.utf8),
+            None => Err(ProtocolError::InvalidCompressedData.into()),
         }
-        Err(ProtocolError::InvalidCompressedData.into())
     }
 
     /// Which side this decoder reads for.
@@ -245,7 +250,7 @@ impl MessageDecoder {
 
     fn message(&mut self, text: bool, payload: BytesMut) -> Result<Message, Error> {
         if text {
-            self.utf8.finish().map_err(|_| Error::InvalidUtf8)?;
+            self.utf8.finish()?;
             Ok(Message::Text(Utf8Bytes::from_validated(payload.freeze())))
         } else {
             Ok(Message::Binary(payload.freeze()))
@@ -280,7 +285,7 @@ impl MessageDecoder {
             self.state = DecodeState::Head;
             if header.fin {
                 if self.checking_text {
-                    self.utf8.finish().map_err(|_| Error::InvalidUtf8)?;
+                    self.utf8.finish()?;
                 }
                 self.fragments = None;
                 self.streamed = 0;
@@ -309,7 +314,7 @@ impl MessageDecoder {
     /// split off `src`; the payload bytes of a frame still arriving stay in
     /// `src`, already unmasked and checked, and are not processed again.
     ///
-    /// With [`Config::stream_messages`], text and binary payloads come out
+    /// With [`MessageDecoder::stream_messages`], text and binary payloads come out
     /// as [`Message::Frame`] pieces instead: all the payload bytes of the
     /// current frame that `src` holds, split off it, so between calls `src`
     /// keeps at most a partial header or control frame.
@@ -351,7 +356,7 @@ impl MessageDecoder {
                 if inflate {
                     self.inflate(fresh)?;
                 } else if self.checking_text {
-                    self.utf8.feed(fresh).map_err(|_| Error::InvalidUtf8)?;
+                    self.utf8.feed(fresh)?;
                 }
             }
             // Streaming hands out uncompressed data as it comes; a compressed

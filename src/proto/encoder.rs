@@ -4,9 +4,10 @@ use bytes::{BufMut, BytesMut};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::error::Error;
 use crate::proto::Role;
 use crate::proto::close::CloseFrame;
+use crate::proto::deflate::Deflater;
+use crate::proto::error::Error;
 use crate::proto::header::{FrameHeader, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, OpCode};
 use crate::proto::mask::{MaskKeys, apply_mask};
 use crate::proto::message::{Frame, Message, PreparedMessage};
@@ -21,9 +22,8 @@ pub struct FrameEncoder {
     // `None` on a client: random keys, the generator not seeded yet.
     keys: Option<Box<KeySource>>,
     /// Compresses data messages when permessage-deflate was negotiated.
-    #[cfg(feature = "deflate")]
     // Boxed: a connection without compression pays one pointer for it.
-    deflater: Option<Box<crate::proto::deflate::Deflater>>,
+    deflater: Option<Box<Deflater>>,
 }
 
 /// A client's masking keys as it draws them.
@@ -51,7 +51,6 @@ impl KeySource {
 }
 
 /// RSV1: "this message is compressed" under permessage-deflate.
-#[cfg(feature = "deflate")]
 const RSV1: u8 = 0b100;
 
 impl FrameEncoder {
@@ -98,26 +97,21 @@ impl FrameEncoder {
         FrameEncoder {
             role,
             keys: keys.map(Box::new),
-            #[cfg(feature = "deflate")]
             deflater: None,
         }
     }
 
     /// Compresses text and binary messages from now on (permessage-deflate).
-    #[cfg(feature = "deflate")]
-    pub(crate) fn set_deflater(&mut self, deflater: crate::proto::deflate::Deflater) {
+    pub(crate) fn set_deflater(&mut self, deflater: Deflater) {
         self.deflater = Some(Box::new(deflater));
     }
 
     /// Whether [`encode_message`](Self::encode_message) compresses `msg`.
     /// Raw [`Frame`]s never are.
     pub fn compresses(&self, msg: &Message) -> bool {
-        #[cfg(feature = "deflate")]
-        if let Some(d) = &self.deflater {
-            return msg.is_data() && d.wants(msg.len());
-        }
-        let _ = msg;
-        false
+        self.deflater
+            .as_ref()
+            .is_some_and(|d| msg.is_data() && d.wants(msg.len()))
     }
 
     /// A whole text or binary message as one frame, compressed if
@@ -128,7 +122,6 @@ impl FrameEncoder {
         payload: &[u8],
         dst: &mut BytesMut,
     ) -> Result<(), Error> {
-        #[cfg(feature = "deflate")]
         if let Some(mut d) = self.deflater.take() {
             let r = if d.wants(payload.len()) {
                 d.compress(payload, |c| self.write_frame(true, RSV1, opcode, c, dst))

@@ -4,9 +4,9 @@ use std::fmt;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::error::Error;
 use crate::proto::Role;
 use crate::proto::encoder::FrameEncoder;
+use crate::proto::error::Error;
 
 use crate::proto::close::CloseFrame;
 use crate::proto::header::OpCode;
@@ -126,10 +126,8 @@ impl Message {
         match self {
             Message::Text(t) => Ok(t),
             Message::Close(f) => Ok(f.map(|f| f.reason).unwrap_or_default()),
-            Message::Binary(b) | Message::Ping(b) | Message::Pong(b) => {
-                Utf8Bytes::try_from(b).map_err(|_| Error::InvalidUtf8)
-            }
-            Message::Frame(f) => Utf8Bytes::try_from(f.payload).map_err(|_| Error::InvalidUtf8),
+            Message::Binary(b) | Message::Ping(b) | Message::Pong(b) => Ok(Utf8Bytes::try_from(b)?),
+            Message::Frame(f) => Ok(Utf8Bytes::try_from(f.payload)?),
         }
     }
 
@@ -173,7 +171,7 @@ impl Message {
 }
 
 fn utf8(b: &[u8]) -> Result<&str, Error> {
-    std::str::from_utf8(b).map_err(|_| Error::InvalidUtf8)
+    Ok(std::str::from_utf8(b)?)
 }
 
 /// Text as itself; any other payload as text if it is valid UTF-8, else as

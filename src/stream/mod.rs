@@ -1,6 +1,8 @@
 //! [`WebSocketStream`]: a [`Stream`] of received messages and a [`Sink`] of
 //! messages to send over any `AsyncRead + AsyncWrite`, and its split halves.
 
+#[cfg(feature = "deflate")]
+mod deflate;
 mod pieces;
 mod read;
 mod split;
@@ -17,6 +19,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::proto::Role;
 use crate::proto::close::CloseFrame;
+use crate::proto::deflate::{DeflateConfig, DeflateParams};
 use crate::proto::mask::MaskKeys;
 use crate::proto::message::{Message, PreparedMessage};
 use crate::trace;
@@ -276,19 +279,20 @@ impl<S> WebSocketStream<S> {
         self.writer.close_sent
     }
 
-    /// Turns permessage-deflate on in both directions, as negotiated.
-    #[cfg(feature = "deflate")]
+    /// Turns permessage-deflate on in both directions, as negotiated; fails
+    /// only in a build without the `deflate` feature.
     pub(crate) fn enable_deflate(
         &mut self,
-        params: &crate::deflate::DeflateParams,
-        config: &crate::deflate::DeflateConfig,
-    ) {
+        params: &DeflateParams,
+        config: &DeflateConfig,
+    ) -> Result<()> {
         crate::proto::deflate::enable(
             self.reader.decoder_mut(),
             self.writer.encoder_mut(),
             params,
             config,
-        );
+        )?;
+        Ok(())
     }
 
     /// Whether the peer's close frame has been received.

@@ -115,7 +115,7 @@ pub(crate) struct ReadState {
 impl ReadState {
     pub(crate) fn new(role: Role, config: &Config, read_buf: BytesMut) -> Self {
         ReadState {
-            decoder: MessageDecoder::new(role, config),
+            decoder: crate::codec::decoder(role, config),
             read_buf,
             read_buf_shared: false,
             close_received: false,
@@ -142,7 +142,6 @@ impl ReadState {
         self.decoder.role()
     }
 
-    #[cfg(feature = "deflate")]
     pub(crate) fn decoder_mut(&mut self) -> &mut MessageDecoder {
         &mut self.decoder
     }
@@ -432,7 +431,7 @@ impl ReadState {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    self.fail(t, e);
+                    self.fail(t, e.into());
                     continue;
                 }
             }

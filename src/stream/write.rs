@@ -83,7 +83,6 @@ impl WriteState {
         }
     }
 
-    #[cfg(feature = "deflate")]
     pub(crate) fn encoder_mut(&mut self) -> &mut FrameEncoder {
         &mut self.encoder
     }
@@ -165,7 +164,7 @@ impl WriteState {
             }
         }
         let encoder = &mut self.encoder;
-        self.outbox.encode(|b| encoder.encode_message(&msg, b))
+        Ok(self.outbox.encode(|b| encoder.encode_message(&msg, b))?)
     }
 
     /// Queues a prepared message: for a server, a reference to the frame
@@ -176,7 +175,7 @@ impl WriteState {
             return Ok(());
         }
         let encoder = &mut self.encoder;
-        self.outbox.encode(|b| encoder.encode_prepared(p, b))
+        Ok(self.outbox.encode(|b| encoder.encode_prepared(p, b))?)
     }
 
     /// Queues our close frame for an error the peer caused, once.

@@ -15,14 +15,15 @@
 use bytes::Bytes;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
-use crate::deflate::{DeflateConfig, DeflateParams};
-use crate::error::{Error, ProtocolError};
 use crate::proto::Role;
-use crate::proto::decoder::MessageDecoder;
-use crate::proto::encoder::FrameEncoder;
+use crate::proto::deflate::{DeflateConfig, DeflateParams};
+use crate::proto::error::{Error, ProtocolError};
 use crate::proto::message::Message;
 use crate::proto::text::Utf8Bytes;
 use crate::proto::utf8::Utf8Validator;
+
+/// Whether this build can compress (the `deflate` feature).
+pub const AVAILABLE: bool = true;
 
 /// The empty stored block a sync flush ends with (RFC 7692 §7.2.1).
 pub(crate) const TAIL: [u8; 4] = [0x00, 0x00, 0xFF, 0xFF];
@@ -43,15 +44,15 @@ pub(crate) fn zlib_window_bits(bits: u8) -> u8 {
     bits.clamp(9, 15)
 }
 
-/// Sets both directions of a connection up for the negotiated `params`:
-/// each side compresses with its own window and context rule and inflates
-/// with the peer's.
-pub(crate) fn enable(
-    decoder: &mut MessageDecoder,
-    encoder: &mut FrameEncoder,
+/// The compressor and decompressor for `role` under the negotiated
+/// `params`: each side compresses with its own window and context rule (and
+/// `config`'s level and threshold) and inflates with the peer's.
+pub(crate) fn pair(
+    role: Role,
     params: &DeflateParams,
     config: &DeflateConfig,
-) {
+    max_message_size: usize,
+) -> Result<(Inflater, Deflater), Error> {
     let server = (
         params.server_max_window_bits,
         params.server_no_context_takeover,
@@ -60,17 +61,13 @@ pub(crate) fn enable(
         params.client_max_window_bits,
         params.client_no_context_takeover,
     );
-    let (ours, theirs) = match decoder.role() {
+    let (ours, theirs) = match role {
         Role::Server => (server, client),
         Role::Client => (client, server),
     };
-    encoder.set_deflater(Deflater::new(
-        config.level,
-        ours.0,
-        ours.1,
-        config.compression_threshold,
-    ));
-    decoder.set_inflater(theirs.0, theirs.1);
+    let deflater = Deflater::new(config.level, ours.0, ours.1, config.compression_threshold);
+    let inflater = Inflater::new(theirs.0, theirs.1, max_message_size);
+    Ok((inflater, deflater))
 }
 
 /// Compresses the messages one side sends.
@@ -129,7 +126,7 @@ impl Deflater {
             let before = self.compress.total_in();
             self.compress
                 .compress_vec(input, &mut out, FlushCompress::Sync)
-                .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+                .map_err(|e| Error::Compression(e.to_string()))?;
             let consumed = (self.compress.total_in() - before) as usize;
             input = &input[consumed..];
             // A sync flush is complete once it leaves output space unused.
@@ -245,8 +242,7 @@ impl Inflater {
             }
             let produced = m.out.len() - out_before;
             if m.text {
-                utf8.feed(&m.out[out_before..])
-                    .map_err(|_| Error::InvalidUtf8)?;
+                utf8.feed(&m.out[out_before..])?;
             }
             m.full = m.out.len() == m.out.capacity();
             match status {
@@ -274,7 +270,7 @@ impl Inflater {
         }
         let payload = Bytes::from(m.out);
         if m.text {
-            utf8.finish().map_err(|_| Error::InvalidUtf8)?;
+            utf8.finish()?;
             Ok(Message::Text(Utf8Bytes::from_validated(payload)))
         } else {
             Ok(Message::Binary(payload))

@@ -1,0 +1,61 @@
+//! Without the `deflate` feature: compressor types that cannot exist, so the
+//! encoder's and decoder's compression paths compile to nothing.
+
+use crate::proto::Role;
+use crate::proto::deflate::{DeflateConfig, DeflateParams};
+use crate::proto::error::Error;
+use crate::proto::message::Message;
+use crate::proto::utf8::Utf8Validator;
+
+/// Whether this build can compress (the `deflate` feature).
+pub const AVAILABLE: bool = false;
+
+/// Refuses: compression needs the `deflate` feature.
+pub(crate) fn pair(
+    _role: Role,
+    _params: &DeflateParams,
+    _config: &DeflateConfig,
+    _max_message_size: usize,
+) -> Result<(Inflater, Deflater), Error> {
+    Err(Error::InvalidConfig(
+        "permessage-deflate needs wavesock's `deflate` feature",
+    ))
+}
+
+#[derive(Debug)]
+pub(crate) enum Deflater {}
+
+impl Deflater {
+    pub(crate) fn wants(&self, _len: usize) -> bool {
+        match *self {}
+    }
+
+    pub(crate) fn compress<R>(
+        &mut self,
+        _payload: &[u8],
+        _write: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, Error> {
+        match *self {}
+    }
+}
+
+#[derive(Debug)]
+pub(crate) enum Inflater {}
+
+impl Inflater {
+    pub(crate) fn in_message(&self) -> bool {
+        match *self {}
+    }
+
+    pub(crate) fn begin(&mut self, _text: bool) {
+        match *self {}
+    }
+
+    pub(crate) fn feed(&mut self, _input: &[u8], _utf8: &mut Utf8Validator) -> Result<(), Error> {
+        match *self {}
+    }
+
+    pub(crate) fn finish(&mut self, _utf8: &mut Utf8Validator) -> Result<Message, Error> {
+        match *self {}
+    }
+}

@@ -1,0 +1,174 @@
+//! The protocol core's errors: what the peer did wrong, what a limit
+//! refused, what cannot be sent. Plain data (`Clone + PartialEq`), with no
+//! I/O inside: the layers above add their own failures and convert these.
+
+use crate::proto::close::CloseCode;
+use crate::proto::utf8::InvalidUtf8;
+
+/// A failure of the WebSocket protocol itself, on either side of the wire.
+///
+/// The crate's [`Error`](crate::Error) has a variant for each of these and
+/// converts with `From`, so `?` carries them up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The peer broke a framing rule of RFC 6455.
+    #[error("protocol violation: {0}")]
+    Protocol(#[from] ProtocolError),
+
+    /// A text message or close reason was not valid UTF-8.
+    #[error("invalid UTF-8 in a text message or close reason")]
+    InvalidUtf8,
+
+    /// A single frame announced more payload than the frame limit allows.
+    #[error("frame of {size} bytes exceeds the limit of {max} bytes")]
+    FrameTooLarge {
+        /// The length the frame announced.
+        size: u64,
+        /// The limit.
+        max: usize,
+    },
+
+    /// A message (all of its fragments, or its inflated size) would exceed
+    /// the message limit.
+    #[error("message of at least {size} bytes exceeds the limit of {max} bytes")]
+    MessageTooLarge {
+        /// The size the message would reach.
+        size: u64,
+        /// The limit.
+        max: usize,
+    },
+
+    /// Something this side asked to send cannot go on the wire (a control
+    /// frame over 125 bytes, a close code that may not be sent, a message
+    /// breaking into a fragmented one).
+    #[error("invalid message to send: {0}")]
+    InvalidMessage(&'static str),
+
+    /// Sending after the peer closed the connection.
+    #[error("connection closed by the peer")]
+    ConnectionClosed,
+
+    /// Sending after this side closed the connection.
+    #[error("connection already closed by this side")]
+    AlreadyClosed,
+
+    /// Keepalive: the peer sent nothing within the pong timeout of a ping.
+    #[error("peer did not answer a keepalive ping in time")]
+    KeepaliveTimeout,
+
+    /// The closing handshake did not finish within the close timeout.
+    #[error("closing handshake timed out")]
+    CloseTimeout,
+
+    /// The compressor failed (permessage-deflate); not the peer's fault.
+    #[error("compression failed: {0}")]
+    Compression(String),
+
+    /// A setting the core cannot work with.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(&'static str),
+}
+
+impl Error {
+    /// The close code this error calls for when it is a fault of the peer's
+    /// data: 1002 for protocol violations, 1007 for invalid UTF-8, 1009 for
+    /// limit breaches; `None` otherwise.
+    pub fn close_code(&self) -> Option<CloseCode> {
+        match self {
+            Error::Protocol(_) => Some(CloseCode::PROTOCOL_ERROR),
+            Error::InvalidUtf8 => Some(CloseCode::INVALID_PAYLOAD),
+            Error::FrameTooLarge { .. } | Error::MessageTooLarge { .. } => {
+                Some(CloseCode::MESSAGE_TOO_BIG)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl From<InvalidUtf8> for Error {
+    fn from(_: InvalidUtf8) -> Error {
+        Error::InvalidUtf8
+    }
+}
+
+impl From<std::str::Utf8Error> for Error {
+    fn from(_: std::str::Utf8Error) -> Error {
+        Error::InvalidUtf8
+    }
+}
+
+/// A violation of the framing rules of RFC 6455 by the peer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProtocolError {
+    /// An RSV bit was set without a negotiated extension that defines it.
+    #[error("reserved bits set without a negotiated extension")]
+    ReservedBits,
+    /// An opcode reserved for future use (3–7, 11–15).
+    #[error("reserved opcode {0:#x}")]
+    ReservedOpcode(u8),
+    /// A control frame with FIN clear.
+    #[error("fragmented control frame")]
+    FragmentedControlFrame,
+    /// A control frame with more than 125 bytes of payload.
+    #[error("control frame payload of {0} bytes (at most 125 allowed)")]
+    ControlFrameTooLong(u64),
+    /// A 64-bit payload length with the most significant bit set.
+    #[error("64-bit payload length with the top bit set")]
+    InvalidLength,
+    /// A client sent an unmasked frame.
+    #[error("unmasked frame from a client")]
+    UnmaskedFrame,
+    /// A server sent a masked frame.
+    #[error("masked frame from a server")]
+    MaskedFrame,
+    /// A continuation frame arrived with no fragmented message in progress.
+    #[error("continuation frame without a message in progress")]
+    UnexpectedContinuation,
+    /// A new text or binary frame arrived while a fragmented message was in progress.
+    #[error("new data frame while a fragmented message is in progress")]
+    ExpectedContinuation,
+    /// A close frame with a one-byte payload.
+    #[error("close frame with a one-byte payload")]
+    CloseTooShort,
+    /// A close frame carrying a code that must not appear on the wire.
+    #[error("invalid close code {0}")]
+    InvalidCloseCode(u16),
+    /// Data frames arrived after the peer's close frame.
+    #[error("frame received after a close frame")]
+    FrameAfterClose,
+    /// A compressed message (permessage-deflate) did not inflate.
+    #[error("invalid permessage-deflate data")]
+    InvalidCompressedData,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_peer_fault_names_its_close_code() {
+        let cases = [
+            (Error::Protocol(ProtocolError::MaskedFrame), Some(1002)),
+            (Error::InvalidUtf8, Some(1007)),
+            (Error::FrameTooLarge { size: 2, max: 1 }, Some(1009)),
+            (Error::MessageTooLarge { size: 2, max: 1 }, Some(1009)),
+            (Error::InvalidMessage("x"), None),
+            (Error::AlreadyClosed, None),
+            (Error::KeepaliveTimeout, None),
+            (Error::CloseTimeout, None),
+        ];
+        for (e, code) in cases {
+            assert_eq!(e.close_code().map(|c| c.0), code, "{e}");
+        }
+    }
+
+    #[test]
+    fn utf8_failures_convert() {
+        assert_eq!(Error::from(InvalidUtf8), Error::InvalidUtf8);
+        let bytes = vec![b'a', 0xff];
+        let bad = std::str::from_utf8(&bytes).unwrap_err();
+        assert_eq!(Error::from(bad), Error::InvalidUtf8);
+    }
+}
