@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::proto::conn::Timers;
 use crate::proto::deflate::DeflateConfig;
 use crate::proto::limits::Limits;
 use crate::proto::mask::MaskKeys;
@@ -254,6 +255,14 @@ impl Config {
         Limits::default()
             .max_frame_size(self.max_frame_size)
             .max_message_size(self.max_message_size)
+    }
+
+    /// The timers the protocol core runs the connection with.
+    pub fn timers(&self) -> Timers {
+        Timers::default()
+            .ping_interval(self.ping_interval)
+            .pong_timeout(self.pong_timeout)
+            .close_timeout(self.close_timeout)
     }
 
     /// Checks that the settings can work together.

@@ -101,6 +101,35 @@ impl Message {
         matches!(self, Message::Close(_))
     }
 
+    /// A close message's code and reason, if it has them.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    pub(crate) fn close_frame(&self) -> Option<&CloseFrame> {
+        match self {
+            Message::Close(f) => f.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a ping, a pong or a close frame.
+    pub(crate) fn is_control(&self) -> bool {
+        matches!(
+            self,
+            Message::Ping(_) | Message::Pong(_) | Message::Close(_)
+        )
+    }
+
+    /// The opcode and FIN bit of the (first) frame this message goes out as.
+    pub(crate) fn head(&self) -> (OpCode, bool) {
+        match self {
+            Message::Frame(f) => (f.opcode, f.fin),
+            Message::Text(_) => (OpCode::Text, true),
+            Message::Binary(_) => (OpCode::Binary, true),
+            Message::Ping(_) => (OpCode::Ping, true),
+            Message::Pong(_) => (OpCode::Pong, true),
+            Message::Close(_) => (OpCode::Close, true),
+        }
+    }
+
     /// The text, for a text message.
     pub fn as_text(&self) -> Option<&str> {
         match self {

@@ -5,6 +5,7 @@
 //! so).
 
 pub mod close;
+pub mod conn;
 pub mod decoder;
 pub mod deflate;
 pub mod encoder;

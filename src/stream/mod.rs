@@ -5,6 +5,7 @@
 mod deflate;
 mod pieces;
 mod read;
+mod read_buf;
 mod split;
 mod write;
 
@@ -82,7 +83,7 @@ struct Whole<'a, S> {
 impl<S: AsyncRead + AsyncWrite + Unpin> Transport for Whole<'_, S> {
     type Read = S;
     type Write = S;
-    const CORKS: bool = true;
+    const FLUSHES_ALL_BEFORE_READ: bool = true;
 
     fn read_io(&mut self) -> &mut S {
         self.io
@@ -93,7 +94,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Transport for Whole<'_, S> {
     }
 
     fn close_sent(&self) -> bool {
-        self.writer.close_sent
+        self.writer.conn.is_close_sent()
     }
 }
 
@@ -127,10 +128,11 @@ where
                 "masking keys are predictable: for tests only (RFC 6455 §10.3)"
             );
         }
+        let writer = WriteState::new(role, &config);
         Ok(WebSocketStream {
             io,
-            reader: ReadState::new(role, &config, read),
-            writer: WriteState::new(role, &config),
+            reader: ReadState::new(role, &config, read, &writer),
+            writer,
         })
     }
 
@@ -181,7 +183,7 @@ where
         }
         let timeout = self.reader.close_timeout();
         let send = async {
-            if !self.writer.close_sent {
+            if !self.writer.conn.is_close_sent() {
                 self.feed(Message::Close(frame)).await?;
             }
             self.flush().await
@@ -276,7 +278,7 @@ impl<S> WebSocketStream<S> {
 
     /// Whether a close frame has been sent.
     pub fn is_close_sent(&self) -> bool {
-        self.writer.close_sent
+        self.writer.conn.is_close_sent()
     }
 
     /// Turns permessage-deflate on in both directions, as negotiated; fails

@@ -20,7 +20,7 @@ use crate::stream::write::WriteState;
 #[derive(Debug)]
 struct Shared<S> {
     writer: Mutex<Writer<S>>,
-    /// Mirrors `WriteState::close_sent`, so the receiver can ask without
+    /// Mirrors the core's `is_close_sent`, so the receiver can ask without
     /// taking the lock on every read.
     close_sent: AtomicBool,
 }
@@ -43,7 +43,8 @@ impl<S> Shared<S> {
         let mut guard = self.lock();
         let w = &mut *guard;
         let r = f(&mut w.state, &mut w.io);
-        self.close_sent.store(w.state.close_sent, Ordering::Release);
+        self.close_sent
+            .store(w.state.conn.is_close_sent(), Ordering::Release);
         r
     }
 }
@@ -58,7 +59,7 @@ where
 {
     let (rd, wr) = tokio::io::split(io);
     let shared = Arc::new(Shared {
-        close_sent: AtomicBool::new(writer.close_sent),
+        close_sent: AtomicBool::new(writer.conn.is_close_sent()),
         writer: Mutex::new(Writer {
             state: writer,
             io: wr,
@@ -168,7 +169,7 @@ struct Half<'a, S> {
 impl<S: AsyncRead + AsyncWrite> Transport for Half<'_, S> {
     type Read = ReadHalf<S>;
     type Write = WriteHalf<S>;
-    const CORKS: bool = false;
+    const FLUSHES_ALL_BEFORE_READ: bool = false;
 
     fn read_io(&mut self) -> &mut ReadHalf<S> {
         self.rd

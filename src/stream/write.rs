@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::outbox::Outbox;
 use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
+use crate::proto::conn::Connection;
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::header::OpCode;
 use crate::proto::message::{Message, PreparedMessage};
@@ -35,18 +36,14 @@ pub(crate) struct WriteState {
     encoder: FrameEncoder,
     pub(crate) outbox: Outbox,
     write_buffer_size: usize,
-    pub(crate) close_sent: bool,
-    /// The peer ended the connection (its close frame, EOF or an error).
-    pub(crate) peer_closed: bool,
-    pub(crate) shutdown: bool,
+    /// The protocol's state, here because both halves of a split
+    /// connection need it and the sending side's lock guards it.
+    pub(crate) conn: Connection,
+    shutdown: bool,
     /// Bytes were handed to the transport since its last completed flush. A
     /// transport may hold them until flushed (`BufWriter`, TLS), so whoever
     /// owes output is not done until this is clear.
     pub(crate) unflushed: bool,
-    /// A message sent in fragments (`Message::Frame` without FIN) is
-    /// unfinished: only its continuation frames and control frames may go
-    /// out until it ends (RFC 6455 §5.4).
-    fragmenting: bool,
     /// Made on first need: only a split connection's halves wait on each
     /// other, and an idle connection should be small.
     wakers: Option<Box<Wakers>>,
@@ -74,17 +71,33 @@ impl WriteState {
             encoder: FrameEncoder::with_mask_keys(role, config.mask_keys),
             outbox: Outbox::default(),
             write_buffer_size: config.write_buffer_size,
-            close_sent: false,
-            peer_closed: false,
+            conn: Connection::new(role, config.timers(), crate::stream::read::now()),
             shutdown: false,
             unflushed: false,
-            fragmenting: false,
             wakers: None,
         }
     }
 
     pub(crate) fn encoder_mut(&mut self) -> &mut FrameEncoder {
         &mut self.encoder
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shutdown
+    }
+
+    pub(crate) fn set_shut_down(&mut self) {
+        self.shutdown = true;
+    }
+
+    /// Encodes the frames the core owes the peer; whether there were any.
+    pub(crate) fn transmit(&mut self) -> Result<bool> {
+        let mut any = false;
+        while let Some(msg) = self.conn.poll_transmit() {
+            any = true;
+            self.queue(msg)?;
+        }
+        Ok(any)
     }
 
     /// Whether the outbox is past its limit.
@@ -178,15 +191,6 @@ impl WriteState {
         Ok(self.outbox.encode(|b| encoder.encode_prepared(p, b))?)
     }
 
-    /// Queues our close frame for an error the peer caused, once.
-    pub(crate) fn queue_close(&mut self, code: CloseCode, reason: &'static str) {
-        if !self.close_sent {
-            self.close_sent = true;
-            // Cannot fail: the code is sendable and the reason is short.
-            let _ = self.queue(Message::Close(Some(CloseFrame::new(code, reason))));
-        }
-    }
-
     /// Writes out the outbox.
     pub(crate) fn poll_drain<W>(
         &mut self,
@@ -259,14 +263,11 @@ impl WriteState {
     }
 
     pub(crate) fn start_send(&mut self, msg: Message) -> Result<()> {
-        let (opcode, fin) = match &msg {
-            Message::Frame(f) => (f.opcode, f.fin),
-            Message::Text(_) => (OpCode::Text, true),
-            Message::Binary(_) => (OpCode::Binary, true),
-            Message::Ping(_) => (OpCode::Ping, true),
-            Message::Pong(_) => (OpCode::Pong, true),
-            Message::Close(_) => (OpCode::Close, true),
-        };
+        if let Message::Close(frame) = &msg {
+            // Refused before the core records the close as sent.
+            CloseFrame::encode(frame.as_ref())?;
+        }
+        let (opcode, fin) = msg.head();
         self.start_frame(opcode, fin, |w| w.queue(msg))
     }
 
@@ -274,57 +275,24 @@ impl WriteState {
         self.start_frame(p.opcode, true, |w| w.queue_prepared(p))
     }
 
-    /// The rules for a frame the user sends, whatever it is made from:
-    /// nothing after a close, fragments not interrupted, and a close frame
-    /// ends sending.
+    /// What the user sends, whatever it is made from, passes the core's
+    /// rules first: nothing after a close, fragments not interrupted.
     fn start_frame(
         &mut self,
         opcode: OpCode,
         fin: bool,
         queue: impl FnOnce(&mut Self) -> Result<()>,
     ) -> Result<()> {
-        let close = opcode == OpCode::Close;
-        if self.refuse_after_close(close)? {
-            return Ok(());
-        }
-        let fragmenting = self.check_fragments(opcode, fin)?;
-        queue(self)?;
-        self.fragmenting = fragmenting;
-        if close {
+        if opcode == OpCode::Close {
+            // A second close, or one after the peer is gone, is dropped.
+            if !self.conn.send_close(Some(crate::stream::read::now())) {
+                return Ok(());
+            }
             trace::debug_event!("close frame sent");
-            self.close_sent = true;
-        }
-        Ok(())
-    }
-
-    /// After a close frame either way, sending is an error, but a second
-    /// close is quietly dropped: `Ok(true)`.
-    fn refuse_after_close(&self, close: bool) -> Result<bool> {
-        if !self.close_sent && !self.peer_closed {
-            Ok(false)
-        } else if close {
-            Ok(true)
-        } else if self.peer_closed {
-            Err(Error::ConnectionClosed)
         } else {
-            Err(Error::AlreadyClosed)
+            self.conn.check_send(opcode, fin)?;
         }
-    }
-
-    /// Refuses a frame that would break the framing of a message sent in
-    /// fragments; returns whether a fragmented message is unfinished after it.
-    fn check_fragments(&self, opcode: OpCode, fin: bool) -> Result<bool> {
-        match opcode {
-            op if op.is_control() => Ok(self.fragmenting),
-            OpCode::Continuation if !self.fragmenting => Err(Error::InvalidMessage(
-                "continuation frame without a fragmented message in progress",
-            )),
-            OpCode::Continuation => Ok(!fin),
-            _ if self.fragmenting => Err(Error::InvalidMessage(
-                "a new message while a fragmented one is unfinished: send its final continuation frame first",
-            )),
-            _ => Ok(!fin),
-        }
+        queue(self)
     }
 
     fn poll_send_buffered<W>(&mut self, io: &mut W, cx: &mut Context<'_>) -> Poll<Result<()>>
@@ -352,9 +320,7 @@ impl WriteState {
     where
         W: AsyncWrite + Unpin,
     {
-        if !self.close_sent && !self.peer_closed {
-            self.start_send(Message::Close(Some(CloseFrame::new(CloseCode::NORMAL, ""))))?;
-        }
+        self.start_send(Message::Close(Some(CloseFrame::new(CloseCode::NORMAL, ""))))?;
         ready!(self.poll_flush(io, cx))?;
         if !self.shutdown {
             match Pin::new(&mut Retrying(io)).poll_shutdown(cx) {

@@ -1,0 +1,400 @@
+//! The connection's rules with a fake clock and no runtime: unit tests on
+//! one `Connection`, and a `Pair` of client and server cores joined by
+//! in-memory byte buffers, stepped by hand.
+
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use super::*;
+use crate::proto::decoder::MessageDecoder;
+use crate::proto::encoder::FrameEncoder;
+use crate::proto::error::ProtocolError;
+use crate::proto::limits::Limits;
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn timers() -> Timers {
+    Timers::default()
+        .ping_interval(Some(30 * SEC))
+        .pong_timeout(10 * SEC)
+        .close_timeout(5 * SEC)
+}
+
+fn drain(conn: &mut Connection) -> Vec<Message> {
+    std::iter::from_fn(|| conn.poll_transmit()).collect()
+}
+
+#[test]
+fn each_ping_is_owed_a_pong_in_order() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Server, Timers::default(), t0);
+    c.handle_frame(&Message::Ping("a".into()), t0);
+    c.handle_frame(&Message::Pong("ignored".into()), t0);
+    c.handle_frame(&Message::Ping("b".into()), t0);
+    assert_eq!(
+        drain(&mut c),
+        [Message::Pong("a".into()), Message::Pong("b".into())]
+    );
+    assert_eq!(c.phase(), Phase::Open);
+    assert_eq!(c.poll_timeout(), None, "no keepalive, nothing to wake for");
+}
+
+#[test]
+fn no_pong_after_our_close() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Client, Timers::default(), t0);
+    assert!(c.send_close(Some(t0)));
+    c.handle_frame(&Message::Ping("late".into()), t0);
+    assert_eq!(drain(&mut c), []);
+}
+
+#[test]
+fn peer_close_is_echoed_with_its_code_once() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Server, Timers::default(), t0);
+    let bye = Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "bye")));
+    c.handle_frame(&bye, t0);
+    c.handle_frame(&bye, t0);
+    assert_eq!(drain(&mut c), [bye]);
+    assert_eq!(c.phase(), Phase::Closed);
+    assert!(c.is_peer_gone());
+    assert_eq!(
+        c.check_send(OpCode::Text, true),
+        Err(Error::ConnectionClosed)
+    );
+    assert!(!c.send_close(Some(t0)), "our close already went out");
+}
+
+#[test]
+fn answer_to_our_close_is_not_echoed() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Client, Timers::default(), t0);
+    assert!(c.send_close(Some(t0)));
+    assert!(!c.send_close(Some(t0)), "a second close is dropped");
+    c.handle_frame(&Message::Close(None), t0);
+    assert_eq!(drain(&mut c), []);
+    assert_eq!(c.phase(), Phase::Closed);
+    assert_eq!(
+        c.check_send(OpCode::Binary, true),
+        Err(Error::AlreadyClosed)
+    );
+}
+
+#[test]
+fn a_violation_closes_with_its_code_then_reports_it() {
+    let cases = [
+        (Error::Protocol(ProtocolError::MaskedFrame), 1002),
+        (Error::InvalidUtf8, 1007),
+        (Error::MessageTooLarge { size: 9, max: 8 }, 1009),
+        (Error::FrameTooLarge { size: 9, max: 8 }, 1009),
+    ];
+    for (err, code) in cases {
+        let t0 = Instant::now();
+        let mut c = Connection::new(Role::Server, Timers::default(), t0);
+        c.handle_error(err.clone(), t0);
+        // A second error (the decoder is not asked again, but be safe)
+        // changes nothing.
+        c.handle_error(Error::InvalidUtf8, t0);
+        let sent = drain(&mut c);
+        assert_eq!(sent.len(), 1, "{err}");
+        let Message::Close(Some(f)) = &sent[0] else {
+            panic!("{sent:?}")
+        };
+        assert_eq!(f.code, CloseCode(code), "{err}");
+        assert_eq!(c.phase(), Phase::Failing);
+        assert_eq!(c.take_error(), Some(err));
+        assert_eq!(c.take_error(), None);
+    }
+}
+
+#[test]
+fn a_violation_after_our_close_sends_no_second_close() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Server, Timers::default(), t0);
+    assert!(c.send_close(Some(t0)));
+    c.handle_error(Error::InvalidUtf8, t0);
+    assert_eq!(drain(&mut c), []);
+    assert_eq!(c.phase(), Phase::Failing);
+}
+
+#[test]
+fn keepalive_pings_after_silence_and_declares_a_silent_peer_dead() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Client, timers(), t0);
+    assert_eq!(c.poll_timeout(), Some(t0 + 30 * SEC));
+    c.handle_timeout(t0 + 29 * SEC);
+    assert_eq!(drain(&mut c), [], "not due yet");
+    c.handle_timeout(t0 + 30 * SEC);
+    assert_eq!(drain(&mut c), [Message::Ping(Default::default())]);
+    assert_eq!(c.poll_timeout(), Some(t0 + 40 * SEC));
+    c.handle_timeout(t0 + 40 * SEC);
+    assert_eq!(c.phase(), Phase::TimedOut);
+    let Some(Message::Close(Some(f))) = c.poll_transmit() else {
+        panic!("a close saying why is owed")
+    };
+    assert_eq!(f.code, CloseCode::INTERNAL_ERROR);
+    assert_eq!(c.take_error(), Some(Error::KeepaliveTimeout));
+    assert_eq!(c.poll_timeout(), None);
+}
+
+#[test]
+fn hearing_from_the_peer_postpones_the_ping_and_answers_it() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Server, timers(), t0);
+    c.handle_input(t0 + 20 * SEC);
+    c.handle_timeout(t0 + 30 * SEC);
+    assert_eq!(drain(&mut c), [], "heard 10 s ago");
+    assert_eq!(c.poll_timeout(), Some(t0 + 50 * SEC));
+    c.handle_timeout(t0 + 50 * SEC);
+    assert_eq!(drain(&mut c).len(), 1, "the ping");
+    // Any input after the ping counts as the answer.
+    c.handle_input(t0 + 55 * SEC);
+    c.handle_timeout(t0 + 60 * SEC);
+    assert_eq!(c.phase(), Phase::Open);
+    assert_eq!(drain(&mut c), [], "heard 5 s ago: next ping at 85 s");
+    assert_eq!(c.poll_timeout(), Some(t0 + 85 * SEC));
+}
+
+#[test]
+fn closing_handshake_times_out() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Client, Timers::default().close_timeout(5 * SEC), t0);
+    assert!(c.send_close(Some(t0 + SEC)));
+    assert_eq!(c.poll_timeout(), Some(t0 + 6 * SEC));
+    c.handle_timeout(t0 + 5 * SEC);
+    assert_eq!(c.phase(), Phase::Open);
+    c.handle_timeout(t0 + 6 * SEC);
+    assert_eq!(c.phase(), Phase::TimedOut);
+    assert_eq!(c.take_error(), Some(Error::CloseTimeout));
+}
+
+#[test]
+fn a_close_sent_without_a_time_starts_its_timer_at_the_next_tick() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Server, Timers::default().close_timeout(5 * SEC), t0);
+    assert!(c.send_close(None));
+    assert_eq!(c.poll_timeout(), None);
+    c.handle_timeout(t0 + 2 * SEC);
+    assert_eq!(c.poll_timeout(), Some(t0 + 7 * SEC));
+}
+
+#[test]
+fn no_keepalive_ping_once_closing() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Client, timers(), t0);
+    assert!(c.send_close(Some(t0)));
+    c.handle_timeout(t0 + 3 * SEC);
+    assert_eq!(drain(&mut c), []);
+    c.handle_timeout(t0 + 5 * SEC);
+    assert_eq!(c.take_error(), Some(Error::CloseTimeout));
+}
+
+#[test]
+fn transport_end_is_expected_only_after_our_close() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Client, Timers::default(), t0);
+    assert!(!c.handle_transport_end());
+    assert_eq!(
+        c.check_send(OpCode::Text, true),
+        Err(Error::ConnectionClosed)
+    );
+    assert!(!c.send_close(Some(t0)), "nobody to close to");
+    let mut c = Connection::new(Role::Client, Timers::default(), t0);
+    assert!(c.send_close(Some(t0)));
+    assert!(c.handle_transport_end());
+}
+
+#[test]
+fn fragments_may_not_be_interrupted_by_data() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Client, Timers::default(), t0);
+    assert!(c.check_send(OpCode::Continuation, true).is_err());
+    c.check_send(OpCode::Text, false).unwrap();
+    assert!(c.check_send(OpCode::Binary, true).is_err());
+    c.check_send(OpCode::Ping, true).unwrap();
+    c.check_send(OpCode::Continuation, false).unwrap();
+    c.check_send(OpCode::Continuation, true).unwrap();
+    c.check_send(OpCode::Binary, true).unwrap();
+}
+
+/// One side of an in-memory connection: the protocol core only.
+struct Side {
+    conn: Connection,
+    encoder: FrameEncoder,
+    decoder: MessageDecoder,
+    inbox: BytesMut,
+    received: Vec<Message>,
+}
+
+impl Side {
+    fn new(role: Role, timers: Timers, limits: Limits, now: Instant) -> Side {
+        Side {
+            conn: Connection::new(role, timers, now),
+            encoder: FrameEncoder::new(role),
+            decoder: MessageDecoder::new(role, limits),
+            inbox: BytesMut::new(),
+            received: Vec::new(),
+        }
+    }
+
+    /// Encodes what this side sends: `msg` after what the core owes.
+    fn send(&mut self, msg: Message, wire: &mut BytesMut, now: Instant) -> Result<(), Error> {
+        if msg.is_close() {
+            if !self.conn.send_close(Some(now)) {
+                return Ok(());
+            }
+        } else {
+            let (opcode, fin) = msg.head();
+            self.conn.check_send(opcode, fin)?;
+        }
+        self.transmit(wire);
+        self.encoder.encode_message(&msg, wire)
+    }
+
+    fn transmit(&mut self, wire: &mut BytesMut) {
+        while let Some(m) = self.conn.poll_transmit() {
+            self.encoder.encode_message(&m, wire).unwrap();
+        }
+    }
+
+    /// Decodes everything in the inbox, as a connection's read loop does.
+    fn receive(&mut self, now: Instant) {
+        if !self.inbox.is_empty() {
+            self.conn.handle_input(now);
+        }
+        while self.conn.phase() == Phase::Open {
+            match self.decoder.decode(&mut self.inbox) {
+                Ok(Some(m)) => {
+                    if m.is_control() {
+                        self.conn.handle_frame(&m, now);
+                    }
+                    self.received.push(m);
+                }
+                Ok(None) => break,
+                Err(e) => self.conn.handle_error(e, now),
+            }
+        }
+    }
+}
+
+/// A client and a server core with the wire between them.
+struct Pair {
+    now: Instant,
+    client: Side,
+    server: Side,
+}
+
+impl Pair {
+    fn new(timers: Timers, limits: Limits) -> Pair {
+        let now = Instant::now();
+        Pair {
+            now,
+            client: Side::new(Role::Client, timers, limits, now),
+            server: Side::new(Role::Server, timers, limits, now),
+        }
+    }
+
+    /// Moves owed frames across both ways until neither side owes any.
+    fn step(&mut self) {
+        loop {
+            let mut to_server = BytesMut::new();
+            let mut to_client = BytesMut::new();
+            self.client.transmit(&mut to_server);
+            self.server.transmit(&mut to_client);
+            if to_server.is_empty() && to_client.is_empty() {
+                return;
+            }
+            self.server.inbox.extend_from_slice(&to_server);
+            self.client.inbox.extend_from_slice(&to_client);
+            self.client.receive(self.now);
+            self.server.receive(self.now);
+        }
+    }
+
+    fn advance(&mut self, by: Duration) {
+        self.now += by;
+        self.client.conn.handle_timeout(self.now);
+        self.server.conn.handle_timeout(self.now);
+        self.step();
+    }
+}
+
+#[test]
+fn pair_ping_is_answered_over_the_wire() {
+    let mut p = Pair::new(Timers::default(), Limits::default());
+    let mut wire = BytesMut::new();
+    p.client
+        .send(Message::Ping("are you there".into()), &mut wire, p.now)
+        .unwrap();
+    p.server.inbox.extend_from_slice(&wire);
+    p.server.receive(p.now);
+    p.step();
+    assert_eq!(p.client.received, [Message::Pong("are you there".into())]);
+}
+
+#[test]
+fn pair_closing_handshake_completes_both_ways() {
+    let mut p = Pair::new(Timers::default(), Limits::default());
+    let mut wire = BytesMut::new();
+    let bye = Message::Close(Some(CloseFrame::new(CloseCode::NORMAL, "done")));
+    p.client.send(bye.clone(), &mut wire, p.now).unwrap();
+    p.server.inbox.extend_from_slice(&wire);
+    p.server.receive(p.now);
+    p.step();
+    assert_eq!(p.server.received, std::slice::from_ref(&bye));
+    assert_eq!(p.client.received, [bye], "the server echoed the code");
+    assert_eq!(p.server.conn.phase(), Phase::Closed);
+    assert_eq!(p.client.conn.phase(), Phase::Closed);
+}
+
+#[test]
+fn pair_oversized_message_gets_1009_before_its_payload() {
+    let mut p = Pair::new(Timers::default(), Limits::default().max_message_size(16));
+    let mut wire = BytesMut::new();
+    p.client
+        .send(Message::binary(vec![0; 1000]), &mut wire, p.now)
+        .unwrap();
+    // Only the header (2 + 2 length + 4 mask bytes) reaches the server.
+    wire.truncate(8);
+    p.server.inbox.extend_from_slice(&wire);
+    p.server.receive(p.now);
+    assert_eq!(p.server.conn.phase(), Phase::Failing);
+    p.step();
+    let Some(Message::Close(Some(f))) = p.client.received.last() else {
+        panic!("{:?}", p.client.received)
+    };
+    assert_eq!(f.code, CloseCode::MESSAGE_TOO_BIG);
+    assert!(matches!(
+        p.server.conn.take_error(),
+        Some(Error::MessageTooLarge {
+            size: 1000,
+            max: 16
+        })
+    ));
+}
+
+#[test]
+fn pair_keepalive_keeps_a_live_peer_and_drops_a_dead_one() {
+    let mut p = Pair::new(timers(), Limits::default());
+    for _ in 0..10 {
+        p.advance(30 * SEC);
+        p.advance(10 * SEC);
+    }
+    assert_eq!(p.client.conn.phase(), Phase::Open);
+    assert_eq!(p.server.conn.phase(), Phase::Open);
+    let pongs = p.client.received.iter().filter(|m| m.is_pong()).count();
+    assert!(pongs >= 5, "the client's pings were answered: {pongs}");
+
+    // The server goes silent: its core is no longer stepped.
+    let mut client = p.client;
+    let mut now = p.now;
+    for _ in 0..8 {
+        now += 10 * SEC;
+        client.conn.handle_timeout(now);
+        let mut lost = BytesMut::new();
+        client.transmit(&mut lost);
+    }
+    assert_eq!(client.conn.phase(), Phase::TimedOut);
+    assert_eq!(client.conn.take_error(), Some(Error::KeepaliveTimeout));
+}

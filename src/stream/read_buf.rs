@@ -1,0 +1,264 @@
+//! Read-buffer sizing: how much room to make before a read and how much
+//! memory to keep after it, in one place.
+//!
+//! The rules: an idle connection holds no buffer; a connection reads into a
+//! per-thread spare and keeps it only while it is well used; a frame being
+//! received gets room in proportion to what has arrived (never to what its
+//! header announced), all of it once a quarter is here; and whenever a read
+//! waits, the buffer holds at most four times its bytes.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{BufMut, BytesMut};
+use tokio::io::AsyncRead;
+use tokio_util::io::poll_read_buf;
+
+use crate::pool;
+use crate::retry::Retrying;
+
+/// Reads are made at least this large while a frame's size is unknown.
+pub(crate) const READ_CHUNK: usize = 8 << 10;
+
+/// The receiving side's buffer and its sizing policy.
+#[derive(Debug, Default)]
+pub(crate) struct ReadBuf {
+    buf: BytesMut,
+    /// Messages handed out may share the buffer's memory, so it must not go
+    /// back to the pool.
+    shared: bool,
+}
+
+impl ReadBuf {
+    /// Starts with `initial`, bytes already read past the handshake.
+    pub(crate) fn new(initial: BytesMut) -> Self {
+        ReadBuf {
+            buf: initial,
+            shared: false,
+        }
+    }
+
+    /// The bytes to decode. Decoding may split messages off it; call
+    /// [`handed_out`](Self::handed_out) when it did.
+    pub(crate) fn bytes(&mut self) -> &mut BytesMut {
+        &mut self.buf
+    }
+
+    /// A message split off the buffer may share its memory.
+    pub(crate) fn handed_out(&mut self) {
+        self.shared = true;
+    }
+
+    /// Drops everything, memory too.
+    pub(crate) fn release(&mut self) {
+        self.buf = BytesMut::new();
+        self.shared = false;
+    }
+
+    /// Reads more input. `frame_left(buffered)` says how many more payload
+    /// bytes the frame being received needs beyond `buffered`, if a payload
+    /// is being received. A buffer with nothing in it reads into the free
+    /// room of its own memory when there is enough (after a large message),
+    /// else into a per-thread spare, and keeps that only if the read filled
+    /// a quarter of it.
+    pub(crate) fn poll_read<R: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut R,
+        cx: &mut Context<'_>,
+        frame_left: impl Fn(usize) -> Option<usize>,
+    ) -> Poll<io::Result<usize>> {
+        let fresh = self.buf.is_empty();
+        if fresh {
+            if !self.buf.try_reclaim(READ_CHUNK) {
+                // Drops our share of the last burst; messages handed out keep theirs.
+                self.buf = pool::take();
+                self.shared = false;
+            }
+        } else {
+            self.reserve(frame_left(self.buf.len()));
+        }
+        // Mid-payload, read little past the frame's end: whatever follows it
+        // is moved to the front of the buffer when the next frame needs room.
+        let limit =
+            frame_left(self.buf.len()).map_or(usize::MAX, |want| want.saturating_add(READ_CHUNK));
+        let r = poll_read_buf(
+            Pin::new(&mut Retrying(io)),
+            cx,
+            &mut (&mut self.buf).limit(limit),
+        );
+        match r {
+            Poll::Ready(Ok(n)) if n > 0 => {
+                if fresh && n < self.buf.capacity() / 4 {
+                    self.fit();
+                }
+            }
+            // Waiting, at EOF or failed: keep only what is in proportion, so
+            // a peer that sends a frame slowly (or never finishes one) costs
+            // what it sent, not what it announced.
+            _ => self.fit(),
+        }
+        r
+    }
+
+    /// Keeps the memory in proportion to the bytes held (at most four
+    /// times); called whenever the connection is about to wait.
+    pub(crate) fn fit(&mut self) {
+        if pool::fit(&mut self.buf, self.shared) {
+            self.shared = false;
+        }
+    }
+
+    /// Makes room for the next read of a frame that needs `frame_left` more
+    /// bytes (`None`: its size is not known yet).
+    fn reserve(&mut self, frame_left: Option<usize>) {
+        let len = self.buf.len();
+        let spare = self.buf.capacity() - len;
+        let want = frame_left.unwrap_or(READ_CHUNK).max(1);
+        let min_spare = want.min(READ_CHUNK);
+        if spare < want && self.buf.try_reclaim(want) {
+            // The memory of messages already handed out and dropped holds the
+            // whole frame: the few bytes buffered moved to its front.
+            return;
+        }
+        if spare >= min_spare {
+            return;
+        }
+        // Grow with what has arrived (four-fold), never past what the frame
+        // still needs, so a huge announced length costs nothing until its
+        // bytes come; once a quarter of the frame is here, make room for the
+        // rest at once. Memory stays within four times what the peer
+        // actually sent, with few reallocations on the way.
+        let additional = if want <= 3 * len {
+            want
+        } else {
+            want.min((3 * len).max(READ_CHUNK))
+        };
+        let additional = additional.max(min_spare);
+        if self.buf.capacity() <= pool::BUF_LEN {
+            // Outgrowing a spare: move to a buffer of our own and give the
+            // spare back, rather than reallocating it away, so the spares
+            // stay put for the thread's life.
+            let mut bigger = BytesMut::with_capacity(len + additional);
+            bigger.extend_from_slice(&self.buf);
+            let spare = std::mem::replace(&mut self.buf, bigger);
+            if !std::mem::take(&mut self.shared) {
+                pool::give(spare);
+            }
+        } else {
+            self.buf.reserve(additional);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::Waker;
+
+    /// A reader that has `data` and then waits.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl AsyncRead for Trickle<'_> {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            if self.0.is_empty() {
+                return Poll::Pending;
+            }
+            let n = self.0.len().min(buf.remaining());
+            buf.put_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn read(rb: &mut ReadBuf, data: &[u8], frame_left: impl Fn(usize) -> Option<usize>) -> usize {
+        let mut cx = Context::from_waker(Waker::noop());
+        match rb.poll_read(&mut Trickle(data), &mut cx, frame_left) {
+            Poll::Ready(Ok(n)) => n,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn wait(rb: &mut ReadBuf) {
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(
+            rb.poll_read(&mut Trickle(&[]), &mut cx, |_| None)
+                .is_pending()
+        );
+    }
+
+    #[test]
+    fn an_idle_connection_holds_no_memory() {
+        let mut rb = ReadBuf::default();
+        wait(&mut rb);
+        assert_eq!(rb.buf.capacity(), 0);
+    }
+
+    #[test]
+    fn a_small_read_keeps_only_its_size() {
+        let mut rb = ReadBuf::default();
+        assert_eq!(read(&mut rb, &[7; 100], |_| None), 100);
+        assert_eq!(rb.bytes().len(), 100);
+        assert!(rb.buf.capacity() <= 4 * 100, "{}", rb.buf.capacity());
+    }
+
+    #[test]
+    fn a_huge_announced_frame_costs_what_arrived() {
+        let mut rb = ReadBuf::default();
+        read(&mut rb, &[1; 100], |_| None);
+        // The header said a gigabyte follows; 100 bytes are here.
+        let announced = 1 << 30;
+        read(&mut rb, &[2; 1000], |held| Some(announced - held));
+        assert!(rb.buf.capacity() < 64 << 10, "{}", rb.buf.capacity());
+        wait(&mut rb);
+        assert!(
+            rb.buf.capacity() <= 4 * rb.buf.len(),
+            "{}",
+            rb.buf.capacity()
+        );
+    }
+
+    #[test]
+    fn a_quarter_of_the_frame_here_makes_room_for_all_of_it() {
+        let mut rb = ReadBuf::default();
+        // One read brings what a spare holds, over a quarter of the frame.
+        let first = read(&mut rb, &vec![3; 200_000], |_| None);
+        let frame = 3 * first;
+        read(&mut rb, &[4; 10], |held| Some(frame - held));
+        assert!(rb.buf.capacity() >= frame, "{}", rb.buf.capacity());
+        // Below a quarter, growth follows what arrived instead.
+        let mut rb = ReadBuf::default();
+        let first = read(&mut rb, &vec![3; 200_000], |_| None);
+        let frame = 100 * first;
+        read(&mut rb, &[4; 10], |held| Some(frame - held));
+        assert!(
+            rb.buf.capacity() <= 4 * first + READ_CHUNK,
+            "{}",
+            rb.buf.capacity()
+        );
+    }
+
+    #[test]
+    fn a_read_mid_payload_stops_soon_after_the_frame() {
+        let mut rb = ReadBuf::default();
+        read(&mut rb, &[5; 10], |_| None);
+        let n = read(&mut rb, &vec![6; 100_000], |held| Some(20 - held.min(20)));
+        assert!(n <= 10 + READ_CHUNK, "{n}");
+    }
+
+    #[test]
+    fn memory_shared_with_a_message_is_not_pooled() {
+        let mut rb = ReadBuf::default();
+        read(&mut rb, &[8; 5000], |_| None);
+        let msg = rb.bytes().split_to(5000).freeze();
+        rb.handed_out();
+        // The buffer is empty, its memory still behind `msg`: the next read
+        // must not treat that memory as a spare.
+        wait(&mut rb);
+        assert_eq!(&msg[..], &[8; 5000][..]);
+    }
+}
