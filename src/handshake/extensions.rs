@@ -36,7 +36,7 @@ use http::HeaderMap;
 use http::header::{HeaderValue, SEC_WEBSOCKET_EXTENSIONS};
 
 use crate::deflate::{DeflateConfig, DeflateParams};
-use crate::error::HandshakeError;
+use crate::handshake::HandshakeError;
 use crate::handshake::is_token;
 
 /// The extension's registered name.
