@@ -27,9 +27,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_deadline_cuts_slow_futures_only() {
         let slow = tokio::time::sleep(Duration::from_secs(5));
-        assert_eq!(within(after(Some(Duration::from_secs(1))), slow).await, None);
+        assert_eq!(
+            within(after(Some(Duration::from_secs(1))), slow).await,
+            None
+        );
         let quick = async { 7 };
-        assert_eq!(within(after(Some(Duration::from_secs(1))), quick).await, Some(7));
+        assert_eq!(
+            within(after(Some(Duration::from_secs(1))), quick).await,
+            Some(7)
+        );
         let slow = async {
             tokio::time::sleep(Duration::from_secs(5)).await;
             8

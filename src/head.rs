@@ -141,8 +141,6 @@ mod tests {
             .read_error(io::Error::from(io::ErrorKind::ConnectionReset))
             .build();
         let r = read_head(&mut io, &mut BytesMut::new(), 1024, blank_line).await;
-        assert!(
-            matches!(r, Err(HeadError::Io(e)) if e.kind() == io::ErrorKind::ConnectionReset)
-        );
+        assert!(matches!(r, Err(HeadError::Io(e)) if e.kind() == io::ErrorKind::ConnectionReset));
     }
 }

@@ -114,11 +114,11 @@ pub use stream::{MessagePieces, WebSocketReceiver, WebSocketSender, WebSocketStr
 
 #[cfg(feature = "rustls")]
 pub use client::connect_async_tls_with_config;
+#[cfg(feature = "rustls")]
+pub use client::tls::Connector;
 /// The rustls version wavesock is built with, for [`Connector::Rustls`] configs.
 #[cfg(feature = "rustls")]
 pub use rustls;
-#[cfg(feature = "rustls")]
-pub use client::tls::Connector;
 /// The tokio-rustls version wavesock is built with (a server's `TlsAcceptor`).
 #[cfg(feature = "rustls")]
 pub use tokio_rustls;

@@ -219,10 +219,7 @@ async fn a_silent_proxy_runs_into_the_connect_timeout() {
             .connect_timeout(Some(Duration::from_millis(200)));
         let started = std::time::Instant::now();
         let result = wavesock::connect_async_with_config("ws://localhost:9/", config).await;
-        assert!(matches!(
-            result,
-            Err(Error::Connect(ConnectError::Timeout))
-        ));
+        assert!(matches!(result, Err(Error::Connect(ConnectError::Timeout))));
         assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

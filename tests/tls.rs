@@ -193,10 +193,7 @@ async fn the_tls_handshake_counts_toward_the_connect_timeout() {
         Some(trusting(&cert).into()),
     )
     .await;
-    assert!(matches!(
-        result,
-        Err(Error::Connect(ConnectError::Timeout))
-    ));
+    assert!(matches!(result, Err(Error::Connect(ConnectError::Timeout))));
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 

@@ -111,4 +111,3 @@ fn socks_reply_text(code: u8) -> &'static str {
         _ => "unknown reply code",
     }
 }
-

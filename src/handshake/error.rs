@@ -75,13 +75,20 @@ impl fmt::Display for HandshakeError {
             HandshakeError::Malformed(e) => write!(f, "malformed HTTP: {e}"),
             HandshakeError::TooLarge(max) => write!(f, "HTTP head exceeds {max} bytes"),
             HandshakeError::MethodNotAllowed(m) => {
-                write!(f, "method {m} is not allowed; a WebSocket handshake uses GET")
+                write!(
+                    f,
+                    "method {m} is not allowed; a WebSocket handshake uses GET"
+                )
             }
             HandshakeError::BadHeader { name, reason } => write!(f, "bad header {name}: {reason}"),
             HandshakeError::UnsupportedVersion => f.write_str("unsupported WebSocket version"),
-            HandshakeError::UnexpectedStatus { status, .. } => write!(f, "server answered {status}"),
+            HandshakeError::UnexpectedStatus { status, .. } => {
+                write!(f, "server answered {status}")
+            }
             HandshakeError::Timeout => f.write_str("handshake timed out"),
-            HandshakeError::ConnectionClosed => f.write_str("connection closed during the handshake"),
+            HandshakeError::ConnectionClosed => {
+                f.write_str("connection closed during the handshake")
+            }
             HandshakeError::InvalidUrl(e) => write!(f, "invalid URL: {e}"),
             HandshakeError::InvalidRequest(e) => write!(f, "invalid request: {e}"),
             HandshakeError::Refused(status) => write!(f, "request refused with status {status}"),

@@ -81,9 +81,7 @@ pub(crate) fn has_token(value: &[u8], token: &str) -> bool {
 
 /// The `Upgrade: websocket` and `Connection: upgrade` that both a request
 /// and a `101` response must carry.
-pub(crate) fn check_upgrade_headers(
-    h: &http::HeaderMap,
-) -> Result<(), HandshakeError> {
+pub(crate) fn check_upgrade_headers(h: &http::HeaderMap) -> Result<(), HandshakeError> {
     if !headers_have_token(h, http::header::UPGRADE, "websocket") {
         return Err(HandshakeError::BadHeader {
             name: "Upgrade",

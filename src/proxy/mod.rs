@@ -438,7 +438,9 @@ where
     // A WebSocket or TLS server waits for the client to speak first, so
     // nothing may follow the proxy's answer yet.
     if buf.len() > head_len {
-        return Err(ConnectError::ProxyProtocol("the proxy sent data after its CONNECT answer").into());
+        return Err(
+            ConnectError::ProxyProtocol("the proxy sent data after its CONNECT answer").into(),
+        );
     }
     Ok(())
 }
