@@ -1,4 +1,7 @@
-//! The crate's one error type.
+//! The crate's one error type, [`Error`], and the errors it wraps.
+//!
+//! [`HandshakeError`] is defined by the sans-IO handshake layer and
+//! [`ConnectError`] by the client's connect layer; both are re-exported here.
 
 use std::io;
 

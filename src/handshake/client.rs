@@ -372,7 +372,8 @@ pub(crate) fn port_or_default(uri: &Uri) -> Result<u16, HandshakeError> {
 /// Completes a request into a valid opening handshake (RFC 6455 §4.1).
 ///
 /// The URI must be `ws://` or `wss://` with a host, or a bare path with a
-/// `Host` header given (for streams you opened yourself). A port in the URI
+/// `Host` header given (for streams you opened yourself); any other scheme
+/// is [`HandshakeError::InvalidUrl`]. A port in the URI
 /// must be a number from 1 to 65535, else the request is refused with
 /// [`HandshakeError::InvalidUrl`] (never replaced by the default port); an
 /// empty port (`ws://host:/`) means the default, as in RFC 3986. `Upgrade`,
