@@ -1,13 +1,15 @@
-//! The crate's one error type.
+//! The crate's one error type, [`Error`], and the errors it wraps.
+//!
+//! [`HandshakeError`] is defined by the sans-IO handshake layer and
+//! [`ConnectError`] by the client's connect layer; both are re-exported here.
 
 use std::io;
-use std::net::SocketAddr;
-
-use http::StatusCode;
 
 use crate::proto;
 use crate::proto::close::CloseCode;
 
+pub use crate::client::ConnectError;
+pub use crate::handshake::HandshakeError;
 pub use crate::proto::error::ProtocolError;
 
 /// Everything that can go wrong on a WebSocket connection.
@@ -134,166 +136,6 @@ impl From<Error> for io::Error {
             Error::InvalidUtf8 => io::Error::new(io::ErrorKind::InvalidData, e),
             e => io::Error::other(e),
         }
-    }
-}
-
-/// Why the opening HTTP handshake failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum HandshakeError {
-    /// The HTTP head could not be parsed.
-    #[error("malformed HTTP: {0}")]
-    Malformed(String),
-    /// The HTTP head was larger than the configured limit.
-    #[error("HTTP head exceeds {0} bytes")]
-    TooLarge(usize),
-    /// The request used a method other than GET.
-    #[error("method {0} is not allowed; a WebSocket handshake uses GET")]
-    MethodNotAllowed(String),
-    /// A required header was missing or wrong.
-    #[error("bad header {name}: {reason}")]
-    BadHeader {
-        /// Header name.
-        name: &'static str,
-        /// What was wrong with it.
-        reason: &'static str,
-    },
-    /// The client asked for a WebSocket version other than 13.
-    #[error("unsupported WebSocket version")]
-    UnsupportedVersion,
-    /// The server answered with something other than 101 Switching Protocols.
-    #[error("server answered {status}")]
-    UnexpectedStatus {
-        /// The response status.
-        status: StatusCode,
-        /// The response as received (head and a bounded part of the body).
-        response: Box<http::Response<Option<Vec<u8>>>>,
-    },
-    /// The handshake did not complete within the configured timeout.
-    #[error("handshake timed out")]
-    Timeout,
-    /// The peer closed the connection during the handshake.
-    #[error("connection closed during the handshake")]
-    ConnectionClosed,
-    /// The URL could not be used to open a WebSocket connection.
-    #[error("invalid URL: {0}")]
-    InvalidUrl(String),
-    /// A client request could not be built from the parts given: a header
-    /// name or value that is not valid HTTP, or a subprotocol name that is
-    /// not an HTTP token (see
-    /// [`ClientRequestBuilder`](crate::ClientRequestBuilder)).
-    #[error("invalid request: {0}")]
-    InvalidRequest(String),
-    /// The server's callback refused the request.
-    #[error("request refused with status {0}")]
-    Refused(StatusCode),
-    /// The URL's scheme cannot be used: `wss://` needs a `rustls` feature;
-    /// anything but `ws://` and `wss://` is not WebSocket.
-    #[error(
-        "unsupported URL scheme {0:?}: connect_async takes ws://, and wss:// with a rustls feature (or open the TLS stream yourself and use client_async)"
-    )]
-    UnsupportedScheme(String),
-    /// The connection (name resolution, TCP, proxy tunnel and TLS handshake
-    /// together) could not be opened within the configured
-    /// [`connect_timeout`](crate::Config::connect_timeout).
-    #[error("connecting timed out")]
-    ConnectTimeout,
-}
-
-impl HandshakeError {
-    /// The HTTP status a server answers this failure with, if any.
-    pub fn status(&self) -> Option<StatusCode> {
-        match self {
-            HandshakeError::Malformed(_) | HandshakeError::BadHeader { .. } => {
-                Some(StatusCode::BAD_REQUEST)
-            }
-            HandshakeError::TooLarge(_) => Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE),
-            HandshakeError::MethodNotAllowed(_) => Some(StatusCode::METHOD_NOT_ALLOWED),
-            HandshakeError::UnsupportedVersion => Some(StatusCode::UPGRADE_REQUIRED),
-            HandshakeError::Refused(status) => Some(*status),
-            _ => None,
-        }
-    }
-}
-
-/// Why a client could not open the connection its handshake runs over.
-///
-/// Reached as [`Error::Connect`]. Running out of
-/// [`connect_timeout`](crate::Config::connect_timeout) in any of these steps
-/// is [`HandshakeError::ConnectTimeout`].
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConnectError {
-    /// The host name (of the server, or of the proxy) did not resolve to any
-    /// address.
-    #[error("could not resolve {host:?}: {source}")]
-    Dns {
-        /// The name looked up.
-        host: String,
-        /// The resolver's error.
-        #[source]
-        source: io::Error,
-    },
-    /// No TCP connection could be opened: refused, unreachable, reset. With
-    /// several addresses for the name, this is the last one tried.
-    #[error("TCP connection to {addr} failed: {source}")]
-    Tcp {
-        /// The address (of the server, or of the proxy).
-        addr: SocketAddr,
-        /// The operating system's error.
-        #[source]
-        source: io::Error,
-    },
-    /// The HTTP proxy answered `CONNECT` with a status other than 2xx
-    /// (`407` when it wants credentials or refused the ones given).
-    #[error("HTTP proxy refused the tunnel: {0}")]
-    ProxyStatus(StatusCode),
-    /// The SOCKS5 proxy answered the connect request with a failure code
-    /// (RFC 1928 §6: 1 general failure, 2 not allowed by ruleset, 3 network
-    /// unreachable, 4 host unreachable, 5 connection refused, 6 TTL expired,
-    /// 7 command not supported, 8 address type not supported).
-    #[error("SOCKS5 proxy refused the connection: {text} (reply {0})", text = socks_reply_text(*.0))]
-    SocksRefused(u8),
-    /// The SOCKS5 proxy accepted none of the authentication methods offered;
-    /// usually it wants a username and password and none were configured.
-    #[error("SOCKS5 proxy accepts none of the offered authentication methods")]
-    SocksNoAcceptableAuth,
-    /// The SOCKS5 proxy refused the username and password (RFC 1929).
-    #[error("SOCKS5 proxy refused the username and password")]
-    SocksAuthFailed,
-    /// The proxy broke its protocol: a malformed or oversized answer, or the
-    /// connection closed while the tunnel was being set up.
-    #[error("proxy protocol error: {0}")]
-    ProxyProtocol(&'static str),
-    /// The server's certificate was not accepted: untrusted issuer, wrong
-    /// host name, expired, and so on. The rustls error says which.
-    #[cfg(feature = "rustls")]
-    #[error("server certificate refused: {0}")]
-    Certificate(#[source] rustls::Error),
-    /// The TLS handshake failed for another reason: the server is not
-    /// speaking TLS, no common protocol version or cipher suite, an alert.
-    #[cfg(feature = "rustls")]
-    #[error("TLS handshake failed: {0}")]
-    Tls(#[source] rustls::Error),
-    /// A `wss://` URL with no root certificates to check the server against.
-    #[cfg(feature = "rustls")]
-    #[error(
-        "no trusted root certificates for wss:// ({0}): enable the rustls-webpki-roots or rustls-native-roots feature, or pass Connector::Rustls with your own ClientConfig"
-    )]
-    NoRootCertificates(String),
-}
-
-fn socks_reply_text(code: u8) -> &'static str {
-    match code {
-        1 => "general failure",
-        2 => "connection not allowed by ruleset",
-        3 => "network unreachable",
-        4 => "host unreachable",
-        5 => "connection refused",
-        6 => "TTL expired",
-        7 => "command not supported",
-        8 => "address type not supported",
-        _ => "unknown reply code",
     }
 }
 

@@ -44,7 +44,8 @@
 //!   [`max_headers`](crate::Config::max_headers) (64) and
 //!   [`handshake_timeout`](crate::Config::handshake_timeout) (10 s); a client also
 //!   by [`connect_timeout`](crate::Config::connect_timeout) (10 s) for opening the
-//!   TCP connection.
+//!   connection (DNS, TCP, a proxy tunnel and TLS together), which runs out as
+//!   [`ConnectError::Timeout`](crate::ConnectError::Timeout).
 //!
 //! Set the message limits to what your application expects, not to what it
 //! could survive: a chat server has no use for 64 MiB lines.
@@ -387,6 +388,7 @@
 //! | [`Error::CloseTimeout`](crate::Error::CloseTimeout) | the closing handshake took longer than `close_timeout` | (ours was sent already) |
 //! | [`Error::Io`](crate::Error::Io) | the transport failed, or ended without a close frame (`UnexpectedEof`) | none |
 //! | [`Error::Handshake`](crate::Error::Handshake) | the opening handshake failed ([`HandshakeError`](crate::HandshakeError); a server answers it with the HTTP status of [`HandshakeError::status`](crate::HandshakeError::status)) | none |
+//! | [`Error::Connect`](crate::Error::Connect) | a client could not open the connection the handshake runs over: DNS, TCP, a proxy, TLS, an unsupported scheme, or the connect timeout ([`ConnectError`](crate::ConnectError) says which) | none |
 //! | [`Error::ConnectionClosed`](crate::Error::ConnectionClosed), [`Error::AlreadyClosed`](crate::Error::AlreadyClosed) | a message was sent after the peer, or this side, closed | none |
 //! | [`Error::InvalidMessage`](crate::Error::InvalidMessage) | the message cannot be sent (a control frame over 125 bytes, a close code not allowed on the wire) | none |
 //! | [`Error::InvalidConfig`](crate::Error::InvalidConfig) | [`Config::validate`](crate::Config::validate) refused the settings | none |

@@ -70,12 +70,13 @@
 mod client;
 pub mod codec;
 pub mod config;
-mod connect;
+mod deadline;
 #[cfg(feature = "deflate")]
 pub mod deflate;
 pub mod error;
 pub mod guide;
 pub mod handshake;
+mod head;
 mod negotiated;
 mod outbox;
 mod pool;
@@ -85,7 +86,7 @@ mod retry;
 mod server;
 pub mod stream;
 #[cfg(feature = "rustls")]
-pub mod tls;
+pub use client::tls;
 mod trace;
 
 pub use client::{
@@ -112,11 +113,11 @@ pub use stream::{MessagePieces, WebSocketReceiver, WebSocketSender, WebSocketStr
 
 #[cfg(feature = "rustls")]
 pub use client::connect_async_tls_with_config;
+#[cfg(feature = "rustls")]
+pub use client::tls::Connector;
 /// The rustls version wavesock is built with, for [`Connector::Rustls`] configs.
 #[cfg(feature = "rustls")]
 pub use rustls;
-#[cfg(feature = "rustls")]
-pub use tls::Connector;
 /// The tokio-rustls version wavesock is built with (a server's `TlsAcceptor`).
 #[cfg(feature = "rustls")]
 pub use tokio_rustls;

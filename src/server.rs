@@ -2,14 +2,16 @@
 
 use bytes::BytesMut;
 use http::{Request, Response};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::config::Config;
+use crate::deadline::{after, within};
 use crate::error::{Error, HandshakeError, Result};
 use crate::handshake::server::{
-    AsyncCallback, Callback, NoCallback, accept_response, check_request, error_response,
-    parse_request, write_response,
+    AsyncCallback, Callback, ErrorResponse, NoCallback, accept_response, check_request,
+    error_response, parse_request, write_response,
 };
+use crate::head::{HeadError, read_head};
 use crate::negotiated::Negotiated;
 use crate::proto::Role;
 use crate::retry::Retrying;
@@ -191,18 +193,17 @@ where
     Box::pin(accept(io, callback, config)).await
 }
 
-/// A synchronous callback as an asynchronous one (a named type, so the
-/// handshake future stays `Send` when the callback is).
-struct Sync<C>(C);
+/// A synchronous [`Callback`] adapted into an [`AsyncCallback`] whose
+/// future is ready at once (a named type, so the handshake future stays
+/// `Send` when the callback is).
+struct SyncCallbackAdapter<C>(C);
 
-fn sync<C: Callback>(callback: C) -> Sync<C> {
-    Sync(callback)
+fn sync<C: Callback>(callback: C) -> SyncCallbackAdapter<C> {
+    SyncCallbackAdapter(callback)
 }
 
-impl<C: Callback> AsyncCallback for Sync<C> {
-    type Future = std::future::Ready<
-        std::result::Result<Response<()>, crate::handshake::server::ErrorResponse>,
-    >;
+impl<C: Callback> AsyncCallback for SyncCallbackAdapter<C> {
+    type Future = std::future::Ready<std::result::Result<Response<()>, ErrorResponse>>;
 
     fn on_request(self, request: Request<()>, response: Response<()>) -> Self::Future {
         std::future::ready(self.0.on_request(&request, response))
@@ -218,12 +219,9 @@ where
     let result = {
         let mut retrying = Retrying(&mut io);
         let handshake = server_handshake(&mut retrying, &config, callback);
-        match config.handshake_timeout {
-            Some(t) => tokio::time::timeout(t, handshake)
-                .await
-                .unwrap_or_else(|_| Err(HandshakeError::Timeout.into())),
-            None => handshake.await,
-        }
+        within(after(config.handshake_timeout), handshake)
+            .await
+            .unwrap_or_else(|| Err(HandshakeError::Timeout.into()))
     };
     #[cfg(feature = "tracing")]
     match &result {
@@ -244,32 +242,15 @@ async fn read_request<S>(
 where
     S: AsyncRead + Unpin,
 {
-    loop {
-        match parse_request(buf, config.max_headers) {
-            Ok(Some((_, len))) if len > config.max_handshake_size => {
-                return Err(ReadFailure::Refuse(HandshakeError::TooLarge(
-                    config.max_handshake_size,
-                )));
-            }
-            Ok(Some(parsed)) => return Ok(parsed),
-            Ok(None) if buf.len() >= config.max_handshake_size => {
-                return Err(ReadFailure::Refuse(HandshakeError::TooLarge(
-                    config.max_handshake_size,
-                )));
-            }
-            Ok(None) => {}
-            Err(e) => return Err(ReadFailure::Refuse(e)),
-        }
-        // Never read past the cap, so a flood costs at most the cap.
-        let room = config.max_handshake_size - buf.len();
-        buf.reserve(room.min(1024));
-        let mut limited = (&mut *io).take(room as u64);
-        match limited.read_buf(buf).await {
-            Ok(0) => return Err(ReadFailure::Fatal(HandshakeError::ConnectionClosed.into())),
-            Ok(_) => {}
-            Err(e) => return Err(ReadFailure::Fatal(e.into())),
-        }
-    }
+    let max = config.max_handshake_size;
+    read_head(io, buf, max, |b| parse_request(b, config.max_headers))
+        .await
+        .map_err(|e| match e {
+            HeadError::Parse(e) => ReadFailure::Refuse(e),
+            HeadError::TooLarge => ReadFailure::Refuse(HandshakeError::TooLarge(max)),
+            HeadError::Eof => ReadFailure::Fatal(HandshakeError::ConnectionClosed.into()),
+            HeadError::Io(e) => ReadFailure::Fatal(e.into()),
+        })
 }
 
 enum ReadFailure {

@@ -15,8 +15,8 @@ use tokio::net::{TcpListener, TcpStream};
 use wavesock::handshake::derive_accept_key;
 use wavesock::handshake::server::ErrorResponse;
 use wavesock::{
-    ClientRequestBuilder, CloseCode, CloseFrame, Config, Error, HandshakeError, Message,
-    Subprotocols,
+    ClientRequestBuilder, CloseCode, CloseFrame, Config, ConnectError, Error, HandshakeError,
+    Message, Subprotocols,
 };
 
 use support::{Counting, read_head, server_frame};
@@ -26,6 +26,14 @@ fn handshake_error<T>(r: wavesock::Result<T>) -> HandshakeError {
         Err(Error::Handshake(e)) => e,
         Err(other) => panic!("expected a handshake error, got {other:?}"),
         Ok(_) => panic!("expected a handshake error, got a connection"),
+    }
+}
+
+fn connect_error<T>(r: wavesock::Result<T>) -> ConnectError {
+    match r {
+        Err(Error::Connect(e)) => e,
+        Err(other) => panic!("expected a connect error, got {other:?}"),
+        Ok(_) => panic!("expected a connect error, got a connection"),
     }
 }
 
@@ -497,9 +505,9 @@ async fn server_closing_mid_response_is_connection_closed() {
 #[tokio::test]
 async fn wss_is_refused_clearly_without_a_tls_feature() {
     // Nothing listens on this port; the refusal comes before connecting.
-    let err = handshake_error(wavesock::connect_async("wss://127.0.0.1:1/").await);
+    let err = connect_error(wavesock::connect_async("wss://127.0.0.1:1/").await);
     match err {
-        HandshakeError::UnsupportedScheme(s) => assert_eq!(s, "wss"),
+        ConnectError::UnsupportedScheme(s) => assert_eq!(s, "wss"),
         other => panic!("{other:?}"),
     }
 }
@@ -508,8 +516,8 @@ async fn wss_is_refused_clearly_without_a_tls_feature() {
 async fn bad_urls_are_refused() {
     for url in ["http://127.0.0.1:1/", "ftp://x/"] {
         assert!(matches!(
-            handshake_error(wavesock::connect_async(url).await),
-            HandshakeError::UnsupportedScheme(_)
+            connect_error(wavesock::connect_async(url).await),
+            ConnectError::UnsupportedScheme(_)
         ));
     }
     for url in ["not a url", "/just/a/path"] {
@@ -521,6 +529,13 @@ async fn bad_urls_are_refused() {
             "{url}"
         );
     }
+    // Over a stream of your own nothing is connected to: a scheme that is
+    // not WebSocket is a bad URL for the request.
+    let (io, _peer) = tokio::io::duplex(64);
+    assert!(matches!(
+        handshake_error(wavesock::client_async("http://127.0.0.1:1/", io).await),
+        HandshakeError::InvalidUrl(_)
+    ));
 }
 
 #[tokio::test]
@@ -614,7 +629,7 @@ async fn connect_timeout_fires_when_the_server_never_answers() {
     let started = std::time::Instant::now();
     let result = wavesock::connect_async_with_config(format!("ws://{addr}/"), config).await;
     assert!(
-        matches!(handshake_error(result), HandshakeError::ConnectTimeout),
+        matches!(connect_error(result), ConnectError::Timeout),
         "after {} held connections",
         held.len()
     );

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use http::StatusCode;
 use wavesock::proxy::Proxy;
-use wavesock::{Config, ConnectError, Error, HandshakeError, Message};
+use wavesock::{Config, ConnectError, Error, Message};
 
 use proxy_support::{
     closed_port, echo_server, http_proxy, scripted_server, silent_server, socks5_proxy,
@@ -219,10 +219,7 @@ async fn a_silent_proxy_runs_into_the_connect_timeout() {
             .connect_timeout(Some(Duration::from_millis(200)));
         let started = std::time::Instant::now();
         let result = wavesock::connect_async_with_config("ws://localhost:9/", config).await;
-        assert!(matches!(
-            result,
-            Err(Error::Handshake(HandshakeError::ConnectTimeout))
-        ));
+        assert!(matches!(result, Err(Error::Connect(ConnectError::Timeout))));
         assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

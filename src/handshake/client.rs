@@ -8,7 +8,7 @@
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, StatusCode, Uri, Version};
 
-use crate::error::HandshakeError;
+use crate::handshake::HandshakeError;
 use crate::handshake::{derive_accept_key, generate_key, is_valid_key, list_values};
 
 /// The request a client sends: method `GET`, the URL, headers; no body.
@@ -304,8 +304,25 @@ impl IntoClientRequest for ClientRequestBuilder {
 
 /// Whether the URI asks for TLS (`wss://`).
 pub(crate) fn is_secure(uri: &Uri) -> bool {
-    uri.scheme_str()
-        .is_some_and(|s| s.eq_ignore_ascii_case("wss"))
+    uri.scheme_str().and_then(ws_scheme_is_secure) == Some(true)
+}
+
+/// Whether a WebSocket scheme asks for TLS: `Some(false)` for `ws`,
+/// `Some(true)` for `wss` (in any case), `None` for any other scheme.
+pub(crate) fn ws_scheme_is_secure(scheme: &str) -> Option<bool> {
+    if scheme.eq_ignore_ascii_case("ws") {
+        Some(false)
+    } else if scheme.eq_ignore_ascii_case("wss") {
+        Some(true)
+    } else {
+        None
+    }
+}
+
+/// The port a URL implies when it names none, the one place this rule is
+/// written: 443 with TLS (`wss`, `https`), 80 without (`ws`, `http`).
+pub(crate) fn default_port(secure: bool) -> u16 {
+    if secure { 443 } else { 80 }
 }
 
 /// The port the URI's authority names, checked: `None` when it names none
@@ -349,13 +366,14 @@ pub(crate) fn explicit_port(uri: &Uri) -> Result<Option<u16>, HandshakeError> {
 /// else 443 for `wss://` and 80 otherwise. An invalid port is an error,
 /// never the default.
 pub(crate) fn port_or_default(uri: &Uri) -> Result<u16, HandshakeError> {
-    Ok(explicit_port(uri)?.unwrap_or(if is_secure(uri) { 443 } else { 80 }))
+    Ok(explicit_port(uri)?.unwrap_or(default_port(is_secure(uri))))
 }
 
 /// Completes a request into a valid opening handshake (RFC 6455 §4.1).
 ///
 /// The URI must be `ws://` or `wss://` with a host, or a bare path with a
-/// `Host` header given (for streams you opened yourself). A port in the URI
+/// `Host` header given (for streams you opened yourself); any other scheme
+/// is [`HandshakeError::InvalidUrl`]. A port in the URI
 /// must be a number from 1 to 65535, else the request is refused with
 /// [`HandshakeError::InvalidUrl`] (never replaced by the default port); an
 /// empty port (`ws://host:/`) means the default, as in RFC 3986. `Upgrade`,
@@ -386,9 +404,14 @@ pub fn prepare_request(mut request: Request) -> Result<Request, HandshakeError> 
     *request.version_mut() = Version::HTTP_11;
     let uri = request.uri();
     let default_port = match uri.scheme_str() {
-        Some(s) if s.eq_ignore_ascii_case("ws") => Some(80),
-        Some(s) if s.eq_ignore_ascii_case("wss") => Some(443),
-        Some(s) => return Err(HandshakeError::UnsupportedScheme(s.to_owned())),
+        Some(s) => match ws_scheme_is_secure(s) {
+            Some(secure) => Some(default_port(secure)),
+            None => {
+                return Err(HandshakeError::InvalidUrl(format!(
+                    "unsupported URL scheme {s:?}: a WebSocket URL is ws:// or wss://"
+                )));
+            }
+        },
         None => None,
     };
     // Checked even when a Host header is given: the URL is also what
@@ -709,7 +732,7 @@ mod tests {
     fn bad_urls_are_refused() {
         assert!(matches!(
             prepare_request("http://h/".into_client_request().unwrap()),
-            Err(HandshakeError::UnsupportedScheme(s)) if s == "http"
+            Err(HandshakeError::InvalidUrl(s)) if s.contains("\"http\"")
         ));
         assert!(matches!(
             "not a url at all".into_client_request(),
@@ -901,7 +924,7 @@ mod tests {
         let url = url::Url::parse("https://h/").unwrap();
         assert!(matches!(
             prepare_request(url.into_client_request().unwrap()),
-            Err(HandshakeError::UnsupportedScheme(s)) if s == "https"
+            Err(HandshakeError::InvalidUrl(s)) if s.contains("\"https\"")
         ));
     }
 

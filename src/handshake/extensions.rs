@@ -35,7 +35,7 @@ use std::borrow::Cow;
 use http::HeaderMap;
 use http::header::{HeaderValue, SEC_WEBSOCKET_EXTENSIONS};
 
-use crate::error::HandshakeError;
+use crate::handshake::HandshakeError;
 use crate::handshake::is_token;
 use crate::proto::deflate::{DeflateConfig, DeflateParams};
 

@@ -1,8 +1,11 @@
 //! The opening HTTP/1.1 handshake (RFC 6455 §4), without I/O.
 
 pub mod client;
+mod error;
 pub mod extensions;
 pub mod server;
+
+pub use error::HandshakeError;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -36,8 +39,7 @@ pub fn generate_key() -> String {
 pub(crate) fn head_len(
     parsed: Result<httparse::Status<usize>, httparse::Error>,
     max_headers: usize,
-) -> Result<Option<usize>, crate::error::HandshakeError> {
-    use crate::error::HandshakeError;
+) -> Result<Option<usize>, HandshakeError> {
     match parsed {
         Ok(httparse::Status::Complete(n)) => Ok(Some(n)),
         Ok(httparse::Status::Partial) => Ok(None),
@@ -78,10 +80,7 @@ pub(crate) fn has_token(value: &[u8], token: &str) -> bool {
 
 /// The `Upgrade: websocket` and `Connection: upgrade` that both a request
 /// and a `101` response must carry.
-pub(crate) fn check_upgrade_headers(
-    h: &http::HeaderMap,
-) -> Result<(), crate::error::HandshakeError> {
-    use crate::error::HandshakeError;
+pub(crate) fn check_upgrade_headers(h: &http::HeaderMap) -> Result<(), HandshakeError> {
     if !headers_have_token(h, http::header::UPGRADE, "websocket") {
         return Err(HandshakeError::BadHeader {
             name: "Upgrade",

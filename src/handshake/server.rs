@@ -14,7 +14,7 @@
 use http::header::{self, HeaderValue};
 use http::{Method, StatusCode, Version};
 
-use crate::error::HandshakeError;
+use crate::handshake::HandshakeError;
 use crate::handshake::{derive_accept_key, is_valid_key, list_values};
 
 /// The client's upgrade request as a [`Callback`] sees it: method, URI,
@@ -477,7 +477,6 @@ mod tests {
         let _: fn(ErrorResponse) -> http::Response<Option<String>> = |r| r;
         let _: fn(crate::handshake::client::Request) -> http::Request<()> = |r| r;
         let _: fn(crate::handshake::client::Response) -> http::Response<Option<Vec<u8>>> = |r| r;
-        let _: fn(crate::ClientResponse) -> crate::handshake::client::Response = |r| r;
     }
 
     #[test]

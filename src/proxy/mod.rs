@@ -31,9 +31,12 @@ use std::fmt;
 use std::net::IpAddr;
 
 use ::http::Uri;
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::error::{ConnectError, Error, Result};
+use crate::handshake::client::default_port;
+use crate::head::{HeadError, read_head};
 use crate::retry::Retrying;
 
 mod env;
@@ -291,7 +294,7 @@ fn parse_url(url: &str) -> std::result::Result<Server, &'static str> {
     let url = url.trim();
     let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
     let (protocol, default_port) = match scheme.to_ascii_lowercase().as_str() {
-        "http" => (Protocol::Http, 80),
+        "http" => (Protocol::Http, default_port(false)),
         "socks5" | "socks5h" => (Protocol::Socks5, 1080),
         "https" => return Err("https:// proxies (TLS to the proxy) are not supported"),
         _ => return Err("proxy URL scheme must be http, socks5 or socks5h"),
@@ -379,6 +382,8 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+const PROXY_CLOSED: &str = "the proxy closed the connection while opening the tunnel";
+
 /// Asks the proxy at the other end of `io` for a tunnel to `host:port`.
 /// On success `io` carries the tunnel, with nothing of it read yet.
 pub(crate) async fn tunnel<S>(
@@ -398,8 +403,7 @@ where
     result.map_err(|e| match e {
         // The proxy hung up mid-negotiation: its fault, not a transport one.
         Error::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            ConnectError::ProxyProtocol("the proxy closed the connection while opening the tunnel")
-                .into()
+            ConnectError::ProxyProtocol(PROXY_CLOSED).into()
         }
         e => e,
     })
@@ -418,34 +422,27 @@ where
     io.write_all(&http::connect_request(host, port, proxy.auth.as_ref()))
         .await?;
     io.flush().await?;
-    let mut buf = Vec::with_capacity(512);
-    let mut chunk = [0u8; 512];
-    loop {
-        // Never read past the cap.
-        let room = (max_head - buf.len()).min(chunk.len());
-        let n = io.read(&mut chunk[..room]).await?;
-        if n == 0 {
-            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+    let mut buf = BytesMut::with_capacity(512);
+    let ((), head_len) = read_head(io, &mut buf, max_head, |b| {
+        http::parse_response(b).map(|parsed| parsed.map(|len| ((), len)))
+    })
+    .await
+    .map_err(|e| match e {
+        HeadError::Parse(e) => e,
+        HeadError::TooLarge => {
+            ConnectError::ProxyProtocol("the proxy's answer exceeds max_handshake_size").into()
         }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(head_len) = http::parse_response(&buf)? {
-            // A WebSocket or TLS server waits for the client to speak first,
-            // so nothing may follow the proxy's answer yet.
-            if buf.len() > head_len {
-                return Err(ConnectError::ProxyProtocol(
-                    "the proxy sent data after its CONNECT answer",
-                )
-                .into());
-            }
-            return Ok(());
-        }
-        if buf.len() >= max_head {
-            return Err(ConnectError::ProxyProtocol(
-                "the proxy's answer exceeds max_handshake_size",
-            )
-            .into());
-        }
+        HeadError::Eof => ConnectError::ProxyProtocol(PROXY_CLOSED).into(),
+        HeadError::Io(e) => Error::Io(e),
+    })?;
+    // A WebSocket or TLS server waits for the client to speak first, so
+    // nothing may follow the proxy's answer yet.
+    if buf.len() > head_len {
+        return Err(
+            ConnectError::ProxyProtocol("the proxy sent data after its CONNECT answer").into(),
+        );
     }
+    Ok(())
 }
 
 async fn socks5_tunnel<S>(io: &mut S, proxy: &Server, host: &str, port: u16) -> Result<()>

@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use super::Credentials;
-use crate::error::{ConnectError, HandshakeError, Result};
+use crate::error::{ConnectError, Result};
 
 const VERSION: u8 = 5;
 const NO_AUTH: u8 = 0x00;
@@ -90,12 +90,7 @@ pub(crate) fn connect_request(host: &str, port: u16) -> Result<Vec<u8>> {
             let len = u8::try_from(host.len())
                 .ok()
                 .filter(|&n| n > 0)
-                .ok_or_else(|| {
-                    HandshakeError::InvalidUrl(format!(
-                        "host name of {} bytes cannot go through SOCKS5 (1 to 255)",
-                        host.len()
-                    ))
-                })?;
+                .ok_or(ConnectError::SocksHostName(host.len()))?;
             out.extend_from_slice(&[ATYP_DOMAIN, len]);
             out.extend_from_slice(host.as_bytes());
         }
@@ -192,7 +187,10 @@ mod tests {
         let v6 = connect_request("::1", 80).unwrap();
         assert_eq!(&v6[..4], [5, 1, 0, 4]);
         assert_eq!(v6.len(), 4 + 16 + 2);
-        assert!(connect_request(&"a".repeat(256), 80).is_err());
+        assert!(matches!(
+            connect_request(&"a".repeat(256), 80),
+            Err(Error::Connect(ConnectError::SocksHostName(256)))
+        ));
     }
 
     #[test]

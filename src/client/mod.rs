@@ -1,21 +1,32 @@
-//! Connecting: the client's opening handshake over TCP or any stream.
+//! Connecting: the client's entry points, the opening handshake over TCP or
+//! any stream.
+//!
+//! Inside, dependencies run one way: this module uses [`connect`] (opening
+//! TCP, a proxy tunnel, TLS), which uses [`tls`] and [`transport`]
+//! ([`MaybeTlsStream`]); [`error`] ([`ConnectError`]) is used by all and
+//! uses none of them.
 
-use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+mod connect;
+mod error;
+#[cfg(feature = "rustls")]
+pub mod tls;
+mod transport;
+
+pub use error::ConnectError;
+pub use transport::MaybeTlsStream;
 
 use bytes::BytesMut;
 use http::{Request, Response, StatusCode, header};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::connect;
-use crate::error::{HandshakeError, Result};
+use crate::deadline::{after, within};
+use crate::error::{Error, HandshakeError, Result};
 use crate::handshake::client::{
     IntoClientRequest, check_response, parse_response, prepare_request, with_body, write_request,
 };
+use crate::head::{HeadError, read_head};
 use crate::negotiated::Negotiated;
 use crate::proto::Role;
 use crate::retry::Retrying;
@@ -25,95 +36,6 @@ use crate::stream::WebSocketStream;
 /// (`Sec-WebSocket-Protocol` names the chosen subprotocol, if any), no body.
 pub type ClientResponse = Response<Option<Vec<u8>>>;
 
-/// The transport [`connect_async`] opens: plain TCP for `ws://`, TLS over
-/// TCP for `wss://` (with a `rustls` feature). Through a proxy, the TCP
-/// connection is the tunnel.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum MaybeTlsStream<S> {
-    /// An unencrypted connection.
-    Plain(S),
-    /// A TLS connection made with rustls. Boxed: the TLS state is over a
-    /// kilobyte, which plain connections should not pay for.
-    #[cfg(feature = "rustls")]
-    Rustls(Box<tokio_rustls::client::TlsStream<S>>),
-}
-
-impl<S> MaybeTlsStream<S> {
-    /// The underlying stream (under TLS, the encrypted transport).
-    pub fn get_ref(&self) -> &S {
-        match self {
-            MaybeTlsStream::Plain(s) => s,
-            #[cfg(feature = "rustls")]
-            MaybeTlsStream::Rustls(s) => s.get_ref().0,
-        }
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTlsStream<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            MaybeTlsStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            #[cfg(feature = "rustls")]
-            MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            MaybeTlsStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            #[cfg(feature = "rustls")]
-            MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            MaybeTlsStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            #[cfg(feature = "rustls")]
-            MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            MaybeTlsStream::Plain(s) => s.is_write_vectored(),
-            #[cfg(feature = "rustls")]
-            MaybeTlsStream::Rustls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            MaybeTlsStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            #[cfg(feature = "rustls")]
-            MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            MaybeTlsStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            #[cfg(feature = "rustls")]
-            MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
-
 /// Opens a connection to a `ws://` or `wss://` URL and performs the
 /// handshake, with the default [`Config`].
 ///
@@ -121,7 +43,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
 /// [`IntoClientRequest`]). Returns the connection and the server's `101`
 /// response. `wss://` needs the `rustls` feature and a root store feature
 /// (`rustls-webpki-roots` or `rustls-native-roots`), else it is refused
-/// with [`HandshakeError::UnsupportedScheme`] or
+/// with [`ConnectError::UnsupportedScheme`] or
 /// `ConnectError::NoRootCertificates`; with your own rustls configuration,
 /// use `connect_async_tls_with_config`. Failures to resolve, connect,
 /// get through a proxy or agree on TLS are [`Error::Connect`](crate::Error::Connect).
@@ -176,7 +98,7 @@ where
     R: IntoClientRequest,
 {
     config.validate()?;
-    let request = prepare_request(request.into_client_request()?)?;
+    let request = request_to_connect(request)?;
     #[cfg(feature = "rustls")]
     let tls = None;
     #[cfg(not(feature = "rustls"))]
@@ -204,15 +126,24 @@ where
 pub async fn connect_async_tls_with_config<R>(
     request: R,
     config: Config,
-    connector: Option<crate::tls::Connector>,
+    connector: Option<tls::Connector>,
 ) -> Result<(WebSocketStream<MaybeTlsStream<TcpStream>>, ClientResponse)>
 where
     R: IntoClientRequest,
 {
     config.validate()?;
-    let request = prepare_request(request.into_client_request()?)?;
+    let request = request_to_connect(request)?;
     let io = connect::open(request.uri(), &config, connector).await?;
     handshake(request, io, config).await
+}
+
+/// The request for a connection `connect_async` opens: a scheme other than
+/// `ws` or `wss` cannot be connected to ([`ConnectError::UnsupportedScheme`]),
+/// then it is prepared as for any stream.
+fn request_to_connect<R: IntoClientRequest>(request: R) -> Result<Request<()>> {
+    let request = request.into_client_request()?;
+    connect::check_scheme(request.uri())?;
+    Ok(prepare_request(request)?)
 }
 
 /// Performs the client handshake over a stream you opened (TCP, TLS, a Unix
@@ -283,14 +214,6 @@ where
     result
 }
 
-/// Runs `fut` until `deadline`; `None` when it passed first.
-async fn within<F: Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output> {
-    match deadline {
-        Some(d) => tokio::time::timeout_at(d, fut).await.ok(),
-        None => Some(fut.await),
-    }
-}
-
 async fn handshake<S>(
     mut request: Request<()>,
     mut io: S,
@@ -300,7 +223,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     Negotiated::offer(&config, &mut request);
-    let deadline = config.handshake_timeout.map(|t| Instant::now() + t);
+    let deadline = after(config.handshake_timeout);
     let mut buf = BytesMut::new();
     let (response, head_len) = within(
         deadline,
@@ -339,20 +262,16 @@ where
     write_request(request, &mut out);
     io.write_all(&out).await?;
     io.flush().await?;
-    loop {
-        if let Some(parsed) = parse_response(buf, config.max_headers)? {
-            return Ok(parsed);
-        }
-        if buf.len() >= config.max_handshake_size {
-            return Err(HandshakeError::TooLarge(config.max_handshake_size).into());
-        }
-        // Never read past the cap; what follows the head stays for the stream.
-        let room = config.max_handshake_size - buf.len();
-        buf.reserve(room.min(1024));
-        if (&mut *io).take(room as u64).read_buf(buf).await? == 0 {
-            return Err(HandshakeError::ConnectionClosed.into());
-        }
-    }
+    // What follows the head stays in `buf` for the stream.
+    let max = config.max_handshake_size;
+    read_head(io, buf, max, |b| parse_response(b, config.max_headers))
+        .await
+        .map_err(|e| match e {
+            HeadError::Parse(e) => e.into(),
+            HeadError::TooLarge => HandshakeError::TooLarge(max).into(),
+            HeadError::Eof => HandshakeError::ConnectionClosed.into(),
+            HeadError::Io(e) => Error::Io(e),
+        })
 }
 
 /// How many body bytes of a refusal to keep: what `Content-Length` says, or
@@ -388,5 +307,16 @@ where
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_response_is_the_handshake_layers_response() {
+        // Fails to compile if the alias names another type.
+        let _: fn(ClientResponse) -> crate::handshake::client::Response = |r| r;
     }
 }

@@ -6,25 +6,37 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::Uri;
 use tokio::net::TcpStream;
-use tokio::time::Instant;
 
-use crate::client::MaybeTlsStream;
+use super::error::ConnectError;
+use super::transport::MaybeTlsStream;
 use crate::config::Config;
-use crate::error::{ConnectError, HandshakeError, Result};
-use crate::handshake::client::{is_secure, port_or_default};
+use crate::deadline::{after, within};
+use crate::error::{HandshakeError, Result};
+use crate::handshake::client::{is_secure, port_or_default, ws_scheme_is_secure};
 use crate::proxy;
 
 /// What secures `wss://`: with the `rustls` feature, the caller's connector
 /// or the built-in configuration.
 #[cfg(feature = "rustls")]
-pub(crate) type Tls = Option<crate::tls::Connector>;
+pub(super) type Tls = Option<super::tls::Connector>;
 /// Without a TLS feature there is nothing to choose.
 #[cfg(not(feature = "rustls"))]
-pub(crate) type Tls = ();
+pub(super) type Tls = ();
+
+/// Refuses a URL whose scheme is not `ws` or `wss`: nothing to connect to.
+/// (Without a scheme, [`open`] refuses it: it has no host either.)
+pub(super) fn check_scheme(uri: &Uri) -> Result<(), ConnectError> {
+    match uri.scheme_str() {
+        Some(s) if ws_scheme_is_secure(s).is_none() => {
+            Err(ConnectError::UnsupportedScheme(s.to_owned()))
+        }
+        _ => Ok(()),
+    }
+}
 
 /// Opens the transport for a `ws://` or `wss://` URL within
 /// `config.connect_timeout`.
-pub(crate) async fn open(
+pub(super) async fn open(
     uri: &Uri,
     config: &Config,
     tls: Tls,
@@ -43,7 +55,7 @@ pub(crate) async fn open(
     // configuration fails at once.
     #[cfg(feature = "rustls")]
     let tls_config = if secure {
-        Some(crate::tls::client_config(tls)?)
+        Some(super::tls::client_config(tls)?)
     } else {
         None
     };
@@ -51,12 +63,12 @@ pub(crate) async fn open(
     {
         let () = tls;
         if secure {
-            return Err(HandshakeError::UnsupportedScheme("wss".into()).into());
+            return Err(ConnectError::UnsupportedScheme("wss".into()).into());
         }
     }
     let proxy = config.proxy.server_for(uri)?;
 
-    let deadline = config.connect_timeout.map(|t| Instant::now() + t);
+    let deadline = after(config.connect_timeout);
     let opening = async {
         let tcp = match &proxy {
             Some(p) => {
@@ -69,17 +81,14 @@ pub(crate) async fn open(
         tcp.set_nodelay(true)?;
         #[cfg(feature = "rustls")]
         if let Some(tls_config) = tls_config {
-            let tls = crate::tls::handshake(tcp, host, tls_config).await?;
+            let tls = super::tls::handshake(tcp, host, tls_config).await?;
             return Ok(MaybeTlsStream::Rustls(Box::new(tls)));
         }
         Ok(MaybeTlsStream::Plain(tcp))
     };
-    match deadline {
-        Some(d) => tokio::time::timeout_at(d, opening)
-            .await
-            .map_err(|_| HandshakeError::ConnectTimeout)?,
-        None => opening.await,
-    }
+    within(deadline, opening)
+        .await
+        .ok_or(ConnectError::Timeout)?
 }
 
 /// Resolves `host` and connects to its addresses in turn.
@@ -129,6 +138,19 @@ fn no_address(host: &str) -> ConnectError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_websocket_schemes_are_connected_to() {
+        for url in ["ws://h/", "WSS://h/", "/path"] {
+            assert!(check_scheme(&url.parse().unwrap()).is_ok(), "{url}");
+        }
+        for (url, scheme) in [("http://h/", "http"), ("ftp://h/", "ftp")] {
+            assert!(matches!(
+                check_scheme(&url.parse().unwrap()),
+                Err(ConnectError::UnsupportedScheme(s)) if s == scheme
+            ));
+        }
+    }
 
     #[test]
     fn resolver_failures_are_dns_errors() {

@@ -81,7 +81,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use crate::error::{ConnectError, Error, HandshakeError, Result};
+use super::error::ConnectError;
+use crate::error::{Error, Result};
 
 /// How a client secures `wss://` connections; given to
 /// [`connect_async_tls_with_config`](crate::connect_async_tls_with_config).
@@ -120,10 +121,7 @@ impl From<TlsConnector> for Connector {
 pub(crate) fn client_config(connector: Option<Connector>) -> Result<Arc<ClientConfig>> {
     match connector {
         Some(Connector::Rustls(config)) => Ok(config),
-        Some(Connector::Plain) => Err(HandshakeError::InvalidUrl(
-            "a wss:// URL with Connector::Plain; use ws:// or a TLS connector".into(),
-        )
-        .into()),
+        Some(Connector::Plain) => Err(ConnectError::PlainConnectorForWss.into()),
         None => default_config(),
     }
 }
@@ -176,7 +174,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let name = ServerName::try_from(host.to_owned())
-        .map_err(|_| HandshakeError::InvalidUrl(format!("{host:?} is not a TLS server name")))?;
+        .map_err(|_| ConnectError::InvalidServerName(host.to_owned()))?;
     TlsConnector::from(config)
         .connect(name, io)
         .await
@@ -221,6 +219,30 @@ mod tests {
         assert!(matches!(e, Error::Connect(ConnectError::Tls(_))));
         let e = tls_error(io::ErrorKind::UnexpectedEof.into());
         assert!(matches!(e, Error::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof));
+    }
+
+    #[test]
+    fn connect_phase_refusals_are_connect_errors() {
+        assert!(matches!(
+            client_config(Some(Connector::Plain)),
+            Err(Error::Connect(ConnectError::PlainConnectorForWss))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_host_that_is_no_server_name_is_a_connect_error() {
+        let config = Arc::new(
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth(),
+        );
+        let (io, _peer) = tokio::io::duplex(64);
+        assert!(matches!(
+            handshake(io, "bad name", config).await,
+            Err(Error::Connect(ConnectError::InvalidServerName(h))) if h == "bad name"
+        ));
     }
 
     #[cfg(not(any(feature = "rustls-webpki-roots", feature = "rustls-native-roots")))]

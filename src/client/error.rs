@@ -1,0 +1,113 @@
+//! Why a client could not open the connection its handshake runs over: the
+//! connect phase's error, before any HTTP is spoken.
+
+use std::io;
+use std::net::SocketAddr;
+
+use http::StatusCode;
+
+/// Why a client could not open the connection its handshake runs over.
+///
+/// Reached as [`Error::Connect`](crate::Error::Connect). Running out of
+/// [`connect_timeout`](crate::Config::connect_timeout) in any of these steps
+/// is [`ConnectError::Timeout`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The URL's scheme cannot be connected to: `wss://` needs a `rustls`
+    /// feature; anything but `ws://` and `wss://` is not WebSocket.
+    #[error(
+        "unsupported URL scheme {0:?}: connect_async takes ws://, and wss:// with a rustls feature (or open the TLS stream yourself and use client_async)"
+    )]
+    UnsupportedScheme(String),
+    /// The connection (name resolution, TCP, proxy tunnel and TLS handshake
+    /// together) could not be opened within the configured
+    /// [`connect_timeout`](crate::Config::connect_timeout).
+    #[error("connecting timed out")]
+    Timeout,
+    /// The host name (of the server, or of the proxy) did not resolve to any
+    /// address.
+    #[error("could not resolve {host:?}: {source}")]
+    Dns {
+        /// The name looked up.
+        host: String,
+        /// The resolver's error.
+        #[source]
+        source: io::Error,
+    },
+    /// No TCP connection could be opened: refused, unreachable, reset. With
+    /// several addresses for the name, this is the last one tried.
+    #[error("TCP connection to {addr} failed: {source}")]
+    Tcp {
+        /// The address (of the server, or of the proxy).
+        addr: SocketAddr,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+    /// The HTTP proxy answered `CONNECT` with a status other than 2xx
+    /// (`407` when it wants credentials or refused the ones given).
+    #[error("HTTP proxy refused the tunnel: {0}")]
+    ProxyStatus(StatusCode),
+    /// The SOCKS5 proxy answered the connect request with a failure code
+    /// (RFC 1928 §6: 1 general failure, 2 not allowed by ruleset, 3 network
+    /// unreachable, 4 host unreachable, 5 connection refused, 6 TTL expired,
+    /// 7 command not supported, 8 address type not supported).
+    #[error("SOCKS5 proxy refused the connection: {text} (reply {0})", text = socks_reply_text(*.0))]
+    SocksRefused(u8),
+    /// The SOCKS5 proxy accepted none of the authentication methods offered;
+    /// usually it wants a username and password and none were configured.
+    #[error("SOCKS5 proxy accepts none of the offered authentication methods")]
+    SocksNoAcceptableAuth,
+    /// The SOCKS5 proxy refused the username and password (RFC 1929).
+    #[error("SOCKS5 proxy refused the username and password")]
+    SocksAuthFailed,
+    /// The host name cannot go through a SOCKS5 proxy: the protocol carries
+    /// names of 1 to 255 bytes; this is the name's length.
+    #[error("host name of {0} bytes cannot go through SOCKS5 (1 to 255)")]
+    SocksHostName(usize),
+    /// The proxy broke its protocol: a malformed or oversized answer, or the
+    /// connection closed while the tunnel was being set up.
+    #[error("proxy protocol error: {0}")]
+    ProxyProtocol(&'static str),
+    /// The server's certificate was not accepted: untrusted issuer, wrong
+    /// host name, expired, and so on. The rustls error says which.
+    #[cfg(feature = "rustls")]
+    #[error("server certificate refused: {0}")]
+    Certificate(#[source] rustls::Error),
+    /// The TLS handshake failed for another reason: the server is not
+    /// speaking TLS, no common protocol version or cipher suite, an alert.
+    #[cfg(feature = "rustls")]
+    #[error("TLS handshake failed: {0}")]
+    Tls(#[source] rustls::Error),
+    /// The URL's host is not a name or address a server certificate can be
+    /// checked against.
+    #[cfg(feature = "rustls")]
+    #[error("{0:?} is not a TLS server name")]
+    InvalidServerName(String),
+    /// A `wss://` URL with [`Connector::Plain`](crate::Connector::Plain),
+    /// which refuses TLS.
+    #[cfg(feature = "rustls")]
+    #[error("a wss:// URL with Connector::Plain; use ws:// or a TLS connector")]
+    PlainConnectorForWss,
+    /// A `wss://` URL with no root certificates to check the server against.
+    #[cfg(feature = "rustls")]
+    #[error(
+        "no trusted root certificates for wss:// ({0}): enable the rustls-webpki-roots or rustls-native-roots feature, or pass Connector::Rustls with your own ClientConfig"
+    )]
+    NoRootCertificates(String),
+}
+
+fn socks_reply_text(code: u8) -> &'static str {
+    match code {
+        1 => "general failure",
+        2 => "connection not allowed by ruleset",
+        3 => "network unreachable",
+        4 => "host unreachable",
+        5 => "connection refused",
+        6 => "TTL expired",
+        7 => "command not supported",
+        8 => "address type not supported",
+        _ => "unknown reply code",
+    }
+}
