@@ -7,10 +7,10 @@ use std::net::{IpAddr, SocketAddr};
 use http::Uri;
 use tokio::net::TcpStream;
 
-use super::error::ConnectError;
 use super::transport::MaybeTlsStream;
 use crate::config::Config;
 use crate::deadline::{after, within};
+use crate::error::ConnectError;
 use crate::error::{HandshakeError, Result};
 use crate::handshake::client::{is_secure, port_or_default, ws_scheme_is_secure};
 use crate::proxy;

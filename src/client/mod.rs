@@ -7,12 +7,10 @@
 //! uses none of them.
 
 mod connect;
-mod error;
 #[cfg(feature = "rustls")]
 pub mod tls;
 mod transport;
 
-pub use error::ConnectError;
 pub use transport::MaybeTlsStream;
 
 use bytes::BytesMut;
@@ -43,7 +41,7 @@ pub type ClientResponse = Response<Option<Vec<u8>>>;
 /// [`IntoClientRequest`]). Returns the connection and the server's `101`
 /// response. `wss://` needs the `rustls` feature and a root store feature
 /// (`rustls-webpki-roots` or `rustls-native-roots`), else it is refused
-/// with [`ConnectError::UnsupportedScheme`] or
+/// with [`ConnectError::UnsupportedScheme`](crate::ConnectError::UnsupportedScheme) or
 /// `ConnectError::NoRootCertificates`; with your own rustls configuration,
 /// use `connect_async_tls_with_config`. Failures to resolve, connect,
 /// get through a proxy or agree on TLS are [`Error::Connect`](crate::Error::Connect).

@@ -81,7 +81,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use super::error::ConnectError;
+use crate::error::ConnectError;
 use crate::error::{Error, Result};
 
 /// How a client secures `wss://` connections; given to

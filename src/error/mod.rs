@@ -1,16 +1,21 @@
 //! The crate's one error type, [`Error`], and the errors it wraps.
 //!
 //! [`HandshakeError`] is defined by the sans-IO handshake layer and
-//! [`ConnectError`] by the client's connect layer; both are re-exported here.
+//! re-exported here; [`ConnectError`] (the connect phase: DNS, TCP, proxy,
+//! TLS) is defined here, below the client code that reports it, so that the
+//! dependencies run one way. Protocol errors convert from
+//! [`proto::Error`].
+
+mod connect;
 
 use std::io;
 
 use crate::proto;
 use crate::proto::close::CloseCode;
 
-pub use crate::client::ConnectError;
 pub use crate::handshake::HandshakeError;
 pub use crate::proto::error::ProtocolError;
+pub use connect::ConnectError;
 
 /// Everything that can go wrong on a WebSocket connection.
 ///
