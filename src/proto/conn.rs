@@ -109,6 +109,16 @@ pub enum Phase {
     TimedOut,
 }
 
+impl Phase {
+    /// Whether ending the connection in this phase waits for the peer to
+    /// end the transport first: a client whose closing handshake completed
+    /// leaves the TCP close to the server (RFC 6455 §7.1.1), so that the
+    /// server, not the client, holds TIME_WAIT.
+    pub fn awaits_transport_end(self, role: Role) -> bool {
+        self == Phase::Closed && role == Role::Client
+    }
+}
+
 /// Keepalive: a ping after `interval` of silence, the peer declared dead
 /// when `timeout` passes after it with nothing heard.
 #[derive(Debug)]
@@ -187,6 +197,11 @@ impl Connection {
     /// transport ending).
     pub fn is_peer_gone(&self) -> bool {
         self.peer_gone
+    }
+
+    /// How long the closing handshake may take.
+    pub fn close_timeout(&self) -> Duration {
+        self.close_timeout
     }
 
     /// Whether keepalive wants [`handle_input`](Self::handle_input) on

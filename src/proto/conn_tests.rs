@@ -346,6 +346,10 @@ fn pair_closing_handshake_completes_both_ways() {
     assert_eq!(p.client.received, [bye], "the server echoed the code");
     assert_eq!(p.server.conn.phase(), Phase::Closed);
     assert_eq!(p.client.conn.phase(), Phase::Closed);
+    // The server ends TCP; the client waits for it.
+    assert!(Phase::Closed.awaits_transport_end(Role::Client));
+    assert!(!Phase::Closed.awaits_transport_end(Role::Server));
+    assert!(!Phase::Failing.awaits_transport_end(Role::Client));
 }
 
 #[test]

@@ -30,16 +30,17 @@ const TAKE_WHOLE_BELOW: usize = 64 << 10;
 enum DecodeState {
     /// Waiting for a frame header.
     Head,
-    /// The header was consumed; `len` payload bytes follow, of which `taken`
-    /// were handed out as pieces (streaming only) and the next `done`, at
-    /// the front of the buffer, are already unmasked and checked.
+    /// The header was consumed; `len` payload bytes follow, of which
+    /// `handed_out` were handed out as pieces (streaming only) and the next
+    /// `checked`, at the front of the buffer, are already unmasked and
+    /// checked.
     Payload {
         header: FrameHeader,
         len: usize,
-        done: usize,
+        checked: usize,
         /// The payload is compressed: it goes to the inflater as it arrives.
         inflate: bool,
-        taken: usize,
+        handed_out: usize,
     },
 }
 
@@ -164,7 +165,9 @@ impl MessageDecoder {
     pub fn payload_remaining(&self, buffered: usize) -> Option<usize> {
         match self.state {
             DecodeState::Head => None,
-            DecodeState::Payload { len, taken, .. } => Some((len - taken).saturating_sub(buffered)),
+            DecodeState::Payload {
+                len, handed_out, ..
+            } => Some((len - handed_out).saturating_sub(buffered)),
         }
     }
 
@@ -263,22 +266,22 @@ impl MessageDecoder {
         let DecodeState::Payload {
             header,
             len,
-            done,
-            taken,
+            checked,
+            handed_out,
             ..
         } = &mut self.state
         else {
             unreachable!("called while reading a payload");
         };
         let header = *header;
-        let opcode = if *taken == 0 {
+        let opcode = if *handed_out == 0 {
             header.opcode
         } else {
             OpCode::Continuation
         };
-        *taken += avail;
-        *done = 0;
-        let frame_end = *taken == *len;
+        *handed_out += avail;
+        *checked = 0;
+        let frame_end = *handed_out == *len;
         let len = *len;
         let payload = src.split_to(avail).freeze();
         if frame_end {
@@ -329,29 +332,29 @@ impl MessageDecoder {
                 self.state = DecodeState::Payload {
                     header,
                     len,
-                    done: 0,
+                    checked: 0,
                     inflate,
-                    taken: 0,
+                    handed_out: 0,
                 };
             }
             let DecodeState::Payload {
                 header,
                 len,
-                done,
+                checked,
                 inflate,
-                taken,
+                handed_out,
             } = &mut self.state
             else {
                 unreachable!("state set above");
             };
-            let (header, len, inflate, taken) = (*header, *len, *inflate, *taken);
-            let rest = len - taken;
+            let (header, len, inflate, handed_out) = (*header, *len, *inflate, *handed_out);
+            let rest = len - handed_out;
             let avail = src.len().min(rest);
-            if avail > *done {
-                let start = std::mem::replace(done, avail);
+            if avail > *checked {
+                let start = std::mem::replace(checked, avail);
                 let fresh = &mut src[start..avail];
                 if let Some(key) = header.mask {
-                    apply_mask(fresh, key, taken + start);
+                    apply_mask(fresh, key, handed_out + start);
                 }
                 if inflate {
                     self.inflate(fresh)?;

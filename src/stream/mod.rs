@@ -181,7 +181,7 @@ where
         if self.reader.is_terminated() {
             return Ok(());
         }
-        let timeout = self.reader.close_timeout();
+        let timeout = self.writer.conn.close_timeout();
         let send = async {
             if !self.writer.conn.is_close_sent() {
                 self.feed(Message::Close(frame)).await?;

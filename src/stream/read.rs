@@ -5,7 +5,7 @@
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -19,7 +19,7 @@ use crate::proto::decoder::MessageDecoder;
 use crate::proto::message::Message;
 use crate::retry::Retrying;
 use crate::stream::read_buf::ReadBuf;
-use crate::stream::write::{Side, WriteState};
+use crate::stream::write::{Task, WriteState};
 use crate::trace;
 
 /// What the receiving side needs from its surroundings: the transport to
@@ -64,7 +64,6 @@ pub(crate) struct ReadState {
     must_flush: bool,
     /// The core wants to hear of every read (keepalive).
     report_input: bool,
-    close_timeout: Duration,
     /// When the core next needs `handle_timeout`.
     deadline: Option<Instant>,
     /// Sleeps until `deadline`; made when first needed.
@@ -89,7 +88,6 @@ impl ReadState {
             terminated: false,
             must_flush: false,
             report_input: writer.conn.wants_input_times(),
-            close_timeout: config.close_timeout,
             deadline: writer.conn.poll_timeout(),
             timer: None,
             #[cfg(feature = "tracing")]
@@ -107,10 +105,6 @@ impl ReadState {
 
     pub(crate) fn is_terminated(&self) -> bool {
         self.terminated
-    }
-
-    pub(crate) fn close_timeout(&self) -> Duration {
-        self.close_timeout
     }
 
     /// Gives the core an input under the sending side's lock, queues what it
@@ -172,7 +166,7 @@ impl ReadState {
             }
             let r = finish_writes(w, io, cx, wait_for_peer);
             if r.is_pending() {
-                w.park(Side::Read, cx);
+                w.park(Task::Receiving, cx);
             }
             r
         });
@@ -232,8 +226,8 @@ impl ReadState {
             if w.outbox.is_empty() && !w.unflushed {
                 return Poll::Ready(Ok(false));
             }
-            let r = match w.poll_drain(io, cx, Side::Read) {
-                Poll::Ready(Ok(())) => match w.poll_flush_io(io, cx, Side::Read) {
+            let r = match w.poll_drain(io, cx, Task::Receiving) {
+                Poll::Ready(Ok(())) => match w.poll_flush_io(io, cx, Task::Receiving) {
                     Poll::Ready(r) => r,
                     // Still owed, and retried on the next poll: the flush
                     // wakes this task when the transport can take more.
@@ -244,7 +238,7 @@ impl ReadState {
                 // Owing more than the write buffer holds: wait for the peer
                 // to read rather than buffer without bound.
                 Poll::Pending if w.is_full() => {
-                    w.park(Side::Read, cx);
+                    w.park(Task::Receiving, cx);
                     return Poll::Pending;
                 }
                 Poll::Pending => Ok(()),
@@ -280,8 +274,7 @@ impl ReadState {
             match self.phase {
                 Phase::Open => {}
                 Phase::Failing | Phase::Closed => {
-                    // A client waits for the server to end TCP first.
-                    let wait = self.phase == Phase::Closed && self.role() == Role::Client;
+                    let wait = self.phase.awaits_transport_end(self.role());
                     ready!(self.poll_finish(t, cx, wait));
                     if self.phase == Phase::TimedOut {
                         continue;
@@ -295,7 +288,7 @@ impl ReadState {
                     // transport takes it at once; wait for nothing.
                     t.with_writer(|w, io| {
                         let _ = w.transmit();
-                        let _ = w.poll_drain(io, cx, Side::Read);
+                        let _ = w.poll_drain(io, cx, Task::Receiving);
                     });
                     let err = self.take_error(t);
                     self.give_up(t);
@@ -384,10 +377,10 @@ fn finish_writes<W: AsyncWrite + Unpin>(
     cx: &mut Context<'_>,
     wait_for_peer: bool,
 ) -> Poll<()> {
-    if ready!(w.poll_drain(io, cx, Side::Read)).is_err() {
+    if ready!(w.poll_drain(io, cx, Task::Receiving)).is_err() {
         w.outbox.clear();
     }
-    let _ = ready!(w.poll_flush_io(io, cx, Side::Read));
+    let _ = ready!(w.poll_flush_io(io, cx, Task::Receiving));
     if !wait_for_peer {
         let _ = ready!(Pin::new(&mut Retrying(io)).poll_shutdown(cx));
         w.set_shut_down();

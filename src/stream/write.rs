@@ -23,12 +23,15 @@ use crate::trace;
 /// (vectored write) rather than copied next to their header.
 const ZERO_COPY_MIN: usize = 4 << 10;
 
-/// Who is driving a write: the transport's write readiness remembers only
-/// the last task to ask, so whichever side makes progress wakes the other.
+/// Which task is driving a write: the transport's write readiness
+/// remembers only the last task to ask, so whichever makes progress wakes
+/// the others.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Side {
-    Read,
-    Write,
+pub(crate) enum Task {
+    /// The receiving side, writing what it owes (pongs, close replies).
+    Receiving,
+    /// A sender.
+    Sending,
 }
 
 #[derive(Debug)]
@@ -106,11 +109,11 @@ impl WriteState {
     }
 
     /// Remembers the task to wake when the other side makes write progress.
-    pub(crate) fn park(&mut self, side: Side, cx: &Context<'_>) {
+    pub(crate) fn park(&mut self, task: Task, cx: &Context<'_>) {
         let wakers = self.wakers.get_or_insert_with(Default::default);
-        match side {
-            Side::Read => store(&mut wakers.read, cx),
-            Side::Write => {
+        match task {
+            Task::Receiving => store(&mut wakers.read, cx),
+            Task::Sending => {
                 if !wakers.write.iter().any(|w| w.will_wake(cx.waker())) {
                     wakers.write.push(cx.waker().clone());
                 }
@@ -120,11 +123,11 @@ impl WriteState {
 
     /// Wakes every task parked to send but the current one, and the
     /// receiving side when a sender made the progress.
-    fn wake_other(&mut self, side: Side, cx: &Context<'_>) {
+    fn wake_other(&mut self, task: Task, cx: &Context<'_>) {
         let Some(wakers) = self.wakers.as_deref_mut() else {
             return;
         };
-        if let Side::Write = side {
+        if let Task::Sending = task {
             if let Some(w) = wakers.read.take_if(|w| !w.will_wake(cx.waker())) {
                 w.wake();
             }
@@ -196,7 +199,7 @@ impl WriteState {
         &mut self,
         io: &mut W,
         cx: &mut Context<'_>,
-        side: Side,
+        task: Task,
     ) -> Poll<io::Result<()>>
     where
         W: AsyncWrite + Unpin,
@@ -212,26 +215,26 @@ impl WriteState {
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => {
                     if progressed {
-                        self.wake_other(side, cx);
+                        self.wake_other(task, cx);
                     }
                     return Poll::Pending;
                 }
             }
         }
         if progressed {
-            self.wake_other(side, cx);
+            self.wake_other(task, cx);
         }
         Poll::Ready(Ok(()))
     }
 
-    /// Flushes the transport. Waiting, the task is parked for `side`; done,
+    /// Flushes the transport. Waiting, the task is parked as `task`; done,
     /// the other side is woken, as it may be waiting for the same bytes to
     /// leave.
     pub(crate) fn poll_flush_io<W>(
         &mut self,
         io: &mut W,
         cx: &mut Context<'_>,
-        side: Side,
+        task: Task,
     ) -> Poll<io::Result<()>>
     where
         W: AsyncWrite + Unpin,
@@ -239,12 +242,12 @@ impl WriteState {
         match Pin::new(&mut Retrying(io)).poll_flush(cx) {
             Poll::Ready(r) => {
                 if std::mem::take(&mut self.unflushed) {
-                    self.wake_other(side, cx);
+                    self.wake_other(task, cx);
                 }
                 Poll::Ready(r)
             }
             Poll::Pending => {
-                self.park(side, cx);
+                self.park(task, cx);
                 Poll::Pending
             }
         }
@@ -299,10 +302,10 @@ impl WriteState {
     where
         W: AsyncWrite + Unpin,
     {
-        match self.poll_drain(io, cx, Side::Write) {
+        match self.poll_drain(io, cx, Task::Sending) {
             Poll::Ready(r) => Poll::Ready(r.map_err(Error::from)),
             Poll::Pending => {
-                self.park(Side::Write, cx);
+                self.park(Task::Sending, cx);
                 Poll::Pending
             }
         }
@@ -313,7 +316,8 @@ impl WriteState {
         W: AsyncWrite + Unpin,
     {
         ready!(self.poll_send_buffered(io, cx))?;
-        self.poll_flush_io(io, cx, Side::Write).map_err(Error::from)
+        self.poll_flush_io(io, cx, Task::Sending)
+            .map_err(Error::from)
     }
 
     pub(crate) fn poll_close<W>(&mut self, io: &mut W, cx: &mut Context<'_>) -> Poll<Result<()>>
@@ -329,7 +333,7 @@ impl WriteState {
                     r?;
                 }
                 Poll::Pending => {
-                    self.park(Side::Write, cx);
+                    self.park(Task::Sending, cx);
                     return Poll::Pending;
                 }
             }
