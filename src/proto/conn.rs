@@ -32,7 +32,6 @@
 //! assert_eq!(conn.phase(), Phase::Open);
 //! ```
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::proto::Role;
@@ -144,13 +143,24 @@ pub struct Connection {
     /// A message we send in fragments is unfinished: only its continuation
     /// frames and control frames may go out until it ends (RFC 6455 §5.4).
     fragmenting: bool,
-    owed: VecDeque<Message>,
-    // Boxed, like the keepalive state: rare, and an idle connection should
-    // be small.
-    error: Option<Box<Error>>,
     close_timeout: Duration,
-    close_deadline: Option<Instant>,
+    // Boxed, like the keepalive state: made on the first frame owed or when
+    // the connection starts to end, as an idle connection should be small.
+    busy: Option<Box<Busy>>,
     keepalive: Option<Box<Keepalive>>,
+}
+
+/// What a connection keeps beyond its flags once it owes a frame or has
+/// started to end.
+#[derive(Debug, Default)]
+struct Busy {
+    /// Frames owed, oldest first; the caller drains them after each input,
+    /// so there are rarely more than two.
+    owed: Vec<Message>,
+    /// When the closing handshake must be over.
+    close_deadline: Option<Instant>,
+    /// What the connection ends with, until taken.
+    error: Option<Error>,
 }
 
 impl Connection {
@@ -162,10 +172,8 @@ impl Connection {
             close_sent: false,
             peer_gone: false,
             fragmenting: false,
-            owed: VecDeque::new(),
-            error: None,
             close_timeout: timers.close_timeout,
-            close_deadline: None,
+            busy: None,
             keepalive: timers.ping_interval.map(|interval| {
                 Box::new(Keepalive {
                     interval,
@@ -218,7 +226,7 @@ impl Connection {
     pub fn handle_frame(&mut self, msg: &Message, now: Instant) {
         match msg {
             Message::Ping(payload) if !self.close_sent => {
-                self.owed.push_back(Message::Pong(payload.clone()));
+                self.owe(Message::Pong(payload.clone()));
             }
             Message::Close(frame) if self.phase == Phase::Open => {
                 self.phase = Phase::Closed;
@@ -229,7 +237,7 @@ impl Connection {
                 if !self.close_sent {
                     self.peer_gone = true;
                     self.close_sent = true;
-                    self.owed.push_back(Message::Close(frame.clone()));
+                    self.owe(Message::Close(frame.clone()));
                 }
             }
             _ => {}
@@ -248,7 +256,7 @@ impl Connection {
         }
         self.phase = Phase::Failing;
         self.arm_close(now);
-        self.error = Some(Box::new(err));
+        self.busy().error = Some(err);
     }
 
     /// Bytes arrived from the peer at `now`: it is alive.
@@ -277,7 +285,7 @@ impl Connection {
             // A close sent without a clock reading: its timer starts now.
             self.arm_close(now);
         }
-        if self.close_deadline.is_some_and(|d| now >= d) {
+        if self.close_deadline().is_some_and(|d| now >= d) {
             self.time_out(Error::CloseTimeout);
             return;
         }
@@ -310,14 +318,16 @@ impl Connection {
         // Once closing, the close timer watches the peer instead.
         if !self.close_sent {
             k.ping_sent = Some(now);
-            self.owed.push_back(Message::Ping(Default::default()));
+            self.owe(Message::Ping(Default::default()));
         }
     }
 
     /// Gives up on the connection: nothing more will be sent or awaited.
     pub fn abandon(&mut self) {
         self.close_sent = true;
-        self.owed.clear();
+        if let Some(b) = &mut self.busy {
+            b.owed.clear();
+        }
     }
 
     // Sending.
@@ -377,7 +387,12 @@ impl Connection {
     /// The next frame owed to the peer, to encode and write before anything
     /// queued after it.
     pub fn poll_transmit(&mut self) -> Option<Message> {
-        self.owed.pop_front()
+        let owed = &mut self.busy.as_mut()?.owed;
+        if owed.is_empty() {
+            None
+        } else {
+            Some(owed.remove(0))
+        }
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) is next needed.
@@ -387,7 +402,7 @@ impl Connection {
             Phase::Failing | Phase::Closed => None,
             Phase::TimedOut => return None,
         };
-        match (self.close_deadline, keepalive) {
+        match (self.close_deadline(), keepalive) {
             (Some(c), Some(k)) => Some(c.min(k)),
             (c, k) => c.or(k),
         }
@@ -396,20 +411,33 @@ impl Connection {
     /// The error the connection ends with, once (in [`Phase::Failing`] and
     /// [`Phase::TimedOut`]).
     pub fn take_error(&mut self) -> Option<Error> {
-        self.error.take().map(|e| *e)
+        self.busy.as_mut()?.error.take()
+    }
+
+    fn busy(&mut self) -> &mut Busy {
+        self.busy.get_or_insert_with(Default::default)
+    }
+
+    fn owe(&mut self, msg: Message) {
+        self.busy().owed.push(msg);
+    }
+
+    fn close_deadline(&self) -> Option<Instant> {
+        self.busy.as_ref()?.close_deadline
     }
 
     fn owe_close(&mut self, code: CloseCode, reason: &'static str) {
         if !self.close_sent {
             self.close_sent = true;
-            self.owed
-                .push_back(Message::Close(Some(CloseFrame::new(code, reason))));
+            self.owe(Message::Close(Some(CloseFrame::new(code, reason))));
         }
     }
 
     fn arm_close(&mut self, now: Instant) {
-        if self.close_deadline.is_none() {
-            self.close_deadline = Some(now + self.close_timeout);
+        let timeout = self.close_timeout;
+        let busy = self.busy();
+        if busy.close_deadline.is_none() {
+            busy.close_deadline = Some(now + timeout);
         }
     }
 
@@ -417,7 +445,7 @@ impl Connection {
     /// (a protocol violation) is the one reported.
     fn time_out(&mut self, err: Error) {
         if self.phase == Phase::Open {
-            self.error = Some(Box::new(err));
+            self.busy().error = Some(err);
         }
         self.phase = Phase::TimedOut;
         self.close_sent = true;

@@ -46,7 +46,8 @@ pub(crate) fn now() -> Instant {
 /// The receiving side. The protocol's state lives in the sending side's
 /// [`Connection`](crate::proto::conn::Connection) (both halves need it);
 /// this side keeps what it needs on every read without asking: the phase
-/// and the next deadline, refreshed whenever it hands the core an input.
+/// and a timer set to the core's next deadline, both refreshed whenever it
+/// hands the core an input.
 #[derive(Debug)]
 pub(crate) struct ReadState {
     decoder: MessageDecoder,
@@ -64,10 +65,11 @@ pub(crate) struct ReadState {
     must_flush: bool,
     /// The core wants to hear of every read (keepalive).
     report_input: bool,
-    /// When the core next needs `handle_timeout`.
-    deadline: Option<Instant>,
-    /// Sleeps until `deadline`; made when first needed.
+    /// Sleeps until the core's next deadline; `None` when it has none. Made
+    /// on the first poll (a timer needs the runtime, construction may be
+    /// outside it).
     timer: Option<Pin<Box<Sleep>>>,
+    timer_set: bool,
     #[cfg(feature = "tracing")]
     pub(crate) span: tracing::Span,
 }
@@ -88,8 +90,8 @@ impl ReadState {
             terminated: false,
             must_flush: false,
             report_input: writer.conn.wants_input_times(),
-            deadline: writer.conn.poll_timeout(),
             timer: None,
+            timer_set: false,
             #[cfg(feature = "tracing")]
             span: tracing::debug_span!("websocket", ?role),
         }
@@ -120,7 +122,7 @@ impl ReadState {
             (w.conn.phase(), w.conn.poll_timeout(), queued)
         });
         self.phase = phase;
-        self.deadline = deadline;
+        self.set_timer(deadline);
         if queued? {
             self.must_flush = true;
         }
@@ -153,7 +155,7 @@ impl ReadState {
         cx: &mut Context<'_>,
         wait_for_peer: bool,
     ) -> Poll<()> {
-        if self.poll_timer(cx).is_ready() {
+        if self.poll_timer(t, cx).is_ready() {
             // Past the close deadline (the core moves to `TimedOut`).
             let _ = self.feed_core(t, |c| c.handle_timeout(now()));
             if self.phase == Phase::TimedOut {
@@ -184,19 +186,30 @@ impl ReadState {
         }
     }
 
-    /// Ready once the core's next deadline has passed.
-    fn poll_timer(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let Some(deadline) = self.deadline else {
-            return Poll::Pending;
+    fn set_timer(&mut self, deadline: Option<Instant>) {
+        self.timer_set = true;
+        let Some(deadline) = deadline else {
+            self.timer = None;
+            return;
         };
         let deadline = tokio::time::Instant::from_std(deadline);
-        let timer = self
-            .timer
-            .get_or_insert_with(|| Box::pin(sleep_until(deadline)));
-        if timer.deadline() != deadline {
-            timer.as_mut().reset(deadline);
+        match &mut self.timer {
+            Some(t) if t.deadline() == deadline => {}
+            Some(t) => t.as_mut().reset(deadline),
+            None => self.timer = Some(Box::pin(sleep_until(deadline))),
         }
-        timer.as_mut().poll(cx)
+    }
+
+    /// Ready once the core's next deadline has passed.
+    fn poll_timer<T: Transport>(&mut self, t: &mut T, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.timer_set {
+            let deadline = t.with_writer(|w, _| w.conn.poll_timeout());
+            self.set_timer(deadline);
+        }
+        match &mut self.timer {
+            Some(timer) => timer.as_mut().poll(cx),
+            None => Poll::Pending,
+        }
     }
 
     fn poll_read<T: Transport>(
@@ -333,7 +346,7 @@ impl ReadState {
                 self.saw_close_sent = true;
                 self.feed_core(t, |c| c.handle_timeout(now()))?;
             }
-            if self.poll_timer(cx).is_ready() {
+            if self.poll_timer(t, cx).is_ready() {
                 self.feed_core(t, |c| c.handle_timeout(now()))?;
                 continue;
             }
