@@ -1,7 +1,10 @@
 //! Transport calls that fail with `Interrupted` are tried again, as that
 //! error asks (std's `read_exact` and `write_all` do the same). A few times
 //! in one poll, then the task yields and is woken at once, so a transport
-//! that keeps saying so cannot make a poll spin.
+//! that keeps saying so cannot make a poll spin. `WouldBlock` (an adapter
+//! over a non-blocking socket that says "not now" as an error instead of
+//! `Pending`) is not a failure either: the task yields and asks again on
+//! its next turn.
 
 use std::io;
 use std::pin::Pin;
@@ -19,6 +22,7 @@ fn retry<T>(
     for _ in 0..TRIES {
         match f(cx) {
             Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+            Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
             other => return other,
         }
     }
@@ -80,10 +84,11 @@ mod tests {
     use super::*;
     use std::task::Waker;
 
-    /// Fails with `Interrupted` `fails` times, then reads one byte.
+    /// Fails with `kind` `fails` times, then reads one byte.
     struct Flaky {
         fails: usize,
         calls: usize,
+        kind: io::ErrorKind,
     }
 
     impl AsyncRead for Flaky {
@@ -94,7 +99,7 @@ mod tests {
         ) -> Poll<io::Result<()>> {
             self.calls += 1;
             if self.calls <= self.fails {
-                return Poll::Ready(Err(io::ErrorKind::Interrupted.into()));
+                return Poll::Ready(Err(self.kind.into()));
             }
             buf.put_slice(b"x");
             Poll::Ready(Ok(()))
@@ -112,9 +117,25 @@ mod tests {
 
     #[test]
     fn interrupted_is_retried_within_one_poll() {
-        let mut io = Flaky { fails: 3, calls: 0 };
+        let mut io = Flaky {
+            fails: 3,
+            calls: 0,
+            kind: io::ErrorKind::Interrupted,
+        };
         assert!(matches!(read_once(&mut io), Poll::Ready(Ok(1))));
         assert_eq!(io.calls, 4);
+    }
+
+    #[test]
+    fn would_block_yields_and_is_asked_again_next_turn() {
+        let mut io = Flaky {
+            fails: 1,
+            calls: 0,
+            kind: io::ErrorKind::WouldBlock,
+        };
+        assert!(read_once(&mut io).is_pending());
+        assert_eq!(io.calls, 1, "no retry within the poll");
+        assert!(matches!(read_once(&mut io), Poll::Ready(Ok(1))));
     }
 
     #[test]
@@ -122,6 +143,7 @@ mod tests {
         let mut io = Flaky {
             fails: usize::MAX,
             calls: 0,
+            kind: io::ErrorKind::Interrupted,
         };
         assert!(read_once(&mut io).is_pending());
         assert_eq!(io.calls, TRIES);

@@ -140,6 +140,8 @@ pub struct Connection {
     close_sent: bool,
     /// The peer ended the connection: its close frame, EOF or an error.
     peer_gone: bool,
+    /// The transport itself ended (EOF, reset, a failed write).
+    transport_ended: bool,
     /// A message we send in fragments is unfinished: only its continuation
     /// frames and control frames may go out until it ends (RFC 6455 §5.4).
     fragmenting: bool,
@@ -171,6 +173,7 @@ impl Connection {
             phase: Phase::Open,
             close_sent: false,
             peer_gone: false,
+            transport_ended: false,
             fragmenting: false,
             close_timeout: timers.close_timeout,
             busy: None,
@@ -210,6 +213,12 @@ impl Connection {
     /// How long the closing handshake may take.
     pub fn close_timeout(&self) -> Duration {
         self.close_timeout
+    }
+
+    /// Whether the transport has ended: the connection is closed (RFC 6455
+    /// §7.1.4), and bytes still queued for it will not arrive.
+    pub fn is_transport_ended(&self) -> bool {
+        self.transport_ended
     }
 
     /// Whether keepalive wants [`handle_input`](Self::handle_input) on
@@ -272,6 +281,7 @@ impl Connection {
     /// do). Otherwise the caller reports the transport's error.
     pub fn handle_transport_end(&mut self) -> bool {
         self.peer_gone = true;
+        self.transport_ended = true;
         self.close_sent
     }
 

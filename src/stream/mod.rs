@@ -96,6 +96,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Transport for Whole<'_, S> {
     fn close_sent(&self) -> bool {
         self.writer.conn.is_close_sent()
     }
+
+    fn transport_ended(&self) -> bool {
+        self.writer.conn.is_transport_ended()
+    }
 }
 
 impl<S> WebSocketStream<S>

@@ -36,6 +36,12 @@ pub(crate) trait Transport {
     fn read_io(&mut self) -> &mut Self::Read;
     fn with_writer<T>(&mut self, f: impl FnOnce(&mut WriteState, &mut Self::Write) -> T) -> T;
     fn close_sent(&self) -> bool;
+    /// Whether the transport has ended (the sending side may see it first,
+    /// as a failed write).
+    fn transport_ended(&self) -> bool;
+    /// The receiving side waits for input: a sending side that finds the
+    /// transport ended must be able to wake it.
+    fn wait_for_input(&mut self, _cx: &Context<'_>) {}
 }
 
 /// The current time, from Tokio's clock so that tests can pause it.
@@ -258,6 +264,7 @@ impl ReadState {
             };
             if r.is_err() {
                 w.conn.handle_transport_end();
+                w.wake_writers();
             }
             Poll::Ready(r.map(|()| !w.outbox.is_empty() || w.unflushed))
         });
@@ -350,7 +357,25 @@ impl ReadState {
                 self.feed_core(t, |c| c.handle_timeout(now()))?;
                 continue;
             }
-            let read = ready!(self.poll_read(t, cx));
+            if t.transport_ended() {
+                // A write failed: no input is coming either.
+                let err = io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "the transport failed while sending",
+                );
+                return self.ended(t, err);
+            }
+            let read = match self.poll_read(t, cx) {
+                Poll::Ready(r) => r,
+                Poll::Pending => {
+                    t.wait_for_input(cx);
+                    if t.transport_ended() {
+                        // Ended between the check above and the wait.
+                        continue;
+                    }
+                    return Poll::Pending;
+                }
+            };
             let err = match read {
                 Ok(n) if n > 0 => {
                     if self.report_input {
@@ -364,21 +389,32 @@ impl ReadState {
                 ),
                 Err(e) => e,
             };
-            self.terminated = true;
-            let expected = t.with_writer(|w, _| w.conn.handle_transport_end());
-            let hung_up = matches!(
-                err.kind(),
-                io::ErrorKind::UnexpectedEof
-                    | io::ErrorKind::ConnectionReset
-                    | io::ErrorKind::ConnectionAborted
-                    | io::ErrorKind::BrokenPipe
-            );
-            if hung_up && expected {
-                trace::debug_event!("peer ended the connection after our close frame");
-                return Poll::Ready(None);
-            }
-            return Poll::Ready(Some(Err(err.into())));
+            return self.ended(t, err);
         }
+    }
+
+    /// The transport ended: the end of the stream, or an error.
+    fn ended<T: Transport>(&mut self, t: &mut T, err: io::Error) -> Poll<Option<Result<Message>>> {
+        self.terminated = true;
+        let expected = t.with_writer(|w, _| {
+            // Senders waiting on the transport learn it has ended.
+            w.wake_writers();
+            w.conn.handle_transport_end()
+        });
+        // After our close frame, a peer that hangs up (or resets) instead
+        // of answering ends the connection as surely: many servers do.
+        let hung_up = matches!(
+            err.kind(),
+            io::ErrorKind::UnexpectedEof
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::BrokenPipe
+        );
+        if hung_up && expected {
+            trace::debug_event!("peer ended the connection after our close frame");
+            return Poll::Ready(None);
+        }
+        Poll::Ready(Some(Err(err.into())))
     }
 }
 

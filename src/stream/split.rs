@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
+use futures_util::task::AtomicWaker;
 use futures_util::{Sink, Stream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 
@@ -23,6 +24,11 @@ struct Shared<S> {
     /// Mirrors the core's `is_close_sent`, so the receiver can ask without
     /// taking the lock on every read.
     close_sent: AtomicBool,
+    /// Mirrors the core's `is_transport_ended`, for the same reason.
+    transport_ended: AtomicBool,
+    /// The receiver waiting for input: a sender whose write fails wakes it,
+    /// as no input is coming either.
+    reader: AtomicWaker,
 }
 
 #[derive(Debug)]
@@ -45,6 +51,9 @@ impl<S> Shared<S> {
         let r = f(&mut w.state, &mut w.io);
         self.close_sent
             .store(w.state.conn.is_close_sent(), Ordering::Release);
+        if w.state.conn.is_transport_ended() && !self.transport_ended.swap(true, Ordering::AcqRel) {
+            self.reader.wake();
+        }
         r
     }
 }
@@ -60,6 +69,8 @@ where
     let (rd, wr) = tokio::io::split(io);
     let shared = Arc::new(Shared {
         close_sent: AtomicBool::new(writer.conn.is_close_sent()),
+        transport_ended: AtomicBool::new(writer.conn.is_transport_ended()),
+        reader: AtomicWaker::new(),
         writer: Mutex::new(Writer {
             state: writer,
             io: wr,
@@ -181,6 +192,14 @@ impl<S: AsyncRead + AsyncWrite> Transport for Half<'_, S> {
 
     fn close_sent(&self) -> bool {
         self.shared.close_sent.load(Ordering::Acquire)
+    }
+
+    fn transport_ended(&self) -> bool {
+        self.shared.transport_ended.load(Ordering::Acquire)
+    }
+
+    fn wait_for_input(&mut self, cx: &Context<'_>) {
+        self.shared.reader.register(cx.waker());
     }
 }
 

@@ -302,12 +302,32 @@ impl WriteState {
     where
         W: AsyncWrite + Unpin,
     {
+        if self.conn.is_transport_ended() && !self.outbox.is_empty() {
+            // The receiving side saw the transport end: what is queued will
+            // not arrive, and a peer that stopped reading would keep the
+            // write waiting for ever.
+            self.outbox.clear();
+            return Poll::Ready(Err(Error::ConnectionClosed));
+        }
         match self.poll_drain(io, cx, Task::Sending) {
-            Poll::Ready(r) => Poll::Ready(r.map_err(Error::from)),
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
+            Poll::Ready(Err(e)) => {
+                self.transport_failed();
+                Poll::Ready(Err(e.into()))
+            }
             Poll::Pending => {
                 self.park(Task::Sending, cx);
                 Poll::Pending
             }
+        }
+    }
+
+    /// A write failed: the connection is over for the receiving side too,
+    /// which may be waiting for input that will never come.
+    fn transport_failed(&mut self) {
+        self.conn.handle_transport_end();
+        if let Some(w) = self.wakers.as_deref_mut().and_then(|w| w.read.take()) {
+            w.wake();
         }
     }
 
@@ -316,8 +336,11 @@ impl WriteState {
         W: AsyncWrite + Unpin,
     {
         ready!(self.poll_send_buffered(io, cx))?;
-        self.poll_flush_io(io, cx, Task::Sending)
-            .map_err(Error::from)
+        let r = ready!(self.poll_flush_io(io, cx, Task::Sending));
+        if r.is_err() {
+            self.transport_failed();
+        }
+        Poll::Ready(r.map_err(Error::from))
     }
 
     pub(crate) fn poll_close<W>(&mut self, io: &mut W, cx: &mut Context<'_>) -> Poll<Result<()>>
