@@ -104,7 +104,7 @@ impl Faulty {
             20..24 => Fault::Interrupted,
             24..27 => Fault::WouldBlock,
             // Mostly tiny, sometimes large.
-            25..85 => Fault::Go(1 + self.rng.below(8) as usize),
+            27..85 => Fault::Go(1 + self.rng.below(8) as usize),
             _ => Fault::Go(1 + self.rng.below(64 << 10) as usize),
         }
     }
