@@ -1,8 +1,12 @@
-//! A soak test, run on demand (it is `#[ignore]`d in the default run):
+//! A soak test. The long one runs on demand (it is `#[ignore]`d in the
+//! default run):
 //!
 //! ```text
 //! SOAK_SECS=60 SOAK_CONNS=2000 cargo test --release --test soak -- --ignored --nocapture
 //! ```
+//!
+//! `short_soak` runs with every `cargo test` (and so in CI): 200 connections
+//! for 3 seconds, messages up to 16 KiB.
 //!
 //! Thousands of connections on loopback send messages of mixed sizes (empty
 //! to 256 KiB, text and binary, some fragmented) to an echo server, and
@@ -40,12 +44,12 @@ impl Rng {
     }
 }
 
-fn payload(rng: &mut Rng) -> Vec<u8> {
+fn payload(rng: &mut Rng, max: usize) -> Vec<u8> {
     let size = match rng.below(10) {
         0 => 0,
         1..=6 => rng.below(200) as usize,
         7 | 8 => rng.below(16 << 10) as usize,
-        _ => rng.below(256 << 10) as usize,
+        _ => rng.below(max as u64) as usize,
     };
     let seed = rng.next() as u8;
     (0..size)
@@ -56,8 +60,20 @@ fn payload(rng: &mut Rng) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "soak test: run on demand"]
 async fn soak() {
-    let secs = env("SOAK_SECS", 20) as u64;
-    let conns = env("SOAK_CONNS", 1000);
+    soak_for(
+        env("SOAK_SECS", 20) as u64,
+        env("SOAK_CONNS", 1000),
+        256 << 10,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_soak() {
+    soak_for(3, 200, 16 << 10).await;
+}
+
+async fn soak_for(secs: u64, conns: usize, max_size: usize) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let live = Arc::new(AtomicUsize::new(0));
@@ -95,7 +111,7 @@ async fn soak() {
                 let (mut ws, _) = wavesock::connect_async(url).await.expect("connect");
                 let rounds = 1 + rng.below(20);
                 for _ in 0..rounds {
-                    let data = payload(&mut rng);
+                    let data = payload(&mut rng, max_size);
                     let text = rng.below(2) == 0;
                     if rng.below(8) == 0 && data.len() > 2 {
                         // Fragmented: the echo must still be one message.
