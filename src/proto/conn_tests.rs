@@ -402,3 +402,31 @@ fn pair_keepalive_keeps_a_live_peer_and_drops_a_dead_one() {
     assert_eq!(client.conn.phase(), Phase::TimedOut);
     assert_eq!(client.conn.take_error(), Some(Error::KeepaliveTimeout));
 }
+
+#[test]
+fn accessors_report_the_state() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Server, timers(), t0);
+    assert!(!c.is_close_sent());
+    assert!(!c.is_peer_gone());
+    assert!(!c.is_transport_ended());
+    assert!(c.wants_input_times(), "keepalive wants to hear of input");
+    assert_eq!(c.close_timeout(), 5 * SEC);
+    assert_eq!(c.role(), Role::Server);
+    assert!(c.send_close(Some(t0)));
+    assert!(c.is_close_sent());
+    assert!(!c.is_peer_gone());
+    let c = Connection::new(Role::Client, Timers::default(), t0);
+    assert!(!c.wants_input_times(), "no keepalive, no need");
+}
+
+#[test]
+fn a_close_frame_while_failing_changes_nothing() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Server, Timers::default(), t0);
+    c.handle_error(Error::InvalidUtf8, t0);
+    c.handle_frame(&Message::Close(None), t0);
+    assert_eq!(c.phase(), Phase::Failing);
+    assert_eq!(drain(&mut c).len(), 1, "only the close for the error");
+    assert_eq!(c.take_error(), Some(Error::InvalidUtf8));
+}
