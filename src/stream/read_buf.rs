@@ -191,12 +191,14 @@ impl ReadBuf {
             want.min((3 * len).max(READ_CHUNK))
         };
         let mut additional = additional.max(min_spare);
-        let mut grant = account.try_set(Held::ReadBuffer, len + additional);
+        // The old buffer lives on while its bytes are copied: ask for both.
+        let old_cap = self.buf.capacity();
+        let mut grant = account.try_set(Held::ReadBuffer, old_cap + len + additional);
         if grant != Grant::Granted {
-            let smaller = additional.min(account.room().max(min_spare));
+            let smaller = additional.min(account.room().saturating_sub(len).max(min_spare));
             if smaller < additional {
                 additional = smaller;
-                grant = account.try_set(Held::ReadBuffer, len + additional);
+                grant = account.try_set(Held::ReadBuffer, old_cap + len + additional);
             }
         }
         if grant != Grant::Granted {

@@ -354,13 +354,15 @@ fn grow(
     len: usize,
     step: usize,
 ) -> Result<Result<usize, usize>, Error> {
-    let first = account.try_set(Held::Inflated, len + step);
+    // Growing may move the output: the old buffer lives on while it is
+    // copied, so both are asked for.
+    let first = account.try_set(Held::Inflated, len + len + step);
     if first == Grant::Granted {
         return Ok(Ok(step));
     }
-    let smaller = step.min(account.room().max(MIN_BUDGET_STEP));
+    let smaller = step.min(account.room().saturating_sub(len).max(MIN_BUDGET_STEP));
     let answer = if smaller < step {
-        account.try_set(Held::Inflated, len + smaller)
+        account.try_set(Held::Inflated, len + len + smaller)
     } else {
         first
     };
