@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::proto::budget::MemoryBudget;
 use crate::proto::conn::Timers;
 use crate::proto::deflate::DeflateConfig;
 use crate::proto::limits::Limits;
@@ -86,6 +87,12 @@ pub struct Config {
     /// [`MaskKeys`]); with the `tracing` feature, a client connection made
     /// with it logs a warning. Servers ignore it.
     pub mask_keys: MaskKeys,
+    /// A memory budget shared by many connections (a server's), which what
+    /// this one holds for messages in progress beyond a small allowance is
+    /// taken from; default `None` (each connection bounded by its own
+    /// limits only). See [`MemoryBudget`] and
+    /// [`Config::memory_budget`].
+    pub memory_budget: Option<MemoryBudget>,
 }
 
 impl Default for Config {
@@ -106,6 +113,7 @@ impl Default for Config {
             deflate: None,
             stream_messages: false,
             mask_keys: MaskKeys::Random,
+            memory_budget: None,
         }
     }
 }
@@ -243,6 +251,44 @@ impl Config {
         self
     }
 
+    /// Sets [`Config::memory_budget`]: give every accepted connection a
+    /// clone of the same [`MemoryBudget`] to bound what they all hold
+    /// together for messages in progress.
+    ///
+    /// Without a budget, memory grows with the number of peers: each may
+    /// hold up to `max_message_size` (64 MiB by default) in a message it
+    /// never finishes, or that inflates from a few kilobytes. With one, all
+    /// of them together hold at most the budget beyond a fixed
+    /// [allowance](MemoryBudget::allowance) each (128 KiB by default):
+    /// connections that need more wait for others to give some back, and
+    /// are refused (close code 1013) if the wait lasts longer than the
+    /// budget's [wait timeout](MemoryBudget::wait_timeout) or if they hold
+    /// budget while their peer sends nothing for that long; a message that
+    /// alone would need more than the whole budget is refused at once
+    /// (1009).
+    ///
+    /// Size it as the memory you can spare for messages in flight, at least
+    /// a few times `max_message_size` so that several large messages can be
+    /// received at once; the server then needs about
+    /// `budget + connections × (allowance + fixed per-connection state)`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wavesock::{Config, MemoryBudget};
+    ///
+    /// let budget = MemoryBudget::new(512 << 20).wait_timeout(Duration::from_secs(2));
+    /// // In the accept loop, for every connection:
+    /// let config = Config::default()
+    ///     .max_message_size(16 << 20)
+    ///     .memory_budget(budget.clone());
+    /// assert!(config.validate().is_ok());
+    /// assert_eq!(config.limits().budget, Some(budget));
+    /// ```
+    pub fn memory_budget(mut self, budget: impl Into<Option<MemoryBudget>>) -> Self {
+        self.memory_budget = budget.into();
+        self
+    }
+
     /// The limits the protocol core holds the peer to.
     ///
     /// ```
@@ -255,6 +301,7 @@ impl Config {
         Limits::default()
             .max_frame_size(self.max_frame_size)
             .max_message_size(self.max_message_size)
+            .budget(self.memory_budget.clone())
     }
 
     /// The timers the protocol core runs the connection with.

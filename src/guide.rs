@@ -50,6 +50,60 @@
 //! Set the message limits to what your application expects, not to what it
 //! could survive: a chat server has no use for 64 MiB lines.
 //!
+//! ## A memory budget for the whole server
+//!
+//! Every limit above is per connection, so a server's memory grows with the
+//! number of peers: each may hold up to `max_message_size` in a message it
+//! never finishes, and with compression a few kilobytes of it inflate to the
+//! whole limit. Ten such peers cost over 600 MiB with the defaults. A
+//! [`MemoryBudget`](crate::MemoryBudget), created once and given to every
+//! accepted connection with
+//! [`Config::memory_budget`](crate::Config::memory_budget), bounds what all
+//! of them hold together for messages in progress: read buffers, fragments
+//! being reassembled, inflated output.
+//!
+//! - Each connection holds up to an
+//!   [allowance](crate::MemoryBudget::allowance) (128 KiB) without touching
+//!   the budget, so small messages cost nothing extra; beyond it, memory is
+//!   asked of the budget before it is allocated (growing a buffer asks for
+//!   the old and the new one, as both live while it is copied).
+//! - When the budget is exhausted, a connection that needs more stops
+//!   reading (its peer feels TCP backpressure) and is woken when others give
+//!   some back.
+//! - A connection that waits longer than the budget's
+//!   [wait timeout](crate::MemoryBudget::wait_timeout) (5 s), or holds
+//!   budget while its peer sends nothing for that long, has its message
+//!   refused: close 1013 (try again later),
+//!   [`Error::BudgetExhausted`](crate::Error::BudgetExhausted). One whose
+//!   message alone would need more than the whole budget is refused at once:
+//!   close 1009, [`Error::OverBudget`](crate::Error::OverBudget).
+//! - What a connection holds is given back when its message is complete
+//!   (the message is then yours), when it fails, and when it is dropped;
+//!   [`in_use`](crate::MemoryBudget::in_use) and
+//!   [`peak`](crate::MemoryBudget::peak) tell how much is taken.
+//!
+//! Size it as the memory you can spare for messages in flight: at least
+//! twice the largest message you accept (a buffer grows by copying), better
+//! a few times that so that several large messages can arrive at once. The
+//! server then needs about `budget + connections × (allowance + fixed
+//! state)`, where the fixed state is a few KiB per connection, plus about
+//! 300 KiB with compression (zlib's windows). Without a budget nothing is
+//! counted and no atomic operation is added.
+//!
+//! ```
+//! use std::time::Duration;
+//! use wavesock::{Config, MemoryBudget};
+//!
+//! // 256 MiB for all messages in flight; messages up to 16 MiB each.
+//! let budget = MemoryBudget::new(256 << 20).wait_timeout(Duration::from_secs(2));
+//! // In the accept loop: every connection gets a clone of the same budget.
+//! let config = Config::default()
+//!     .max_message_size(16 << 20)
+//!     .memory_budget(budget.clone());
+//! assert!(config.validate().is_ok());
+//! assert_eq!(budget.in_use(), 0);
+//! ```
+//!
 //! ```
 //! use std::time::Duration;
 //! use wavesock::Config;

@@ -99,6 +99,7 @@ pub use error::{ConnectError, Error, HandshakeError, ProtocolError, Result};
 pub use handshake::client::{ClientRequestBuilder, IntoClientRequest};
 pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols};
 pub use proto::Role;
+pub use proto::budget::MemoryBudget;
 pub use proto::close::{CloseCode, CloseFrame};
 pub use proto::deflate::{DeflateConfig, DeflateParams};
 pub use proto::header::OpCode;

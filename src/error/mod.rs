@@ -54,6 +54,24 @@ pub enum Error {
         max: usize,
     },
 
+    /// The message would make this connection hold more than the whole
+    /// shared [`MemoryBudget`](crate::MemoryBudget); refused with close code
+    /// 1009.
+    #[error("message needs {size} bytes of a memory budget of {budget} bytes")]
+    OverBudget {
+        /// What the connection would have taken from the budget.
+        size: u64,
+        /// The size of the budget.
+        budget: usize,
+    },
+
+    /// The shared [`MemoryBudget`](crate::MemoryBudget) stayed exhausted
+    /// past its wait timeout while this connection needed more, or this
+    /// connection held some of it while the peer sent nothing for that long;
+    /// the message was refused with close code 1013 (try again later).
+    #[error("memory budget exhausted: message refused, try again later")]
+    BudgetExhausted,
+
     /// The opening HTTP handshake failed.
     #[error("handshake failed: {0}")]
     Handshake(#[from] HandshakeError),
@@ -95,14 +113,16 @@ pub enum Error {
 impl Error {
     /// The close code this error calls for, when it is a fault of the peer's
     /// data: 1002 for protocol violations, 1007 for invalid UTF-8, 1009 for
-    /// limit breaches.
+    /// limit breaches and messages larger than the whole memory budget, 1013
+    /// when the memory budget ran out.
     pub fn close_code(&self) -> Option<CloseCode> {
         match self {
             Error::Protocol(_) => Some(CloseCode::PROTOCOL_ERROR),
             Error::InvalidUtf8 => Some(CloseCode::INVALID_PAYLOAD),
-            Error::FrameTooLarge { .. } | Error::MessageTooLarge { .. } => {
-                Some(CloseCode::MESSAGE_TOO_BIG)
-            }
+            Error::FrameTooLarge { .. }
+            | Error::MessageTooLarge { .. }
+            | Error::OverBudget { .. } => Some(CloseCode::MESSAGE_TOO_BIG),
+            Error::BudgetExhausted => Some(CloseCode::TRY_AGAIN_LATER),
             _ => None,
         }
     }
@@ -116,6 +136,8 @@ impl From<proto::Error> for Error {
             proto::Error::InvalidUtf8 => Error::InvalidUtf8,
             proto::Error::FrameTooLarge { size, max } => Error::FrameTooLarge { size, max },
             proto::Error::MessageTooLarge { size, max } => Error::MessageTooLarge { size, max },
+            proto::Error::OverBudget { size, budget } => Error::OverBudget { size, budget },
+            proto::Error::BudgetExhausted => Error::BudgetExhausted,
             proto::Error::InvalidMessage(m) => Error::InvalidMessage(m),
             proto::Error::ConnectionClosed => Error::ConnectionClosed,
             proto::Error::AlreadyClosed => Error::AlreadyClosed,

@@ -290,7 +290,7 @@ impl Pair {
         let now = Instant::now();
         Pair {
             now,
-            client: Side::new(Role::Client, timers, limits, now),
+            client: Side::new(Role::Client, timers, limits.clone(), now),
             server: Side::new(Role::Server, timers, limits, now),
         }
     }

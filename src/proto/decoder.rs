@@ -13,6 +13,7 @@
 use bytes::{Buf, BytesMut};
 
 use crate::proto::Role;
+use crate::proto::budget::{BudgetAccount, Grant, Held};
 use crate::proto::close::CloseFrame;
 use crate::proto::deflate::Inflater;
 use crate::proto::error::{Error, ProtocolError};
@@ -41,7 +42,13 @@ enum DecodeState {
         /// The payload is compressed: it goes to the inflater as it arrives.
         inflate: bool,
         handed_out: usize,
+        /// Compressed: how many of the `checked` bytes the inflater took
+        /// (fewer while the memory budget holds it back).
+        fed: usize,
     },
+    /// The last frame of a compressed message is in; the inflater still has
+    /// to finish (it waits for memory budget).
+    Finishing,
 }
 
 /// A fragmented message being put together.
@@ -70,12 +77,19 @@ pub struct MessageDecoder {
     stream: bool,
     /// Streaming: payload bytes of earlier frames of the message in progress.
     streamed: u64,
+    /// The memory this connection holds against a shared budget.
+    account: BudgetAccount,
+    /// The last `decode` stopped for memory budget: the bytes of it wanted.
+    budget_wait: Option<usize>,
+    /// The inflater stopped for budget with output still to produce.
+    inflate_pending: bool,
 }
 
 impl MessageDecoder {
     /// A decoder for `role` (the side that reads) holding the peer to
     /// `limits`.
     pub fn new(role: Role, limits: Limits) -> Self {
+        let account = BudgetAccount::new(limits.budget);
         MessageDecoder {
             role,
             max_frame_size: limits.max_frame_size,
@@ -88,7 +102,46 @@ impl MessageDecoder {
             inflater: None,
             stream: false,
             streamed: 0,
+            account,
+            budget_wait: None,
+            inflate_pending: false,
         }
+    }
+
+    /// The memory this decoder's connection holds against its
+    /// [`MemoryBudget`](crate::proto::budget::MemoryBudget), if
+    /// [`Limits::budget`] set one. The layer that owns the read buffer
+    /// records its size here too ([`Held::ReadBuffer`]).
+    pub fn account(&self) -> &BudgetAccount {
+        &self.account
+    }
+
+    /// The account, to record the read buffer in.
+    pub fn account_mut(&mut self) -> &mut BudgetAccount {
+        &mut self.account
+    }
+
+    /// Set when the last [`decode`](Self::decode) returned `Ok(None)`
+    /// because the memory budget is exhausted rather than for want of
+    /// input: the bytes of budget it waits for. Stop reading, wait for
+    /// budget to be given back
+    /// ([`MemoryBudget::wake_on_release`](crate::proto::budget::MemoryBudget::wake_on_release)),
+    /// then call `decode` again; refuse the message with
+    /// [`Error::BudgetExhausted`] if that takes too long.
+    pub fn budget_wait(&self) -> Option<usize> {
+        self.budget_wait
+    }
+
+    /// Drops the message in progress and gives back the memory it held
+    /// (after an error).
+    pub(crate) fn discard(&mut self) {
+        self.fragments = None;
+        if let Some(i) = &mut self.inflater {
+            i.abort();
+        }
+        self.inflate_pending = false;
+        self.account.release(Held::Fragments);
+        self.account.release(Held::Inflated);
     }
 
     /// Accepts unmasked frames from clients (a server's decoder), against
@@ -139,19 +192,71 @@ impl MessageDecoder {
         Ok(false)
     }
 
-    /// Inflates compressed payload bytes as they arrive.
-    fn inflate(&mut self, fresh: &[u8]) -> Result<(), Error> {
+    /// Inflates compressed payload bytes as they arrive; returns how many
+    /// were taken, and sets `budget_wait` if the budget held it back.
+    fn inflate(&mut self, fresh: &[u8]) -> Result<usize, Error> {
+        let Some(i) = &mut self.inflater else {
+            return Ok(fresh.len());
+        };
+        let fed = i.feed(fresh, &mut self.utf8, &mut self.account)?;
+        self.inflate_pending = fed.wait.is_some();
+        self.budget_wait = fed.wait;
+        Ok(fed.consumed)
+    }
+
+    /// Ends a compressed message; `None` when it waits for budget.
+    fn finish_compressed(&mut self) -> Result<Option<Message>, Error> {
         match &mut self.inflater {
-            Some(i) => i.feed(fresh, &mut self.utf8),
-            None => Ok(()),
+            Some(i) => match i.finish(&mut self.utf8, &mut self.account)? {
+                Ok(msg) => Ok(Some(msg)),
+                Err(wanted) => {
+                    self.budget_wait = Some(wanted);
+                    Ok(None)
+                }
+            },
+            None => Err(ProtocolError::InvalidCompressedData.into()),
         }
     }
 
-    /// Ends a compressed message.
-    fn finish_compressed(&mut self) -> Result<Message, Error> {
-        match &mut self.inflater {
-            Some(i) => i.finish(&mut self.utf8),
-            None => Err(ProtocolError::InvalidCompressedData.into()),
+    /// Under a budget: makes room in the fragment buffer for `len` more
+    /// bytes before they are appended; `Ok(false)` when it must wait.
+    fn reserve_fragment(&mut self, len: usize) -> Result<bool, Error> {
+        let Some(f) = &mut self.fragments else {
+            return Ok(true);
+        };
+        let need = f.buf.len() + len;
+        if need <= f.buf.capacity() {
+            return Ok(true);
+        }
+        // Geometric growth when the budget allows it, else just what is needed.
+        let roomy = need.max(
+            f.buf
+                .capacity()
+                .saturating_mul(2)
+                .min(self.max_message_size),
+        );
+        let mut cap = roomy;
+        let mut grant = self.account.try_set(Held::Fragments, cap);
+        if grant != Grant::Granted && roomy > need {
+            cap = need;
+            grant = self.account.try_set(Held::Fragments, cap);
+        }
+        match grant {
+            Grant::Granted => {
+                let mut bigger = BytesMut::with_capacity(cap);
+                bigger.extend_from_slice(&f.buf);
+                f.buf = bigger;
+                self.account.set(Held::Fragments, f.buf.capacity());
+                Ok(true)
+            }
+            Grant::Wait { wanted } => {
+                self.budget_wait = Some(wanted);
+                Ok(false)
+            }
+            Grant::Never { charge, limit } => Err(Error::OverBudget {
+                size: charge as u64,
+                budget: limit,
+            }),
         }
     }
 
@@ -164,7 +269,7 @@ impl MessageDecoder {
     /// read; the caller can size its next read with it.
     pub fn payload_remaining(&self, buffered: usize) -> Option<usize> {
         match self.state {
-            DecodeState::Head => None,
+            DecodeState::Head | DecodeState::Finishing => None,
             DecodeState::Payload {
                 len, handed_out, ..
             } => Some((len - handed_out).saturating_sub(buffered)),
@@ -232,6 +337,9 @@ impl MessageDecoder {
                 self.message(text, payload).map(Some)
             }
             OpCode::Text | OpCode::Binary => {
+                // The read buffer's memory now holds the first fragment.
+                self.account
+                    .transfer(Held::ReadBuffer, Held::Fragments, payload.capacity());
                 self.fragments = Some(Fragments {
                     text: header.opcode == OpCode::Text,
                     buf: payload,
@@ -241,8 +349,14 @@ impl MessageDecoder {
             OpCode::Continuation => {
                 let f = self.fragments.as_mut().expect("checked in start_frame");
                 f.buf.extend_from_slice(&payload);
+                if self.account.is_on() {
+                    let cap = f.buf.capacity();
+                    self.account.set(Held::Fragments, cap);
+                }
                 if header.fin {
                     let f = self.fragments.take().expect("present");
+                    // The message is the caller's now.
+                    self.account.release(Held::Fragments);
                     self.message(f.text, f.buf).map(Some)
                 } else {
                     Ok(None)
@@ -321,8 +435,30 @@ impl MessageDecoder {
     /// as [`Message::Frame`] pieces instead: all the payload bytes of the
     /// current frame that `src` holds, split off it, so between calls `src`
     /// keeps at most a partial header or control frame.
+    ///
+    /// Under a memory budget ([`Limits::budget`]), `Ok(None)` may also mean
+    /// that the budget is exhausted: [`budget_wait`](Self::budget_wait)
+    /// tells. A message that alone would need more than the whole budget
+    /// fails with [`Error::OverBudget`]. After any error, the memory held
+    /// for the message in progress is given back.
     pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Message>, Error> {
+        self.budget_wait = None;
+        let r = self.decode_frames(src);
+        if r.is_err() {
+            self.discard();
+        }
+        r
+    }
+
+    fn decode_frames(&mut self, src: &mut BytesMut) -> Result<Option<Message>, Error> {
         loop {
+            if let DecodeState::Finishing = self.state {
+                let msg = self.finish_compressed()?;
+                if msg.is_some() {
+                    self.state = DecodeState::Head;
+                }
+                return Ok(msg);
+            }
             if let DecodeState::Head = self.state {
                 let Some((header, header_len)) = FrameHeader::parse(src)? else {
                     return Ok(None);
@@ -335,6 +471,7 @@ impl MessageDecoder {
                     checked: 0,
                     inflate,
                     handed_out: 0,
+                    fed: 0,
                 };
             }
             let DecodeState::Payload {
@@ -343,11 +480,13 @@ impl MessageDecoder {
                 checked,
                 inflate,
                 handed_out,
+                fed,
             } = &mut self.state
             else {
                 unreachable!("state set above");
             };
             let (header, len, inflate, handed_out) = (*header, *len, *inflate, *handed_out);
+            let was_fed = *fed;
             let rest = len - handed_out;
             let avail = src.len().min(rest);
             if avail > *checked {
@@ -356,10 +495,17 @@ impl MessageDecoder {
                 if let Some(key) = header.mask {
                     apply_mask(fresh, key, handed_out + start);
                 }
-                if inflate {
-                    self.inflate(fresh)?;
-                } else if self.checking_text {
+                if !inflate && self.checking_text {
                     self.utf8.feed(fresh)?;
+                }
+            }
+            if inflate && (was_fed < avail || self.inflate_pending) {
+                let taken = self.inflate(&src[was_fed..avail])?;
+                if let DecodeState::Payload { fed, .. } = &mut self.state {
+                    *fed = was_fed + taken;
+                }
+                if self.budget_wait.is_some() {
+                    return Ok(None);
                 }
             }
             // Streaming hands out uncompressed data as it comes; a compressed
@@ -370,15 +516,23 @@ impl MessageDecoder {
             if avail < rest {
                 return Ok(None);
             }
-            self.state = DecodeState::Head;
             if inflate {
                 // Already inflated as it arrived.
                 src.advance(len);
-                if header.fin {
-                    return self.finish_compressed().map(Some);
-                }
+                self.state = if header.fin {
+                    DecodeState::Finishing
+                } else {
+                    DecodeState::Head
+                };
                 continue;
             }
+            if header.opcode == OpCode::Continuation
+                && self.account.is_on()
+                && !self.reserve_fragment(len)?
+            {
+                return Ok(None);
+            }
+            self.state = DecodeState::Head;
             let payload = if len == src.capacity() && len < TAKE_WHOLE_BELOW {
                 // A small frame fills the buffer to its end: hand the buffer
                 // over whole, as sharing it would cost an allocation and

@@ -39,6 +39,25 @@ pub enum Error {
         max: usize,
     },
 
+    /// The message would make this connection hold more than the whole
+    /// shared [`MemoryBudget`](crate::proto::budget::MemoryBudget): refused
+    /// at once (close code 1009).
+    #[error("message needs {size} bytes of a memory budget of {budget} bytes")]
+    OverBudget {
+        /// What the connection would have taken from the budget.
+        size: u64,
+        /// The size of the budget.
+        budget: usize,
+    },
+
+    /// The shared [`MemoryBudget`](crate::proto::budget::MemoryBudget) was
+    /// exhausted for longer than its wait timeout while this connection
+    /// needed more, or this connection held some of it while its peer sent
+    /// nothing for that long: the message is refused (close code 1013, try
+    /// again later).
+    #[error("memory budget exhausted: message refused, try again later")]
+    BudgetExhausted,
+
     /// Something this side asked to send cannot go on the wire (a control
     /// frame over 125 bytes, a close code that may not be sent, a message
     /// breaking into a fragmented one).
@@ -73,14 +92,16 @@ pub enum Error {
 impl Error {
     /// The close code this error calls for when it is a fault of the peer's
     /// data: 1002 for protocol violations, 1007 for invalid UTF-8, 1009 for
-    /// limit breaches; `None` otherwise.
+    /// limit breaches and messages larger than the whole memory budget, 1013
+    /// when the memory budget ran out; `None` otherwise.
     pub fn close_code(&self) -> Option<CloseCode> {
         match self {
             Error::Protocol(_) => Some(CloseCode::PROTOCOL_ERROR),
             Error::InvalidUtf8 => Some(CloseCode::INVALID_PAYLOAD),
-            Error::FrameTooLarge { .. } | Error::MessageTooLarge { .. } => {
-                Some(CloseCode::MESSAGE_TOO_BIG)
-            }
+            Error::FrameTooLarge { .. }
+            | Error::MessageTooLarge { .. }
+            | Error::OverBudget { .. } => Some(CloseCode::MESSAGE_TOO_BIG),
+            Error::BudgetExhausted => Some(CloseCode::TRY_AGAIN_LATER),
             _ => None,
         }
     }
@@ -154,6 +175,8 @@ mod tests {
             (Error::InvalidUtf8, Some(1007)),
             (Error::FrameTooLarge { size: 2, max: 1 }, Some(1009)),
             (Error::MessageTooLarge { size: 2, max: 1 }, Some(1009)),
+            (Error::OverBudget { size: 2, budget: 1 }, Some(1009)),
+            (Error::BudgetExhausted, Some(1013)),
             (Error::InvalidMessage("x"), None),
             (Error::AlreadyClosed, None),
             (Error::KeepaliveTimeout, None),

@@ -1,5 +1,6 @@
 //! The limits the protocol core enforces on what the peer sends.
 
+use crate::proto::budget::MemoryBudget;
 use crate::proto::error::Error;
 
 /// Bounds on incoming frames and messages, checked on each frame header
@@ -16,7 +17,7 @@ use crate::proto::error::Error;
 /// assert!(limits.validate().is_ok());
 /// assert!(Limits::default().max_frame_size(0).validate().is_err());
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Limits {
     /// Largest payload one data frame may announce. Default 16 MiB.
@@ -24,6 +25,9 @@ pub struct Limits {
     /// Largest data message, all fragments (or its inflated size)
     /// together. Default 64 MiB.
     pub max_message_size: usize,
+    /// A memory budget shared with other connections, which what this one
+    /// holds for messages in progress is counted against. Default `None`.
+    pub budget: Option<MemoryBudget>,
 }
 
 impl Default for Limits {
@@ -31,6 +35,7 @@ impl Default for Limits {
         Limits {
             max_frame_size: 16 << 20,
             max_message_size: 64 << 20,
+            budget: None,
         }
     }
 }
@@ -45,6 +50,12 @@ impl Limits {
     /// Sets [`Limits::max_message_size`].
     pub fn max_message_size(mut self, bytes: usize) -> Self {
         self.max_message_size = bytes;
+        self
+    }
+
+    /// Sets [`Limits::budget`].
+    pub fn budget(mut self, budget: impl Into<Option<MemoryBudget>>) -> Self {
+        self.budget = budget.into();
         self
     }
 

@@ -4,6 +4,7 @@
 //! above move bytes and time in and out (`scripts/check-layers.sh` keeps it
 //! so).
 
+pub mod budget;
 pub mod close;
 pub mod conn;
 pub mod decoder;
@@ -17,6 +18,7 @@ pub mod message;
 pub mod text;
 pub mod utf8;
 
+pub use budget::MemoryBudget;
 pub use error::{Error, ProtocolError};
 pub use limits::Limits;
 

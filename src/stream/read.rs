@@ -14,6 +14,7 @@ use tokio::time::{Sleep, sleep_until};
 use crate::config::Config;
 use crate::error::Result;
 use crate::proto::Role;
+use crate::proto::budget::Grant;
 use crate::proto::conn::Phase;
 use crate::proto::decoder::MessageDecoder;
 use crate::proto::message::Message;
@@ -76,6 +77,12 @@ pub(crate) struct ReadState {
     /// outside it).
     timer: Option<Pin<Box<Sleep>>>,
     timer_set: bool,
+    /// Under a memory budget: when the connection, waiting for budget or
+    /// holding some while nothing arrives, gives up its message; `None`
+    /// while it makes progress.
+    budget_deadline: Option<Instant>,
+    /// Sleeps until `budget_deadline`; made on first need.
+    budget_timer: Option<Pin<Box<Sleep>>>,
     #[cfg(feature = "tracing")]
     pub(crate) span: tracing::Span,
 }
@@ -98,6 +105,8 @@ impl ReadState {
             report_input: writer.conn.wants_input_times(),
             timer: None,
             timer_set: false,
+            budget_deadline: None,
+            budget_timer: None,
             #[cfg(feature = "tracing")]
             span: tracing::debug_span!("websocket", ?role),
         }
@@ -144,7 +153,7 @@ impl ReadState {
     /// Ends the connection without waiting for anything more.
     pub(crate) fn give_up<T: Transport>(&mut self, t: &mut T) {
         self.terminated = true;
-        self.read_buf.release();
+        self.read_buf.release(self.decoder.account_mut());
         t.with_writer(|w, _| {
             w.conn.abandon();
             w.outbox.clear();
@@ -223,9 +232,78 @@ impl ReadState {
         t: &mut T,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<usize>> {
-        let decoder = &self.decoder;
+        let need = self.decoder.payload_remaining(0);
         self.read_buf
-            .poll_read(t.read_io(), cx, |held| decoder.payload_remaining(held))
+            .poll_read(t.read_io(), cx, self.decoder.account_mut(), move |held| {
+                need.map(|n| n.saturating_sub(held))
+            })
+    }
+
+    /// Refuses the message in progress with `err` (a memory budget
+    /// refusal): fails the connection and gives back what it holds.
+    fn refuse<T: Transport>(&mut self, t: &mut T, err: crate::proto::Error) -> Result<()> {
+        trace::warn_event!(error = %err, close_code = ?err.close_code(), "failing the connection");
+        self.decoder.discard();
+        self.read_buf.release(self.decoder.account_mut());
+        self.budget_deadline = None;
+        self.feed_core(t, |c| c.handle_error(err, now()))
+    }
+
+    /// Under a memory budget: whether the connection has gone without
+    /// progress (bytes read, a message decoded) for the budget's wait
+    /// timeout, counting from the first call since it last made progress.
+    fn budget_deadline_passed(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(budget) = self.decoder.account().budget() else {
+            return false;
+        };
+        let timeout = budget.wait_timeout_duration();
+        let deadline = *self.budget_deadline.get_or_insert_with(|| now() + timeout);
+        let deadline = tokio::time::Instant::from_std(deadline);
+        let timer = match &mut self.budget_timer {
+            Some(t) => {
+                if t.deadline() != deadline {
+                    t.as_mut().reset(deadline);
+                }
+                t
+            }
+            None => self.budget_timer.insert(Box::pin(sleep_until(deadline))),
+        };
+        timer.as_mut().poll(cx).is_ready()
+    }
+
+    /// The memory budget answered `grant` to a request for more: refuses
+    /// the message at once if it can never fit (1009); else waits for
+    /// budget to be given back, and refuses it (1013) past the wait
+    /// timeout. `Ready` means: try again (or see the connection failed).
+    fn poll_budget<T: Transport>(
+        &mut self,
+        t: &mut T,
+        cx: &mut Context<'_>,
+        grant: Grant,
+    ) -> Poll<Result<()>> {
+        let wanted = match grant {
+            Grant::Granted => return Poll::Ready(Ok(())),
+            Grant::Never { charge, limit } => {
+                let err = crate::proto::Error::OverBudget {
+                    size: charge as u64,
+                    budget: limit,
+                };
+                return Poll::Ready(self.refuse(t, err));
+            }
+            Grant::Wait { wanted } => wanted,
+        };
+        if let Some(budget) = self.decoder.account().budget() {
+            budget.wake_on_release(cx.waker());
+            // Given back between the refusal and the registration.
+            if budget.available() >= wanted {
+                return Poll::Ready(Ok(()));
+            }
+        }
+        if self.budget_deadline_passed(cx) {
+            trace::debug_event!(wanted, "memory budget exhausted for too long");
+            return Poll::Ready(self.refuse(t, crate::proto::Error::BudgetExhausted));
+        }
+        Poll::Pending
     }
 
     /// Writes out what this side owes (or, when corking, everything queued)
@@ -315,9 +393,12 @@ impl ReadState {
                     return Poll::Ready(err);
                 }
             }
-            match self.decoder.decode(self.read_buf.bytes()) {
+            let decoded = self.decoder.decode(self.read_buf.bytes());
+            self.read_buf.sync(self.decoder.account_mut());
+            match decoded {
                 Ok(Some(msg)) => {
                     self.read_buf.handed_out();
+                    self.budget_deadline = None;
                     if msg.is_control() {
                         if msg.is_close() {
                             trace::debug_event!(code = ?msg.close_frame().map(|f| f.code), "close frame received");
@@ -330,6 +411,10 @@ impl ReadState {
                 Ok(None) => {}
                 Err(e) => {
                     trace::warn_event!(error = %e, close_code = ?e.close_code(), "failing the connection");
+                    if self.decoder.account().is_on() {
+                        // Nothing more is decoded: give the memory back now.
+                        self.read_buf.release(self.decoder.account_mut());
+                    }
                     self.feed_core(t, |c| c.handle_error(e, now()))?;
                     continue;
                 }
@@ -344,7 +429,7 @@ impl ReadState {
                 Poll::Pending => {
                     // Waiting for the peer to take what we owe it: as when
                     // waiting for input, hold no more than in proportion.
-                    self.read_buf.fit();
+                    self.read_buf.fit(self.decoder.account_mut());
                     return Poll::Pending;
                 }
             }
@@ -365,19 +450,36 @@ impl ReadState {
                 );
                 return self.ended(t, err);
             }
+            if let Some(wanted) = self.decoder.budget_wait() {
+                // Decoding waits for memory budget: read nothing meanwhile.
+                ready!(self.poll_budget(t, cx, Grant::Wait { wanted }))?;
+                continue;
+            }
+            if self.decoder.account().charged() > 0 && self.budget_deadline_passed(cx) {
+                // Holding budget while the peer sends nothing.
+                self.refuse(t, crate::proto::Error::BudgetExhausted)?;
+                continue;
+            }
             let read = match self.poll_read(t, cx) {
                 Poll::Ready(r) => r,
-                Poll::Pending => {
-                    t.wait_for_input(cx);
-                    if t.transport_ended() {
-                        // Ended between the check above and the wait.
+                Poll::Pending => match self.read_buf.take_denied() {
+                    Some(grant) => {
+                        ready!(self.poll_budget(t, cx, grant))?;
                         continue;
                     }
-                    return Poll::Pending;
-                }
+                    None => {
+                        t.wait_for_input(cx);
+                        if t.transport_ended() {
+                            // Ended between the check above and the wait.
+                            continue;
+                        }
+                        return Poll::Pending;
+                    }
+                },
             };
             let err = match read {
                 Ok(n) if n > 0 => {
+                    self.budget_deadline = None;
                     if self.report_input {
                         t.with_writer(|w, _| w.conn.handle_input(now()));
                     }

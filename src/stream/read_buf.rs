@@ -6,6 +6,10 @@
 //! received gets room in proportion to what has arrived (never to what its
 //! header announced), all of it once a quarter is here; and whenever a read
 //! waits, the buffer holds at most four times its bytes.
+//!
+//! Under a memory budget the buffer's capacity is recorded in the
+//! connection's account after every change, and growth is asked for first:
+//! when the budget refuses, the read waits (see [`ReadBuf::take_denied`]).
 
 use std::io;
 use std::pin::Pin;
@@ -16,6 +20,7 @@ use tokio::io::AsyncRead;
 use tokio_util::io::poll_read_buf;
 
 use crate::pool;
+use crate::proto::budget::{BudgetAccount, Grant, Held};
 use crate::retry::Retrying;
 
 /// Reads are made at least this large while a frame's size is unknown.
@@ -28,6 +33,9 @@ pub(crate) struct ReadBuf {
     /// Messages handed out may share the buffer's memory, so it must not go
     /// back to the pool.
     shared: bool,
+    /// The memory budget refused to let the buffer grow: the last read
+    /// returned `Pending` without registering a waker.
+    denied: Option<Grant>,
 }
 
 impl ReadBuf {
@@ -36,6 +44,7 @@ impl ReadBuf {
         ReadBuf {
             buf: initial,
             shared: false,
+            denied: None,
         }
     }
 
@@ -51,9 +60,44 @@ impl ReadBuf {
     }
 
     /// Drops everything, memory too.
-    pub(crate) fn release(&mut self) {
+    pub(crate) fn release(&mut self, account: &mut BudgetAccount) {
         self.buf = BytesMut::new();
         self.shared = false;
+        account.release(Held::ReadBuffer);
+    }
+
+    /// Records the buffer's memory in `account` (after decoding split
+    /// bytes off it, or any other change).
+    #[inline]
+    pub(crate) fn sync(&self, account: &mut BudgetAccount) {
+        if account.is_on() {
+            account.set(Held::ReadBuffer, self.buf.capacity());
+        }
+    }
+
+    /// After a read returned `Pending`: set if it did so because the memory
+    /// budget refused room for it (no waker was registered then; the caller
+    /// waits for the budget instead).
+    pub(crate) fn take_denied(&mut self) -> Option<Grant> {
+        self.denied.take()
+    }
+
+    /// Under a budget: records memory that came back without asking
+    /// (reclaimed after messages sharing it were dropped); if the budget has
+    /// no room for it, keeps only a buffer the size of the bytes held.
+    fn settle(&mut self, account: &mut BudgetAccount) {
+        if !account.is_on() {
+            return;
+        }
+        if account.try_set(Held::ReadBuffer, self.buf.capacity()) != Grant::Granted {
+            let exact = BytesMut::from(&self.buf[..]);
+            if !std::mem::take(&mut self.shared) && self.buf.capacity() <= pool::BUF_LEN {
+                pool::give(std::mem::replace(&mut self.buf, exact));
+            } else {
+                self.buf = exact;
+            }
+            account.set(Held::ReadBuffer, self.buf.capacity());
+        }
     }
 
     /// Reads more input. `frame_left(buffered)` says how many more payload
@@ -62,10 +106,16 @@ impl ReadBuf {
     /// room of its own memory when there is enough (after a large message),
     /// else into a per-thread spare, and keeps that only if the read filled
     /// a quarter of it.
+    ///
+    /// Under a memory budget (`account`), growth is asked for first; when
+    /// it is refused and the buffer has no room left, this returns
+    /// `Pending` without registering a waker and
+    /// [`take_denied`](Self::take_denied) says why.
     pub(crate) fn poll_read<R: AsyncRead + Unpin>(
         &mut self,
         io: &mut R,
         cx: &mut Context<'_>,
+        account: &mut BudgetAccount,
         frame_left: impl Fn(usize) -> Option<usize>,
     ) -> Poll<io::Result<usize>> {
         let fresh = self.buf.is_empty();
@@ -74,6 +124,14 @@ impl ReadBuf {
                 // Drops our share of the last burst; messages handed out keep theirs.
                 self.buf = pool::take();
                 self.shared = false;
+            }
+            self.settle(account);
+        } else if account.is_on() {
+            if let Err(denied) = self.reserve_budgeted(frame_left(self.buf.len()), account) {
+                if self.buf.capacity() == self.buf.len() {
+                    self.denied = Some(denied);
+                    return Poll::Pending;
+                }
             }
         } else {
             self.reserve(frame_left(self.buf.len()));
@@ -90,23 +148,70 @@ impl ReadBuf {
         match r {
             Poll::Ready(Ok(n)) if n > 0 => {
                 if fresh && n < self.buf.capacity() / 4 {
-                    self.fit();
+                    self.fit(account);
                 }
             }
             // Waiting, at EOF or failed: keep only what is in proportion, so
             // a peer that sends a frame slowly (or never finishes one) costs
             // what it sent, not what it announced.
-            _ => self.fit(),
+            _ => self.fit(account),
         }
+        self.sync(account);
         r
     }
 
     /// Keeps the memory in proportion to the bytes held (at most four
     /// times); called whenever the connection is about to wait.
-    pub(crate) fn fit(&mut self) {
+    pub(crate) fn fit(&mut self, account: &mut BudgetAccount) {
         if pool::fit(&mut self.buf, self.shared) {
             self.shared = false;
+            self.sync(account);
         }
+    }
+
+    /// [`reserve`](Self::reserve) under a memory budget: the same sizing,
+    /// asked of the budget before anything is allocated, into a buffer of
+    /// exactly the size granted; if the budget has less room, as much as it
+    /// has (at least what the next read needs). `Err` when refused.
+    fn reserve_budgeted(
+        &mut self,
+        frame_left: Option<usize>,
+        account: &mut BudgetAccount,
+    ) -> Result<(), Grant> {
+        let len = self.buf.len();
+        let spare = self.buf.capacity() - len;
+        let want = frame_left.unwrap_or(READ_CHUNK).max(1);
+        let min_spare = want.min(READ_CHUNK);
+        if spare >= min_spare {
+            return Ok(());
+        }
+        let additional = if want <= 3 * len {
+            want
+        } else {
+            want.min((3 * len).max(READ_CHUNK))
+        };
+        let mut additional = additional.max(min_spare);
+        // The old buffer lives on while its bytes are copied: ask for both.
+        let old_cap = self.buf.capacity();
+        let mut grant = account.try_set(Held::ReadBuffer, old_cap + len + additional);
+        if grant != Grant::Granted {
+            let smaller = additional.min(account.room().saturating_sub(len).max(min_spare));
+            if smaller < additional {
+                additional = smaller;
+                grant = account.try_set(Held::ReadBuffer, old_cap + len + additional);
+            }
+        }
+        if grant != Grant::Granted {
+            return Err(grant);
+        }
+        let mut bigger = BytesMut::with_capacity(len + additional);
+        bigger.extend_from_slice(&self.buf);
+        let old = std::mem::replace(&mut self.buf, bigger);
+        if !std::mem::take(&mut self.shared) && old.capacity() <= pool::BUF_LEN {
+            pool::give(old);
+        }
+        account.set(Held::ReadBuffer, self.buf.capacity());
+        Ok(())
     }
 
     /// Makes room for the next read of a frame that needs `frame_left` more
@@ -177,7 +282,8 @@ mod tests {
 
     fn read(rb: &mut ReadBuf, data: &[u8], frame_left: impl Fn(usize) -> Option<usize>) -> usize {
         let mut cx = Context::from_waker(Waker::noop());
-        match rb.poll_read(&mut Trickle(data), &mut cx, frame_left) {
+        let mut none = BudgetAccount::new(None);
+        match rb.poll_read(&mut Trickle(data), &mut cx, &mut none, frame_left) {
             Poll::Ready(Ok(n)) => n,
             other => panic!("{other:?}"),
         }
@@ -186,8 +292,13 @@ mod tests {
     fn wait(rb: &mut ReadBuf) {
         let mut cx = Context::from_waker(Waker::noop());
         assert!(
-            rb.poll_read(&mut Trickle(&[]), &mut cx, |_| None)
-                .is_pending()
+            rb.poll_read(
+                &mut Trickle(&[]),
+                &mut cx,
+                &mut BudgetAccount::new(None),
+                |_| None
+            )
+            .is_pending()
         );
     }
 

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
 use crate::proto::Role;
+use crate::proto::budget::{BudgetAccount, Grant, Held};
 use crate::proto::deflate::{DeflateConfig, DeflateParams};
 use crate::proto::error::{Error, ProtocolError};
 use crate::proto::message::Message;
@@ -30,6 +31,21 @@ pub(crate) const TAIL: [u8; 4] = [0x00, 0x00, 0xFF, 0xFF];
 
 /// The first output step of a message, unless the input suggests less.
 const FIRST_STEP: usize = 4 << 10;
+
+/// Under a memory budget, the smallest output step worth taking when the
+/// budget has less room than the usual (geometric) step.
+const MIN_BUDGET_STEP: usize = 16 << 10;
+
+/// What one [`Inflater::feed`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fed {
+    /// Input bytes consumed; the rest must be fed again.
+    pub(crate) consumed: usize,
+    /// Set when inflating stopped because the memory budget is exhausted:
+    /// the bytes of it wanted. Feed again (the rest of the input, or none)
+    /// once budget is given back.
+    pub(crate) wait: Option<usize>,
+}
 
 /// A compression scratch buffer larger than this is freed after use, so
 /// that one large message does not pin memory on an idle connection.
@@ -164,6 +180,8 @@ struct Inflating {
     /// The sender ended its DEFLATE stream (a block with BFINAL set): what
     /// follows in this message is ignored, and the context starts over.
     ended: bool,
+    /// Bytes of the stripped tail already fed at the end of the message.
+    tail_fed: usize,
 }
 
 /// Decompresses the messages one side receives.
@@ -200,15 +218,34 @@ impl Inflater {
             out: Vec::new(),
             full: false,
             ended: false,
+            tail_fed: 0,
         });
     }
 
+    /// Drops the message being inflated, if any (after an error).
+    pub(crate) fn abort(&mut self) {
+        self.msg = None;
+    }
+
     /// Inflates the next compressed bytes of the message, checking the size
-    /// limit and, for text, UTF-8 as output appears.
-    pub(crate) fn feed(&mut self, mut input: &[u8], utf8: &mut Utf8Validator) -> Result<(), Error> {
+    /// limit and, for text, UTF-8 as output appears. Output memory is asked
+    /// of `account` before it is reserved: when the budget is exhausted,
+    /// inflating stops with [`Fed::wait`] set and the input not consumed
+    /// left for the next call.
+    pub(crate) fn feed(
+        &mut self,
+        input: &[u8],
+        utf8: &mut Utf8Validator,
+        account: &mut BudgetAccount,
+    ) -> Result<Fed, Error> {
         let max = self.max_message_size;
+        let total = input.len();
+        let mut input = input;
         let Some(m) = self.msg.as_mut() else {
-            return Ok(());
+            return Ok(Fed {
+                consumed: total,
+                wait: None,
+            });
         };
         // Inflate while input is left, or while the last call filled the
         // output (zlib may hold more).
@@ -224,8 +261,20 @@ impl Inflater {
                 } else {
                     m.out.len()
                 };
-                let step = if step >= room - 1 { room } else { step };
+                let mut step = if step >= room - 1 { room } else { step };
+                if account.is_on() {
+                    match grow(account, m.out.len(), step)? {
+                        Ok(granted) => step = granted,
+                        Err(wanted) => {
+                            return Ok(Fed {
+                                consumed: total - input.len(),
+                                wait: Some(wanted),
+                            });
+                        }
+                    }
+                }
                 m.out.reserve_exact(step);
+                account.set(Held::Inflated, m.out.capacity());
             }
             let (in_before, out_before) = (self.decompress.total_in(), m.out.len());
             let status = self
@@ -255,26 +304,75 @@ impl Inflater {
                 Status::Ok => {}
             }
         }
-        Ok(())
+        Ok(Fed {
+            consumed: total,
+            wait: None,
+        })
     }
 
     /// Ends the message: inflates the stripped tail, checks that text ended
     /// on a whole code point, and resets the context if negotiated.
-    pub(crate) fn finish(&mut self, utf8: &mut Utf8Validator) -> Result<Message, Error> {
-        self.feed(&TAIL, utf8)?;
+    /// `Ok(Err(wanted))` when the memory budget is exhausted: call again
+    /// once budget is given back.
+    pub(crate) fn finish(
+        &mut self,
+        utf8: &mut Utf8Validator,
+        account: &mut BudgetAccount,
+    ) -> Result<Result<Message, usize>, Error> {
+        let done = self.msg.as_ref().map_or(0, |m| m.tail_fed);
+        let fed = self.feed(&TAIL[done..], utf8, account)?;
+        if let Some(m) = self.msg.as_mut() {
+            m.tail_fed += fed.consumed;
+        }
+        if let Some(wanted) = fed.wait {
+            return Ok(Err(wanted));
+        }
         let Some(m) = self.msg.take() else {
             return Err(ProtocolError::InvalidCompressedData.into());
         };
         if self.reset_after_message || m.ended {
             self.decompress.reset(false);
         }
+        // The output is the message's now, no longer the connection's.
+        account.release(Held::Inflated);
         let payload = Bytes::from(m.out);
         if m.text {
             utf8.finish()?;
-            Ok(Message::Text(Utf8Bytes::from_validated(payload)))
+            Ok(Ok(Message::Text(Utf8Bytes::from_validated(payload))))
         } else {
-            Ok(Message::Binary(payload))
+            Ok(Ok(Message::Binary(payload)))
         }
+    }
+}
+
+/// Asks `account` for `step` more bytes of output beyond `len`, or, if the
+/// budget has less room, for what it has (at least [`MIN_BUDGET_STEP`]).
+/// `Ok(Ok(step))` is the step granted, `Ok(Err(wanted))` says wait,
+/// `Err` refuses a message that alone would exceed the budget.
+fn grow(
+    account: &mut BudgetAccount,
+    len: usize,
+    step: usize,
+) -> Result<Result<usize, usize>, Error> {
+    // Growing may move the output: the old buffer lives on while it is
+    // copied, so both are asked for.
+    let first = account.try_set(Held::Inflated, len + len + step);
+    if first == Grant::Granted {
+        return Ok(Ok(step));
+    }
+    let smaller = step.min(account.room().saturating_sub(len).max(MIN_BUDGET_STEP));
+    let answer = if smaller < step {
+        account.try_set(Held::Inflated, len + len + smaller)
+    } else {
+        first
+    };
+    match answer {
+        Grant::Granted => Ok(Ok(smaller)),
+        Grant::Wait { wanted } => Ok(Err(wanted)),
+        Grant::Never { charge, limit } => Err(Error::OverBudget {
+            size: charge as u64,
+            budget: limit,
+        }),
     }
 }
 
@@ -288,9 +386,10 @@ mod tests {
 
     fn inflate(i: &mut Inflater, wire: &[u8], text: bool) -> Result<Message, Error> {
         let mut utf8 = Utf8Validator::new();
+        let mut acct = BudgetAccount::new(None);
         i.begin(text);
-        i.feed(wire, &mut utf8)?;
-        i.finish(&mut utf8)
+        i.feed(wire, &mut utf8, &mut acct)?;
+        Ok(i.finish(&mut utf8, &mut acct)?.unwrap())
     }
 
     #[test]
@@ -447,7 +546,9 @@ mod tests {
         let mut i = Inflater::new(15, true, 64 << 10);
         let mut utf8 = Utf8Validator::new();
         i.begin(false);
-        let e = i.feed(&wire[..1024], &mut utf8).unwrap_err();
+        let e = i
+            .feed(&wire[..1024], &mut utf8, &mut BudgetAccount::new(None))
+            .unwrap_err();
         assert!(
             matches!(e, Error::MessageTooLarge { max: 65536, .. }),
             "{e}"
@@ -466,7 +567,8 @@ mod tests {
         let mut utf8 = Utf8Validator::new();
         i.begin(true);
         // Inflating the message body is enough; no need for the tail.
-        assert!(matches!(i.feed(&wire, &mut utf8), Err(Error::InvalidUtf8)));
+        let r = i.feed(&wire, &mut utf8, &mut BudgetAccount::new(None));
+        assert!(matches!(r, Err(Error::InvalidUtf8)));
     }
 
     #[test]
@@ -489,10 +591,12 @@ mod tests {
             let mut i = Inflater::new(15, false, 1 << 20);
             let mut utf8 = Utf8Validator::new();
             i.begin(true);
+            let mut acct = BudgetAccount::new(None);
             for chunk in wire.chunks(piece) {
-                i.feed(chunk, &mut utf8).unwrap();
+                i.feed(chunk, &mut utf8, &mut acct).unwrap();
             }
-            assert_eq!(i.finish(&mut utf8).unwrap(), Message::text(text.clone()));
+            let msg = i.finish(&mut utf8, &mut acct).unwrap().unwrap();
+            assert_eq!(msg, Message::text(text.clone()));
         }
     }
 }

@@ -2,6 +2,7 @@
 //! encoder's and decoder's compression paths compile to nothing.
 
 use crate::proto::Role;
+use crate::proto::budget::BudgetAccount;
 use crate::proto::deflate::{DeflateConfig, DeflateParams};
 use crate::proto::error::Error;
 use crate::proto::message::Message;
@@ -39,6 +40,13 @@ impl Deflater {
     }
 }
 
+/// What one feed did (see the `deflate` build).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fed {
+    pub(crate) consumed: usize,
+    pub(crate) wait: Option<usize>,
+}
+
 #[derive(Debug)]
 pub(crate) enum Inflater {}
 
@@ -51,11 +59,24 @@ impl Inflater {
         match *self {}
     }
 
-    pub(crate) fn feed(&mut self, _input: &[u8], _utf8: &mut Utf8Validator) -> Result<(), Error> {
+    pub(crate) fn abort(&mut self) {
         match *self {}
     }
 
-    pub(crate) fn finish(&mut self, _utf8: &mut Utf8Validator) -> Result<Message, Error> {
+    pub(crate) fn feed(
+        &mut self,
+        _input: &[u8],
+        _utf8: &mut Utf8Validator,
+        _account: &mut BudgetAccount,
+    ) -> Result<Fed, Error> {
+        match *self {}
+    }
+
+    pub(crate) fn finish(
+        &mut self,
+        _utf8: &mut Utf8Validator,
+        _account: &mut BudgetAccount,
+    ) -> Result<Result<Message, usize>, Error> {
         match *self {}
     }
 }

@@ -1,0 +1,771 @@
+//! A memory budget shared by many connections, and each connection's
+//! account of what it holds against it.
+//!
+//! Every other limit is per connection, so without a budget the memory of a
+//! server grows with the number of peers that start large messages and never
+//! finish them. A [`MemoryBudget`] bounds what all the connections that share
+//! it hold for messages in progress together: read buffers, fragments being
+//! reassembled and inflated output. Each connection keeps a
+//! [`BudgetAccount`]: the bytes it holds, by kind, of which everything beyond
+//! a small per-connection allowance is taken from the shared budget.
+//!
+//! The core only counts and answers: growing a buffer first asks the account,
+//! which says [`Grant::Granted`], [`Grant::Wait`] (the budget is exhausted
+//! for now: stop reading, wait for [`MemoryBudget::wake_on_release`]) or
+//! [`Grant::Never`] (this connection alone would exceed the whole budget).
+//! The layer that does I/O decides how long to wait.
+//!
+//! Accounting is exact and lock-free: one atomic add or subtract per change
+//! beyond the allowance, none within it, and none at all on a connection
+//! without a budget. Only parking a waiting connection takes a lock.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
+use std::time::Duration;
+
+/// What a connection may hold without taking from the budget, unless set
+/// with [`MemoryBudget::allowance`]: 128 KiB, the room of one pooled read
+/// buffer (96 KiB) and a small message, so that connections exchanging
+/// small messages never touch the shared counter.
+pub const DEFAULT_ALLOWANCE: usize = 128 << 10;
+
+/// How long a connection may wait for budget, or hold budget while nothing
+/// arrives, before its message is refused, unless set with
+/// [`MemoryBudget::wait_timeout`]: 5 s.
+pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+struct Shared {
+    limit: usize,
+    in_use: AtomicUsize,
+    peak: AtomicUsize,
+    /// Wakers parked in `wakers`; read without the lock on every release.
+    waiting: AtomicUsize,
+    wakers: Mutex<Vec<Waker>>,
+}
+
+/// A memory budget shared by many connections: create it once, put a clone
+/// in the [`Config`](crate::Config) of every connection it is to cover.
+///
+/// The bytes a connection holds for the message it is receiving (its read
+/// buffer, the fragments being put together, the inflated output of a
+/// compressed message) beyond a small per-connection
+/// [allowance](MemoryBudget::allowance) are taken from the budget. When it is
+/// exhausted, connections that need more stop reading until others give some
+/// back; a connection that waits longer than the
+/// [wait timeout](MemoryBudget::wait_timeout), or holds budget while its
+/// peer sends nothing for that long, has its message refused with close code
+/// 1013 (try again later), and one that alone would need more than the whole
+/// budget with 1009 (message too big). What is held is given back when the
+/// message is complete, when the connection fails and when it is dropped.
+///
+/// Cloning is cheap (an [`Arc`] inside); clones share the count.
+///
+/// ```
+/// use wavesock::{Config, MemoryBudget};
+///
+/// // All connections together hold at most 256 MiB for messages in progress.
+/// let budget = MemoryBudget::new(256 << 20);
+/// let config = Config::default().memory_budget(budget.clone());
+/// assert!(config.validate().is_ok());
+/// assert_eq!(budget.in_use(), 0);
+/// ```
+#[derive(Clone)]
+pub struct MemoryBudget {
+    shared: Arc<Shared>,
+    allowance: usize,
+    wait_timeout: Duration,
+}
+
+impl fmt::Debug for MemoryBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryBudget")
+            .field("limit", &self.limit())
+            .field("in_use", &self.in_use())
+            .field("allowance", &self.allowance)
+            .field("wait_timeout", &self.wait_timeout)
+            .finish()
+    }
+}
+
+/// Two handles are equal when they share the same count and settings.
+impl PartialEq for MemoryBudget {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+            && self.allowance == other.allowance
+            && self.wait_timeout == other.wait_timeout
+    }
+}
+
+impl Eq for MemoryBudget {}
+
+impl MemoryBudget {
+    /// A budget of `bytes` shared by every connection given a clone of it,
+    /// with the [default allowance](DEFAULT_ALLOWANCE) and
+    /// [wait timeout](DEFAULT_WAIT_TIMEOUT).
+    ///
+    /// ```
+    /// use wavesock::MemoryBudget;
+    ///
+    /// let budget = MemoryBudget::new(64 << 20);
+    /// assert_eq!(budget.limit(), 64 << 20);
+    /// assert_eq!(budget.available(), 64 << 20);
+    /// ```
+    pub fn new(bytes: usize) -> Self {
+        MemoryBudget {
+            shared: Arc::new(Shared {
+                limit: bytes,
+                ..Shared::default()
+            }),
+            allowance: DEFAULT_ALLOWANCE,
+            wait_timeout: DEFAULT_WAIT_TIMEOUT,
+        }
+    }
+
+    /// What each connection given this handle may hold without taking from
+    /// the budget (default [`DEFAULT_ALLOWANCE`]). Applies to connections
+    /// configured with the returned handle; the count stays shared.
+    pub fn allowance(mut self, bytes: usize) -> Self {
+        self.allowance = bytes;
+        self
+    }
+
+    /// How long a connection may wait for budget, or hold budget while its
+    /// peer sends nothing, before its message is refused with close code
+    /// 1013 (default [`DEFAULT_WAIT_TIMEOUT`]).
+    pub fn wait_timeout(mut self, timeout: Duration) -> Self {
+        self.wait_timeout = timeout;
+        self
+    }
+
+    /// The per-connection allowance.
+    pub fn allowance_bytes(&self) -> usize {
+        self.allowance
+    }
+
+    /// The wait timeout.
+    pub fn wait_timeout_duration(&self) -> Duration {
+        self.wait_timeout
+    }
+
+    /// The size of the budget.
+    pub fn limit(&self) -> usize {
+        self.shared.limit
+    }
+
+    /// Bytes taken from the budget now, by all the connections sharing it.
+    pub fn in_use(&self) -> usize {
+        self.shared.in_use.load(Ordering::Acquire)
+    }
+
+    /// Bytes left to take.
+    pub fn available(&self) -> usize {
+        self.limit().saturating_sub(self.in_use())
+    }
+
+    /// The most that was ever in use at once (the high-water mark).
+    pub fn peak(&self) -> usize {
+        self.shared.peak.load(Ordering::Acquire)
+    }
+
+    /// How many wakers wait for budget to be given back.
+    pub fn waiting(&self) -> usize {
+        self.shared.waiting.load(Ordering::Acquire)
+    }
+
+    /// Wakes `waker` the next time any connection gives budget back. For
+    /// the I/O layer, after an account answered [`Grant::Wait`]: check
+    /// [`available`](Self::available) again after calling this, as budget
+    /// may have come back in between.
+    pub fn wake_on_release(&self, waker: &Waker) {
+        let mut wakers = self.shared.wakers.lock().unwrap_or_else(|e| e.into_inner());
+        if !wakers.iter().any(|w| w.will_wake(waker)) {
+            wakers.push(waker.clone());
+            self.shared.waiting.store(wakers.len(), Ordering::Release);
+        }
+    }
+
+    /// Takes `bytes` if that leaves the budget within its limit.
+    fn try_take(&self, bytes: usize) -> bool {
+        let s = &self.shared;
+        let mut cur = s.in_use.load(Ordering::Relaxed);
+        loop {
+            let Some(next) = cur.checked_add(bytes).filter(|&n| n <= s.limit) else {
+                return false;
+            };
+            match s
+                .in_use
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    s.peak.fetch_max(next, Ordering::AcqRel);
+                    return true;
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Takes `bytes` whatever the limit (memory already held).
+    fn take(&self, bytes: usize) {
+        let s = &self.shared;
+        let next = s.in_use.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        s.peak.fetch_max(next, Ordering::AcqRel);
+    }
+
+    /// Gives `bytes` back and wakes the connections waiting for budget.
+    fn give_back(&self, bytes: usize) {
+        let s = &self.shared;
+        s.in_use.fetch_sub(bytes, Ordering::AcqRel);
+        if s.waiting.load(Ordering::Acquire) > 0 {
+            let wakers = {
+                let mut w = s.wakers.lock().unwrap_or_else(|e| e.into_inner());
+                s.waiting.store(0, Ordering::Release);
+                std::mem::take(&mut *w)
+            };
+            for w in wakers {
+                w.wake();
+            }
+        }
+    }
+}
+
+/// What a connection holds memory for, each counted apart in its
+/// [`BudgetAccount`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Held {
+    /// The read buffer: bytes received and not yet handed out, and room for
+    /// more.
+    ReadBuffer,
+    /// The fragments of a message being reassembled.
+    Fragments,
+    /// The inflated output of a compressed message being received.
+    Inflated,
+}
+
+impl Held {
+    fn index(self) -> usize {
+        match self {
+            Held::ReadBuffer => 0,
+            Held::Fragments => 1,
+            Held::Inflated => 2,
+        }
+    }
+}
+
+/// The answer to a request for more memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// Taken: go ahead.
+    Granted,
+    /// The budget is exhausted for now; `wanted` more bytes of it are
+    /// needed. Stop reading and wait for budget to be given back.
+    Wait {
+        /// The bytes that must be available in the budget.
+        wanted: usize,
+    },
+    /// This connection would hold more than the whole budget: waiting cannot
+    /// help. Refuse the message.
+    Never {
+        /// What the connection would have taken from the budget in all.
+        charge: usize,
+        /// The size of the budget.
+        limit: usize,
+    },
+}
+
+/// One connection's memory held against a [`MemoryBudget`]: the bytes it
+/// holds of each kind ([`Held`]), of which all beyond the allowance are
+/// taken from the budget. Without a budget it counts nothing and every
+/// request is granted at once.
+///
+/// Dropping the account gives back everything it took.
+///
+/// ```
+/// use wavesock::MemoryBudget;
+/// use wavesock::proto::budget::{BudgetAccount, Grant, Held};
+///
+/// let budget = MemoryBudget::new(1 << 20).allowance(1000);
+/// let mut account = BudgetAccount::new(Some(budget.clone()));
+/// assert_eq!(account.try_set(Held::Fragments, 5000), Grant::Granted);
+/// assert_eq!(budget.in_use(), 4000);
+/// drop(account);
+/// assert_eq!(budget.in_use(), 0);
+/// ```
+#[derive(Debug, Default)]
+pub struct BudgetAccount {
+    budget: Option<MemoryBudget>,
+    held: [usize; 3],
+    /// Taken from the budget: what is held beyond the allowance.
+    charged: usize,
+}
+
+impl BudgetAccount {
+    /// An account against `budget`; `None` counts nothing.
+    pub fn new(budget: Option<MemoryBudget>) -> Self {
+        BudgetAccount {
+            budget,
+            held: [0; 3],
+            charged: 0,
+        }
+    }
+
+    /// The budget, if there is one.
+    pub fn budget(&self) -> Option<&MemoryBudget> {
+        self.budget.as_ref()
+    }
+
+    /// Whether there is a budget to count against.
+    #[inline]
+    pub fn is_on(&self) -> bool {
+        self.budget.is_some()
+    }
+
+    /// Bytes held of `kind`.
+    pub fn held(&self, kind: Held) -> usize {
+        self.held[kind.index()]
+    }
+
+    /// Bytes held of every kind together.
+    pub fn total(&self) -> usize {
+        self.held.iter().sum()
+    }
+
+    /// Bytes taken from the budget (what is held beyond the allowance).
+    pub fn charged(&self) -> usize {
+        self.charged
+    }
+
+    /// How many more bytes this connection could hold right now without
+    /// waiting: what is left of its allowance and of the budget.
+    pub fn room(&self) -> usize {
+        match &self.budget {
+            None => usize::MAX,
+            Some(b) => {
+                let allowance_left = b.allowance.saturating_sub(self.total());
+                allowance_left.saturating_add(b.available())
+            }
+        }
+    }
+
+    /// What the charge would be with `kind` holding `bytes`.
+    fn charge_with(&self, b: &MemoryBudget, kind: Held, bytes: usize) -> usize {
+        let mut held = self.held;
+        held[kind.index()] = bytes;
+        held.iter().sum::<usize>().saturating_sub(b.allowance)
+    }
+
+    /// Asks to hold `bytes` of `kind` (a larger or smaller amount than
+    /// now). Shrinking is always granted; growing beyond the allowance
+    /// takes from the budget if it has room.
+    #[inline]
+    pub fn try_set(&mut self, kind: Held, bytes: usize) -> Grant {
+        let Some(b) = &self.budget else {
+            return Grant::Granted;
+        };
+        let charge = self.charge_with(b, kind, bytes);
+        if charge > self.charged {
+            if charge > b.limit() {
+                return Grant::Never {
+                    charge,
+                    limit: b.limit(),
+                };
+            }
+            let more = charge - self.charged;
+            if !b.try_take(more) {
+                return Grant::Wait { wanted: more };
+            }
+        } else if charge < self.charged {
+            b.give_back(self.charged - charge);
+        }
+        self.charged = charge;
+        self.held[kind.index()] = bytes;
+        Grant::Granted
+    }
+
+    /// Records that `bytes` of `kind` are held, budget or not: for memory
+    /// already in hand (or when shrinking). Prefer
+    /// [`try_set`](Self::try_set) before allocating.
+    #[inline]
+    pub fn set(&mut self, kind: Held, bytes: usize) {
+        let Some(b) = &self.budget else {
+            return;
+        };
+        let charge = self.charge_with(b, kind, bytes);
+        if charge > self.charged {
+            b.take(charge - self.charged);
+        } else if charge < self.charged {
+            b.give_back(self.charged - charge);
+        }
+        self.charged = charge;
+        self.held[kind.index()] = bytes;
+    }
+
+    /// Moves `bytes` from one kind to another (memory that changed hands
+    /// without a copy); the total and the charge stay as they are.
+    #[inline]
+    pub fn transfer(&mut self, from: Held, to: Held, bytes: usize) {
+        if self.budget.is_none() {
+            return;
+        }
+        let bytes = bytes.min(self.held[from.index()]);
+        self.held[from.index()] -= bytes;
+        self.held[to.index()] += bytes;
+    }
+
+    /// Gives back everything held of `kind`.
+    #[inline]
+    pub fn release(&mut self, kind: Held) {
+        if self.budget.is_some() && self.held[kind.index()] > 0 {
+            self.set(kind, 0);
+        }
+    }
+
+    /// Gives back everything.
+    pub fn release_all(&mut self) {
+        if let Some(b) = &self.budget {
+            if self.charged > 0 {
+                b.give_back(self.charged);
+            }
+        }
+        self.charged = 0;
+        self.held = [0; 3];
+    }
+}
+
+impl Drop for BudgetAccount {
+    fn drop(&mut self) {
+        self.release_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::task::Wake;
+
+    #[test]
+    fn within_the_allowance_nothing_is_taken() {
+        let budget = MemoryBudget::new(1 << 20).allowance(1000);
+        let mut a = BudgetAccount::new(Some(budget.clone()));
+        assert_eq!(a.try_set(Held::ReadBuffer, 600), Grant::Granted);
+        assert_eq!(a.try_set(Held::Fragments, 400), Grant::Granted);
+        assert_eq!(budget.in_use(), 0);
+        assert_eq!(a.try_set(Held::Fragments, 401), Grant::Granted);
+        assert_eq!(budget.in_use(), 1);
+        assert_eq!(a.charged(), 1);
+    }
+
+    #[test]
+    fn reserve_and_release_are_exact() {
+        let budget = MemoryBudget::new(10_000).allowance(100);
+        let mut a = BudgetAccount::new(Some(budget.clone()));
+        let mut b = BudgetAccount::new(Some(budget.clone()));
+        assert_eq!(a.try_set(Held::ReadBuffer, 3100), Grant::Granted);
+        assert_eq!(b.try_set(Held::Inflated, 2100), Grant::Granted);
+        assert_eq!(budget.in_use(), 5000);
+        a.transfer(Held::ReadBuffer, Held::Fragments, 1000);
+        assert_eq!(budget.in_use(), 5000);
+        assert_eq!(a.held(Held::Fragments), 1000);
+        assert_eq!(a.try_set(Held::ReadBuffer, 100), Grant::Granted);
+        assert_eq!(budget.in_use(), 1000 + 2000);
+        a.release(Held::Fragments);
+        assert_eq!(budget.in_use(), 2000);
+        b.set(Held::Inflated, 50);
+        assert_eq!(budget.in_use(), 0);
+        assert_eq!(budget.peak(), 5000);
+    }
+
+    #[test]
+    fn exhausted_says_wait_and_alone_too_big_says_never() {
+        let budget = MemoryBudget::new(10_000).allowance(0);
+        let mut a = BudgetAccount::new(Some(budget.clone()));
+        let mut b = BudgetAccount::new(Some(budget.clone()));
+        assert_eq!(a.try_set(Held::Fragments, 8000), Grant::Granted);
+        assert_eq!(
+            b.try_set(Held::Fragments, 3000),
+            Grant::Wait { wanted: 3000 }
+        );
+        // Refused requests change nothing.
+        assert_eq!(b.total(), 0);
+        assert_eq!(budget.in_use(), 8000);
+        assert_eq!(
+            b.try_set(Held::Fragments, 10_001),
+            Grant::Never {
+                charge: 10_001,
+                limit: 10_000
+            }
+        );
+        assert_eq!(b.try_set(Held::Fragments, 2000), Grant::Granted);
+        assert_eq!(budget.in_use(), 10_000);
+        assert_eq!(budget.available(), 0);
+        // `set` is for memory already held: it may pass the limit.
+        b.set(Held::ReadBuffer, 10);
+        assert_eq!(budget.in_use(), 10_010);
+    }
+
+    #[test]
+    fn dropping_an_account_gives_everything_back() {
+        let budget = MemoryBudget::new(1 << 20).allowance(10);
+        {
+            let mut a = BudgetAccount::new(Some(budget.clone()));
+            a.set(Held::ReadBuffer, 1000);
+            assert_eq!(a.try_set(Held::Inflated, 5000), Grant::Granted);
+            assert_eq!(budget.in_use(), 5990);
+        }
+        assert_eq!(budget.in_use(), 0);
+        assert_eq!(budget.peak(), 5990);
+    }
+
+    #[test]
+    fn without_a_budget_everything_is_granted_and_nothing_counted() {
+        let mut a = BudgetAccount::new(None);
+        assert_eq!(a.try_set(Held::Fragments, usize::MAX), Grant::Granted);
+        a.set(Held::ReadBuffer, 1 << 40);
+        assert_eq!(a.total(), 0);
+        assert_eq!(a.charged(), 0);
+        assert_eq!(a.room(), usize::MAX);
+    }
+
+    struct Flag(AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn giving_back_wakes_the_waiting() {
+        let budget = MemoryBudget::new(100).allowance(0);
+        let mut a = BudgetAccount::new(Some(budget.clone()));
+        assert_eq!(a.try_set(Held::ReadBuffer, 100), Grant::Granted);
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        budget.wake_on_release(&waker);
+        budget.wake_on_release(&waker);
+        assert_eq!(budget.waiting(), 1);
+        a.set(Held::ReadBuffer, 50);
+        assert!(flag.0.load(Ordering::SeqCst));
+        assert_eq!(budget.waiting(), 0);
+    }
+
+    #[test]
+    fn handles_compare_by_identity() {
+        let a = MemoryBudget::new(10);
+        assert_eq!(a, a.clone());
+        assert_ne!(a, MemoryBudget::new(10));
+        assert_ne!(a, a.clone().allowance(1));
+    }
+
+    // The decoder under a budget, without a runtime: the read buffer is a
+    // plain `BytesMut` recorded in the account as the I/O layer does.
+
+    use crate::proto::Role;
+    use crate::proto::decoder::MessageDecoder;
+    use crate::proto::error::Error;
+    use crate::proto::limits::Limits;
+    use crate::proto::message::Message;
+    use bytes::BytesMut;
+
+    /// A client frame (masked with a zero key, so the payload reads as is).
+    fn frame(fin: bool, rsv1: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![(u8::from(fin) << 7) | (u8::from(rsv1) << 6) | opcode];
+        match payload.len() {
+            n if n < 126 => f.push(0x80 | n as u8),
+            n if n <= 0xFFFF => {
+                f.push(0x80 | 126);
+                f.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                f.push(0x80 | 127);
+                f.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        f.extend_from_slice(&[0; 4]);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    fn decoder(budget: &MemoryBudget) -> MessageDecoder {
+        MessageDecoder::new(Role::Server, Limits::default().budget(budget.clone()))
+    }
+
+    /// Decodes what `wire` holds as the I/O layer would: the buffer's
+    /// memory recorded before and after.
+    fn decode(d: &mut MessageDecoder, buf: &mut BytesMut) -> Result<Option<Message>, Error> {
+        d.account_mut().set(Held::ReadBuffer, buf.capacity());
+        let r = d.decode(buf);
+        d.account_mut().set(Held::ReadBuffer, buf.capacity());
+        r
+    }
+
+    #[test]
+    fn fragments_are_counted_and_given_back_on_completion() {
+        let budget = MemoryBudget::new(4 << 20).allowance(0);
+        let mut d = decoder(&budget);
+        let piece = vec![7u8; 300 << 10];
+        let mut buf = BytesMut::from(&frame(false, false, 2, &piece)[..]);
+        assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+        // The first fragment holds the read buffer's memory now.
+        assert_eq!(d.account().held(Held::Fragments), piece.len());
+        assert_eq!(budget.in_use(), d.account().total());
+        buf.extend_from_slice(&frame(false, false, 0, &piece));
+        assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+        assert!(d.account().held(Held::Fragments) >= 2 * piece.len());
+        assert_eq!(budget.in_use(), d.account().total());
+        buf.clear();
+        buf.extend_from_slice(&frame(true, false, 0, &piece));
+        let msg = decode(&mut d, &mut buf).unwrap().unwrap();
+        assert_eq!(msg.len(), 3 * piece.len());
+        assert_eq!(d.account().held(Held::Fragments), 0);
+        buf = BytesMut::new();
+        decode(&mut d, &mut buf).unwrap();
+        assert_eq!(budget.in_use(), 0);
+        assert!(budget.peak() >= 3 * piece.len(), "{}", budget.peak());
+        assert!(budget.peak() <= 4 << 20);
+    }
+
+    #[test]
+    fn an_exhausted_budget_makes_the_decoder_wait_then_go_on() {
+        let budget = MemoryBudget::new(1 << 20).allowance(0);
+        let mut hog = BudgetAccount::new(Some(budget.clone()));
+        assert_eq!(hog.try_set(Held::Fragments, 850 << 10), Grant::Granted);
+        let mut d = decoder(&budget);
+        let piece = vec![1u8; 64 << 10];
+        let mut wire = frame(false, false, 2, &piece);
+        wire.extend_from_slice(&frame(true, false, 0, &piece));
+        wire.extend_from_slice(&frame(true, false, 2, b"next"));
+        let mut buf = BytesMut::with_capacity(wire.len());
+        buf.extend_from_slice(&wire);
+        // Both fragments fit in the read buffer; a 128 KiB copy of them
+        // beside it does not.
+        assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+        let wanted = d.budget_wait().expect("waits for budget");
+        assert!(wanted > budget.available());
+        assert!(budget.in_use() <= budget.limit());
+        // Asked again, still waiting, and nothing lost.
+        assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+        assert!(d.budget_wait().is_some());
+        drop(hog);
+        let msg = decode(&mut d, &mut buf).unwrap().unwrap();
+        assert_eq!(msg, Message::binary(vec![1u8; 128 << 10]));
+        assert_eq!(
+            decode(&mut d, &mut buf).unwrap(),
+            Some(Message::binary("next"))
+        );
+        assert_eq!(d.budget_wait(), None);
+        assert_eq!(budget.in_use(), d.account().charged());
+    }
+
+    #[test]
+    fn a_message_larger_than_the_budget_is_refused_with_1009() {
+        let budget = MemoryBudget::new(256 << 10).allowance(0);
+        let mut d = decoder(&budget);
+        let piece = vec![2u8; 200 << 10];
+        let mut buf = BytesMut::from(&frame(false, false, 2, &piece)[..]);
+        assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+        buf.extend_from_slice(&frame(true, false, 0, &piece));
+        let e = decode(&mut d, &mut buf).unwrap_err();
+        assert!(
+            matches!(e, Error::OverBudget { budget: b, .. } if b == 256 << 10),
+            "{e}"
+        );
+        assert_eq!(e.close_code().map(|c| c.0), Some(1009));
+        // The fragments are given back with the error; only the read
+        // buffer is left, which its owner drops.
+        assert_eq!(d.account().held(Held::Fragments), 0);
+        d.account_mut().release(Held::ReadBuffer);
+        assert_eq!(budget.in_use(), 0);
+    }
+
+    #[test]
+    fn dropping_a_decoder_mid_message_gives_everything_back() {
+        let budget = MemoryBudget::new(8 << 20).allowance(1024);
+        let mut d = decoder(&budget);
+        let mut buf = BytesMut::from(&frame(false, false, 1, &vec![b'a'; 1 << 20])[..]);
+        assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+        assert!(budget.in_use() > 0);
+        drop(d);
+        assert_eq!(budget.in_use(), 0);
+    }
+
+    #[test]
+    fn without_a_budget_the_decoder_counts_nothing() {
+        let mut d = MessageDecoder::new(Role::Server, Limits::default());
+        let mut buf = BytesMut::from(&frame(false, false, 2, &[1; 1000])[..]);
+        buf.extend_from_slice(&frame(true, false, 0, &[1; 1000]));
+        assert_eq!(decode(&mut d, &mut buf).unwrap().unwrap().len(), 2000);
+        assert_eq!(d.account().total(), 0);
+        assert!(!d.account().is_on());
+    }
+
+    #[cfg(feature = "deflate")]
+    mod bombs {
+        use super::*;
+        use crate::proto::deflate::{self, DeflateConfig, DeflateParams};
+        use crate::proto::encoder::FrameEncoder;
+
+        /// `n` zeros compressed as one permessage-deflate payload.
+        fn zeros(n: usize) -> Vec<u8> {
+            use flate2::{Compress, Compression, FlushCompress};
+            let mut c = Compress::new(Compression::best(), false);
+            let mut out = Vec::with_capacity(n / 500 + 1024);
+            c.compress_vec(&vec![0; n], &mut out, FlushCompress::Sync)
+                .unwrap();
+            out.truncate(out.len() - 4);
+            out
+        }
+
+        fn inflating(budget: &MemoryBudget) -> MessageDecoder {
+            let mut d = decoder(budget);
+            let mut e = FrameEncoder::new(Role::Server);
+            deflate::enable(
+                &mut d,
+                &mut e,
+                &DeflateParams::default(),
+                &DeflateConfig::default(),
+            )
+            .unwrap();
+            d
+        }
+
+        #[test]
+        fn a_bomb_larger_than_the_budget_is_refused_within_it() {
+            let budget = MemoryBudget::new(2 << 20).allowance(0);
+            let mut d = inflating(&budget);
+            let wire = zeros(32 << 20);
+            let mut buf = BytesMut::from(&frame(false, true, 2, &wire)[..]);
+            let e = decode(&mut d, &mut buf).unwrap_err();
+            assert!(matches!(e, Error::OverBudget { .. }), "{e}");
+            assert_eq!(e.close_code().map(|c| c.0), Some(1009));
+            assert!(budget.peak() <= 2 << 20, "{}", budget.peak());
+            assert_eq!(d.account().held(Held::Inflated), 0);
+        }
+
+        #[test]
+        fn a_bomb_waits_while_others_hold_the_budget() {
+            // Growing output is copied: it needs up to twice its size.
+            let budget = MemoryBudget::new(8 << 20).allowance(0);
+            let mut hog = BudgetAccount::new(Some(budget.clone()));
+            assert_eq!(hog.try_set(Held::Fragments, 7 << 20), Grant::Granted);
+            let mut d = inflating(&budget);
+            // 2 MiB inflated: fits the budget, not what is left of it.
+            let wire = zeros(2 << 20);
+            let mut buf = BytesMut::from(&frame(true, true, 2, &wire)[..]);
+            assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+            assert!(d.budget_wait().is_some());
+            assert!(budget.in_use() <= budget.limit());
+            assert!(budget.peak() <= budget.limit());
+            hog.release_all();
+            let msg = decode(&mut d, &mut buf).unwrap().unwrap();
+            assert_eq!(msg.len(), 2 << 20);
+            assert_eq!(d.account().held(Held::Inflated), 0);
+            d.account_mut().release(Held::ReadBuffer);
+            assert_eq!(budget.in_use(), 0);
+        }
+    }
+}
