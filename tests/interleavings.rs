@@ -27,6 +27,10 @@ use wavesock::{
 
 type Io = DuplexStream;
 type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+/// A receive in progress: it gives the receiver back with what it got.
+type Next = BoxFut<'static, (WebSocketReceiver<Io>, Option<Result<Message, Error>>)>;
+/// A send in progress: it gives the sender back with the outcome.
+type Send = BoxFut<'static, (WebSocketSender<Io>, Result<(), Error>)>;
 
 /// A masked frame from the peer (a client).
 fn client_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
@@ -131,17 +135,16 @@ fn run(scenario: &Scenario, schedule: &[Step]) {
 
     let mut rx: Option<WebSocketReceiver<Io>> = Some(rx);
     let mut rx_done = false;
-    let mut next: Option<BoxFut<'static, (WebSocketReceiver<Io>, Option<Result<Message, Error>>)>> =
-        None;
+    let mut next: Option<Next> = None;
     let tx_keep: WebSocketSender<Io> = tx.clone();
     let mut tx: Option<WebSocketSender<Io>> = Some(tx);
     let mut pending_sends = scenario.sends.clone().into_iter();
-    let mut send: Option<BoxFut<'static, (WebSocketSender<Io>, Result<(), Error>)>> = None;
+    let mut send: Option<Send> = None;
     let mut send_index = 0;
 
     let poll_receive = |cx: &mut Context<'_>,
                         rx: &mut Option<WebSocketReceiver<Io>>,
-                        next: &mut Option<BoxFut<'static, _>>,
+                        next: &mut Option<Next>,
                         out: &mut Outcome,
                         rx_done: &mut bool| {
         if *rx_done {
@@ -167,7 +170,7 @@ fn run(scenario: &Scenario, schedule: &[Step]) {
     let mut poll_send = |cx: &mut Context<'_>,
                          cancel: bool,
                          tx: &mut Option<WebSocketSender<Io>>,
-                         send: &mut Option<BoxFut<'static, _>>,
+                         send: &mut Option<Send>,
                          out: &mut Outcome,
                          send_index: &mut usize| {
         if cancel {
