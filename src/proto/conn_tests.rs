@@ -430,3 +430,14 @@ fn a_close_frame_while_failing_changes_nothing() {
     assert_eq!(drain(&mut c).len(), 1, "only the close for the error");
     assert_eq!(c.take_error(), Some(Error::InvalidUtf8));
 }
+
+#[test]
+fn abandoning_drops_what_is_owed_and_ends_sending() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Server, Timers::default(), t0);
+    c.handle_frame(&Message::Ping("x".into()), t0);
+    c.abandon();
+    assert_eq!(c.poll_transmit(), None);
+    assert!(c.is_close_sent());
+    assert_eq!(c.check_send(OpCode::Text, true), Err(Error::AlreadyClosed));
+}
