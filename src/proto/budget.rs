@@ -297,65 +297,92 @@ pub enum Grant {
 /// ```
 #[derive(Debug, Default)]
 pub struct BudgetAccount {
-    budget: Option<MemoryBudget>,
+    // Boxed: without a budget an account is one null pointer, and every
+    // connection has one.
+    counts: Option<Box<Counts>>,
+}
+
+/// What an account against a budget keeps.
+#[derive(Debug)]
+struct Counts {
+    budget: MemoryBudget,
     held: [usize; 3],
     /// Taken from the budget: what is held beyond the allowance.
     charged: usize,
+}
+
+impl Counts {
+    /// What the charge would be with `kind` holding `bytes`.
+    fn charge_with(&self, kind: Held, bytes: usize) -> usize {
+        let mut held = self.held;
+        held[kind.index()] = bytes;
+        held.iter()
+            .sum::<usize>()
+            .saturating_sub(self.budget.allowance)
+    }
+
+    fn set(&mut self, kind: Held, bytes: usize) {
+        let charge = self.charge_with(kind, bytes);
+        if charge > self.charged {
+            self.budget.take(charge - self.charged);
+        } else if charge < self.charged {
+            self.budget.give_back(self.charged - charge);
+        }
+        self.charged = charge;
+        self.held[kind.index()] = bytes;
+    }
 }
 
 impl BudgetAccount {
     /// An account against `budget`; `None` counts nothing.
     pub fn new(budget: Option<MemoryBudget>) -> Self {
         BudgetAccount {
-            budget,
-            held: [0; 3],
-            charged: 0,
+            counts: budget.map(|budget| {
+                Box::new(Counts {
+                    budget,
+                    held: [0; 3],
+                    charged: 0,
+                })
+            }),
         }
     }
 
     /// The budget, if there is one.
     pub fn budget(&self) -> Option<&MemoryBudget> {
-        self.budget.as_ref()
+        self.counts.as_ref().map(|c| &c.budget)
     }
 
     /// Whether there is a budget to count against.
     #[inline]
     pub fn is_on(&self) -> bool {
-        self.budget.is_some()
+        self.counts.is_some()
     }
 
     /// Bytes held of `kind`.
     pub fn held(&self, kind: Held) -> usize {
-        self.held[kind.index()]
+        self.counts.as_ref().map_or(0, |c| c.held[kind.index()])
     }
 
     /// Bytes held of every kind together.
     pub fn total(&self) -> usize {
-        self.held.iter().sum()
+        self.counts.as_ref().map_or(0, |c| c.held.iter().sum())
     }
 
     /// Bytes taken from the budget (what is held beyond the allowance).
     pub fn charged(&self) -> usize {
-        self.charged
+        self.counts.as_ref().map_or(0, |c| c.charged)
     }
 
     /// How many more bytes this connection could hold right now without
     /// waiting: what is left of its allowance and of the budget.
     pub fn room(&self) -> usize {
-        match &self.budget {
+        match &self.counts {
             None => usize::MAX,
-            Some(b) => {
-                let allowance_left = b.allowance.saturating_sub(self.total());
-                allowance_left.saturating_add(b.available())
+            Some(c) => {
+                let allowance_left = c.budget.allowance.saturating_sub(self.total());
+                allowance_left.saturating_add(c.budget.available())
             }
         }
-    }
-
-    /// What the charge would be with `kind` holding `bytes`.
-    fn charge_with(&self, b: &MemoryBudget, kind: Held, bytes: usize) -> usize {
-        let mut held = self.held;
-        held[kind.index()] = bytes;
-        held.iter().sum::<usize>().saturating_sub(b.allowance)
     }
 
     /// Asks to hold `bytes` of `kind` (a larger or smaller amount than
@@ -363,26 +390,26 @@ impl BudgetAccount {
     /// takes from the budget if it has room.
     #[inline]
     pub fn try_set(&mut self, kind: Held, bytes: usize) -> Grant {
-        let Some(b) = &self.budget else {
+        let Some(c) = &mut self.counts else {
             return Grant::Granted;
         };
-        let charge = self.charge_with(b, kind, bytes);
-        if charge > self.charged {
-            if charge > b.limit() {
+        let charge = c.charge_with(kind, bytes);
+        if charge > c.charged {
+            if charge > c.budget.limit() {
                 return Grant::Never {
                     charge,
-                    limit: b.limit(),
+                    limit: c.budget.limit(),
                 };
             }
-            let more = charge - self.charged;
-            if !b.try_take(more) {
+            let more = charge - c.charged;
+            if !c.budget.try_take(more) {
                 return Grant::Wait { wanted: more };
             }
-        } else if charge < self.charged {
-            b.give_back(self.charged - charge);
+        } else if charge < c.charged {
+            c.budget.give_back(c.charged - charge);
         }
-        self.charged = charge;
-        self.held[kind.index()] = bytes;
+        c.charged = charge;
+        c.held[kind.index()] = bytes;
         Grant::Granted
     }
 
@@ -391,48 +418,42 @@ impl BudgetAccount {
     /// [`try_set`](Self::try_set) before allocating.
     #[inline]
     pub fn set(&mut self, kind: Held, bytes: usize) {
-        let Some(b) = &self.budget else {
-            return;
-        };
-        let charge = self.charge_with(b, kind, bytes);
-        if charge > self.charged {
-            b.take(charge - self.charged);
-        } else if charge < self.charged {
-            b.give_back(self.charged - charge);
+        if let Some(c) = &mut self.counts {
+            c.set(kind, bytes);
         }
-        self.charged = charge;
-        self.held[kind.index()] = bytes;
     }
 
     /// Moves `bytes` from one kind to another (memory that changed hands
     /// without a copy); the total and the charge stay as they are.
     #[inline]
     pub fn transfer(&mut self, from: Held, to: Held, bytes: usize) {
-        if self.budget.is_none() {
+        let Some(c) = &mut self.counts else {
             return;
-        }
-        let bytes = bytes.min(self.held[from.index()]);
-        self.held[from.index()] -= bytes;
-        self.held[to.index()] += bytes;
+        };
+        let bytes = bytes.min(c.held[from.index()]);
+        c.held[from.index()] -= bytes;
+        c.held[to.index()] += bytes;
     }
 
     /// Gives back everything held of `kind`.
     #[inline]
     pub fn release(&mut self, kind: Held) {
-        if self.budget.is_some() && self.held[kind.index()] > 0 {
-            self.set(kind, 0);
+        if let Some(c) = &mut self.counts {
+            if c.held[kind.index()] > 0 {
+                c.set(kind, 0);
+            }
         }
     }
 
     /// Gives back everything.
     pub fn release_all(&mut self) {
-        if let Some(b) = &self.budget {
-            if self.charged > 0 {
-                b.give_back(self.charged);
+        if let Some(c) = &mut self.counts {
+            if c.charged > 0 {
+                c.budget.give_back(c.charged);
             }
+            c.charged = 0;
+            c.held = [0; 3];
         }
-        self.charged = 0;
-        self.held = [0; 3];
     }
 }
 

@@ -10,6 +10,8 @@
 //! payload bytes of each read are handed out at once as [`Message::Frame`]
 //! pieces, so memory stays bounded by what one read brings.
 
+use std::num::NonZeroUsize;
+
 use bytes::{Buf, BytesMut};
 
 use crate::proto::Role;
@@ -80,7 +82,7 @@ pub struct MessageDecoder {
     /// The memory this connection holds against a shared budget.
     account: BudgetAccount,
     /// The last `decode` stopped for memory budget: the bytes of it wanted.
-    budget_wait: Option<usize>,
+    budget_wait: Option<NonZeroUsize>,
     /// The inflater stopped for budget with output still to produce.
     inflate_pending: bool,
 }
@@ -129,7 +131,7 @@ impl MessageDecoder {
     /// then call `decode` again; refuse the message with
     /// [`Error::BudgetExhausted`] if that takes too long.
     pub fn budget_wait(&self) -> Option<usize> {
-        self.budget_wait
+        self.budget_wait.map(NonZeroUsize::get)
     }
 
     /// Drops the message in progress and gives back the memory it held
@@ -200,7 +202,7 @@ impl MessageDecoder {
         };
         let fed = i.feed(fresh, &mut self.utf8, &mut self.account)?;
         self.inflate_pending = fed.wait.is_some();
-        self.budget_wait = fed.wait;
+        self.budget_wait = fed.wait.and_then(NonZeroUsize::new);
         Ok(fed.consumed)
     }
 
@@ -210,7 +212,7 @@ impl MessageDecoder {
             Some(i) => match i.finish(&mut self.utf8, &mut self.account)? {
                 Ok(msg) => Ok(Some(msg)),
                 Err(wanted) => {
-                    self.budget_wait = Some(wanted);
+                    self.budget_wait = NonZeroUsize::new(wanted);
                     Ok(None)
                 }
             },
@@ -250,7 +252,7 @@ impl MessageDecoder {
                 Ok(true)
             }
             Grant::Wait { wanted } => {
-                self.budget_wait = Some(wanted);
+                self.budget_wait = NonZeroUsize::new(wanted);
                 Ok(false)
             }
             Grant::Never { charge, limit } => Err(Error::OverBudget {

@@ -45,6 +45,15 @@ pub(crate) trait Transport {
     fn wait_for_input(&mut self, _cx: &Context<'_>) {}
 }
 
+/// Under a memory budget: when the connection, waiting for budget or
+/// holding some while nothing arrives, gives up its message (`None` while
+/// it makes progress), and the timer for it.
+#[derive(Debug, Default)]
+struct BudgetWait {
+    deadline: Option<Instant>,
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
 /// The current time, from Tokio's clock so that tests can pause it.
 pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
@@ -77,12 +86,9 @@ pub(crate) struct ReadState {
     /// outside it).
     timer: Option<Pin<Box<Sleep>>>,
     timer_set: bool,
-    /// Under a memory budget: when the connection, waiting for budget or
-    /// holding some while nothing arrives, gives up its message; `None`
-    /// while it makes progress.
-    budget_deadline: Option<Instant>,
-    /// Sleeps until `budget_deadline`; made on first need.
-    budget_timer: Option<Pin<Box<Sleep>>>,
+    /// Under a memory budget, when waiting for it; boxed, as an idle
+    /// connection should be small.
+    budget_wait: Option<Box<BudgetWait>>,
     #[cfg(feature = "tracing")]
     pub(crate) span: tracing::Span,
 }
@@ -105,8 +111,7 @@ impl ReadState {
             report_input: writer.conn.wants_input_times(),
             timer: None,
             timer_set: false,
-            budget_deadline: None,
-            budget_timer: None,
+            budget_wait: None,
             #[cfg(feature = "tracing")]
             span: tracing::debug_span!("websocket", ?role),
         }
@@ -245,7 +250,7 @@ impl ReadState {
         trace::warn_event!(error = %err, close_code = ?err.close_code(), "failing the connection");
         self.decoder.discard();
         self.read_buf.release(self.decoder.account_mut());
-        self.budget_deadline = None;
+        self.made_progress();
         self.feed_core(t, |c| c.handle_error(err, now()))
     }
 
@@ -257,18 +262,26 @@ impl ReadState {
             return false;
         };
         let timeout = budget.wait_timeout_duration();
-        let deadline = *self.budget_deadline.get_or_insert_with(|| now() + timeout);
+        let wait = self.budget_wait.get_or_insert_with(Default::default);
+        let deadline = *wait.deadline.get_or_insert_with(|| now() + timeout);
         let deadline = tokio::time::Instant::from_std(deadline);
-        let timer = match &mut self.budget_timer {
+        let timer = match &mut wait.timer {
             Some(t) => {
                 if t.deadline() != deadline {
                     t.as_mut().reset(deadline);
                 }
                 t
             }
-            None => self.budget_timer.insert(Box::pin(sleep_until(deadline))),
+            None => wait.timer.insert(Box::pin(sleep_until(deadline))),
         };
         timer.as_mut().poll(cx).is_ready()
+    }
+
+    /// Bytes arrived or a message was decoded: the budget wait starts over.
+    fn made_progress(&mut self) {
+        if let Some(wait) = &mut self.budget_wait {
+            wait.deadline = None;
+        }
     }
 
     /// The memory budget answered `grant` to a request for more: refuses
@@ -398,7 +411,7 @@ impl ReadState {
             match decoded {
                 Ok(Some(msg)) => {
                     self.read_buf.handed_out();
-                    self.budget_deadline = None;
+                    self.made_progress();
                     if msg.is_control() {
                         if msg.is_close() {
                             trace::debug_event!(code = ?msg.close_frame().map(|f| f.code), "close frame received");
@@ -479,7 +492,7 @@ impl ReadState {
             };
             let err = match read {
                 Ok(n) if n > 0 => {
-                    self.budget_deadline = None;
+                    self.made_progress();
                     if self.report_input {
                         t.with_writer(|w, _| w.conn.handle_input(now()));
                     }

@@ -35,7 +35,8 @@ pub(crate) struct ReadBuf {
     shared: bool,
     /// The memory budget refused to let the buffer grow: the last read
     /// returned `Pending` without registering a waker.
-    denied: Option<Grant>,
+    // Boxed: rare, and an idle connection should be small.
+    denied: Option<Box<Grant>>,
 }
 
 impl ReadBuf {
@@ -79,7 +80,7 @@ impl ReadBuf {
     /// budget refused room for it (no waker was registered then; the caller
     /// waits for the budget instead).
     pub(crate) fn take_denied(&mut self) -> Option<Grant> {
-        self.denied.take()
+        self.denied.take().map(|g| *g)
     }
 
     /// Under a budget: records memory that came back without asking
@@ -129,7 +130,7 @@ impl ReadBuf {
         } else if account.is_on() {
             if let Err(denied) = self.reserve_budgeted(frame_left(self.buf.len()), account) {
                 if self.buf.capacity() == self.buf.len() {
-                    self.denied = Some(denied);
+                    self.denied = Some(Box::new(denied));
                     return Poll::Pending;
                 }
             }
