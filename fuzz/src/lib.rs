@@ -28,8 +28,11 @@ use wavesock::proto::utf8::Utf8Validator;
 use wavesock::proto::{Error, Limits};
 use wavesock::{CloseCode, CloseFrame, Message, OpCode, ProtocolError, Role};
 
+/// A target's property: panics on an input that breaks it.
+pub type Property = fn(&[u8]);
+
 /// The targets, by the name of their corpus and regression folders.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Property)] = &[
     ("frame_decoder", frame_decoder),
     ("utf8", utf8),
     ("handshake", handshake),
