@@ -137,7 +137,8 @@ fn frame_header(data: &[u8]) {
 /// The message decoder, either role, with limits taken from the input:
 ///
 /// - fed whole, in input-chosen chunks, and one byte at a time, it gives the
-///   same messages and the same error;
+///   same messages and the same error, and so does `WebSocketCodec` with
+///   the same limits;
 /// - every message it hands out is within the limits (control payloads at
 ///   most 125 bytes);
 /// - a frame or message over a limit is refused on its header: fed a byte
@@ -168,6 +169,23 @@ pub fn frame_decoder(data: &[u8]) {
     let bytes: Vec<&[u8]> = wire.chunks(1).collect();
     let (bytewise, buffered) = decode_pieces(role, limits, &bytes);
     assert_eq!(whole, bytewise, "whole vs a byte at a time");
+
+    // The tokio-util codec over the same core agrees, close codes and all.
+    let config = wavesock::Config::default()
+        .max_frame_size(max_frame)
+        .max_message_size(max_message);
+    let mut codec = wavesock::WebSocketCodec::new(role, &config);
+    let mut buf = BytesMut::from(wire);
+    let mut by_codec = Vec::new();
+    let codec_error = loop {
+        match tokio_util::codec::Decoder::decode(&mut codec, &mut buf) {
+            Ok(Some(msg)) => by_codec.push(msg),
+            Ok(None) => break None,
+            Err(e) => break Some(e.close_code()),
+        }
+    };
+    assert_eq!(by_codec, whole.messages, "the codec");
+    assert_eq!(codec_error, whole.error.as_ref().map(Error::close_code));
 
     for msg in &whole.messages {
         match msg {
