@@ -1,5 +1,8 @@
-//! The fuzz targets of `fuzz/` as property tests, so that they run in
-//! `cargo test` on a stable toolchain (cargo fuzz needs nightly).
+//! The fuzz targets' properties as property tests, so that `cargo test`
+//! runs them without a fuzzer. The properties of the targets themselves are
+//! written once, in `fuzz/src/lib.rs` (included below as `props`): here
+//! proptest makes their inputs (structured ones, and byte edits of the seed
+//! corpus). The stream-level properties below go through the whole stack:
 //!
 //! - A *stream* of frames, valid and invalid, written in random chunks into a
 //!   `WebSocketStream` over an in-memory duplex: it never panics, valid input
@@ -21,6 +24,9 @@ use proptest::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::codec::Decoder;
 use wavesock::handshake::derive_accept_key;
+
+#[path = "../fuzz/src/lib.rs"]
+mod props;
 use wavesock::handshake::server::{check_request, error_response, parse_request, write_response};
 use wavesock::{
     CloseCode, CloseFrame, Config, Error, Message, Role, WebSocketCodec, WebSocketStream,
@@ -401,27 +407,6 @@ fn close_frame(wire: &mut Vec<u8>) -> Message {
     Message::Close(Some(CloseFrame::new(CloseCode::NORMAL, "bye")))
 }
 
-/// Decodes with the sans-IO codec until the input runs out or an error
-/// ends it: the messages, and the error's close code if there was one.
-type Decoded = (Vec<Message>, Option<Option<CloseCode>>);
-
-fn decode_pieces(role: Role, pieces: &[&[u8]]) -> Decoded {
-    let mut codec = WebSocketCodec::new(role, &server_config());
-    let mut buf = BytesMut::new();
-    let mut out = Vec::new();
-    for piece in pieces {
-        buf.extend_from_slice(piece);
-        loop {
-            match codec.decode(&mut buf) {
-                Ok(Some(msg)) => out.push(msg),
-                Ok(None) => break,
-                Err(e) => return (out, Some(e.close_code())),
-            }
-        }
-    }
-    (out, None)
-}
-
 // ------------------------------------------------------------- handshake
 
 const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
@@ -674,10 +659,9 @@ proptest! {
         }
     }
 
-    /// The codec fed the same bytes whole and in chunks agrees on every
-    /// message and on the close code of the error that ends the stream
-    /// (fuzz target `frame_decoder`). The bytes are valid frames, damaged
-    /// ones, or noise.
+    /// The `frame_decoder` property (fuzz/src/lib.rs: whole, chunked and
+    /// bytewise decoding agree, limits refuse on the header, close codes
+    /// match) on valid frames, damaged ones, or noise.
     #[test]
     fn decoder_agrees_with_itself_fed_whole_or_in_chunks(
         wire in prop_oneof![
@@ -696,26 +680,15 @@ proptest! {
                 }),
             proptest::collection::vec(any::<u8>(), 0..600),
         ],
-        sizes in proptest::collection::vec(1usize..40, 1..8),
+        sizes in proptest::collection::vec(1u8..40, 0..8),
+        limits in (any::<u8>(), any::<u8>()),
         client in any::<bool>(),
     ) {
-        let role = if client { Role::Client } else { Role::Server };
-        let whole = decode_pieces(role, &[&wire]);
-        let mut pieces = Vec::new();
-        let mut rest = &wire[..];
-        for size in sizes.iter().cycle() {
-            if rest.is_empty() {
-                break;
-            }
-            let (piece, tail) = rest.split_at((*size).min(rest.len()));
-            pieces.push(piece);
-            rest = tail;
-        }
-        let chunked = decode_pieces(role, &pieces);
-        prop_assert_eq!(&whole, &chunked);
-        if let Some(code) = whole.1 {
-            prop_assert!(code.is_some(), "decoding errors carry a close code");
-        }
+        // The fuzz target's input: flags, limits, chunk sizes, the wire.
+        let mut input = vec![u8::from(client) | (sizes.len() as u8) << 1, limits.0, limits.1];
+        input.extend_from_slice(&sizes);
+        input.extend_from_slice(&wire);
+        props::frame_decoder(&input);
     }
 
     /// Text cut into fragments and reads at random points: accepted exactly
@@ -826,10 +799,92 @@ proptest! {
             let again = parse_request(&raw[..len], max_headers).unwrap().unwrap();
             prop_assert_eq!(again.1, len);
             prop_assert_eq!(again.0.headers(), req.headers());
-            match check_request(&req) {
-                Ok(accept) => prop_assert_eq!(accept.len(), 28),
-                Err(e) => prop_assert!(e.status().is_some_and(|s| s.is_client_error()), "{}", e),
+        }
+        // And the `handshake` target's property, on the same bytes.
+        raw.insert(0, 0);
+        props::handshake(&raw);
+    }
+}
+
+// --------------------------------------------------- the fuzz properties
+
+/// A seed corpus file of `target`, picked by `pick`.
+fn seed_file(target: &str, pick: prop::sample::Index) -> Vec<u8> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    std::fs::read(pick.get(&files)).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+    /// Every fuzz target's property on a seed corpus file with random byte
+    /// edits (overwrite, insert, delete) and a random cut: a small
+    /// mutation fuzzer that runs in `cargo test`.
+    #[test]
+    fn fuzz_properties_hold_on_edited_seeds(
+        target in any::<prop::sample::Index>(),
+        pick in any::<prop::sample::Index>(),
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0u8..3), 0..6),
+        cut in proptest::option::of(any::<prop::sample::Index>()),
+    ) {
+        let (name, property) = *target.get(props::TARGETS);
+        let mut data = seed_file(name, pick);
+        for (at, byte, how) in &edits {
+            let i = at.index(data.len() + 1);
+            match how {
+                0 if i < data.len() => data[i] = *byte,
+                1 if i < data.len() => { data.remove(i); }
+                _ => data.insert(i, *byte),
             }
         }
+        if let Some(c) = cut {
+            data.truncate(c.index(data.len() + 1));
+        }
+        property(&data);
+    }
+
+    /// The `utf8` property: valid text (with an optional damaged byte) at
+    /// random piece boundaries.
+    #[test]
+    fn utf8_property_on_text_in_pieces(
+        text in "\\PC{0,60}",
+        damage in proptest::option::of((any::<prop::sample::Index>(), any::<u8>())),
+        sizes in proptest::collection::vec(any::<u8>(), 0..31),
+    ) {
+        let mut bytes = text.into_bytes();
+        if let (Some((i, b)), false) = (damage, bytes.is_empty()) {
+            let i = i.index(bytes.len());
+            bytes[i] = b;
+        }
+        let mut input = vec![sizes.len() as u8];
+        input.extend_from_slice(&sizes);
+        input.extend_from_slice(&bytes);
+        props::utf8(&input);
+    }
+
+    /// The `conn` property on random event sequences.
+    #[test]
+    fn conn_property_on_random_events(
+        events in proptest::collection::vec(any::<u8>(), 4..200),
+    ) {
+        props::conn(&events);
+    }
+
+    /// The `deflate` property, each mode, on random bytes.
+    #[test]
+    fn deflate_property_on_random_bytes(
+        mode in 0u8..4,
+        bytes in proptest::collection::vec(any::<u8>(), 0..300),
+    ) {
+        let mut input = vec![mode];
+        input.extend_from_slice(&bytes);
+        props::deflate(&input, &|f| { f(); None });
     }
 }

@@ -255,9 +255,10 @@ impl Connection {
 
     /// The peer's data broke the protocol (a decoding error): our close
     /// frame with the error's code is owed, once, and the connection ends
-    /// with the error after it.
+    /// with the error after it. Only while open: once the connection ends
+    /// (after the peer's close frame too) what the peer sends is discarded.
     pub fn handle_error(&mut self, err: Error, now: Instant) {
-        if matches!(self.phase, Phase::Failing | Phase::TimedOut) {
+        if self.phase != Phase::Open {
             return;
         }
         if let Some(code) = err.close_code() {

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus, fuzz/corpus/<target>/, in each target's input
+format (see fuzz/src/lib.rs). Run from anywhere; the files are committed,
+so this only needs running again when a format changes."""
+import os
+import struct
+import zlib
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+KEY = b"\x37\xfa\x21\x3d"
+
+
+def frame(b0, payload, mask=True, width=None):
+    n = len(payload)
+    m = 0x80 if mask else 0
+    if width is None:
+        width = 7 if n < 126 else (16 if n < 65536 else 64)
+    if width == 7:
+        head = bytes([b0, m | n])
+    elif width == 16:
+        head = bytes([b0, m | 126]) + struct.pack(">H", n)
+    else:
+        head = bytes([b0, m | 127]) + struct.pack(">Q", n)
+    if not mask:
+        return head + payload
+    return head + KEY + bytes(b ^ KEY[i % 4] for i, b in enumerate(payload))
+
+
+def write(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def frame_decoder():
+    # [flags: role bit, chunk-size count << 1][frame limit][message limit][sizes] wire
+    def seed(name, wire, client=False, sizes=b"", lim=(0xFF, 0xFF)):
+        flags = (1 if client else 0) | (len(sizes) << 1)
+        write("frame_decoder", name, bytes([flags, *lim]) + sizes + wire)
+
+    for client in (False, True):
+        side = "client" if client else "server"
+        mask = not client  # a server reads masked frames, a client unmasked
+        f = lambda b0, p, **kw: frame(b0, p, mask=mask, **kw)
+        seed(f"{side}_text", f(0x81, b"Hello, wavesock"), client)
+        seed(f"{side}_binary", f(0x82, bytes(range(40))), client)
+        seed(f"{side}_empty_text", f(0x81, b""), client)
+        seed(f"{side}_text_utf8", f(0x81, "κόσμε 🌍".encode()), client, sizes=b"\x03\x01")
+        seed(f"{side}_fragmented", f(0x01, b"Hel") + f(0x00, b"lo, ") + f(0x80, b"world"), client)
+        seed(f"{side}_fragmented_ping", f(0x02, b"ab") + f(0x89, b"ping") + f(0x80, b"cd"), client, sizes=b"\x05")
+        seed(f"{side}_ping", f(0x89, b"payload"), client)
+        seed(f"{side}_pong", f(0x8A, b""), client)
+        seed(f"{side}_close_normal", f(0x88, struct.pack(">H", 1000) + b"bye"), client)
+        seed(f"{side}_close_empty", f(0x88, b""), client)
+        seed(f"{side}_len16", f(0x82, b"x" * 300), client, sizes=b"\x07\x40")
+        seed(f"{side}_len64", f(0x82, b"y" * 200, width=64), client)
+    # Limits and violations (server side).
+    seed("too_big_frame_len16", frame(0x82, b"z" * 600), lim=(0x10, 0xFF))
+    seed("too_big_message_fragments", frame(0x02, b"a" * 60) + frame(0x80, b"b" * 60), lim=(0xFF, 0x08))
+    seed("too_big_len64_header_only", bytes([0x82, 0xFF]) + struct.pack(">Q", 1 << 40) + KEY)
+    seed("bad_utf8", frame(0x81, b"\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5\xed\xa0\x80edited"))
+    seed("bad_utf8_fragmented", frame(0x01, b"\xce") + frame(0x80, b"\x41"))
+    seed("unmasked_from_client", frame(0x81, b"hi", mask=False))
+    seed("reserved_opcode", frame(0x83, b""))
+    seed("rsv_bits", frame(0xC1, b"x"))
+    seed("long_ping", frame(0x89, b"p" * 126))
+    seed("fragmented_ping", frame(0x09, b""))
+    seed("orphan_continuation", frame(0x80, b"x"))
+    seed("close_one_byte", frame(0x88, b"\x03"))
+    seed("close_bad_code", frame(0x88, struct.pack(">H", 1005)))
+    seed("close_bad_reason", frame(0x88, struct.pack(">H", 1000) + b"\xff"))
+
+
+def utf8():
+    # [n][n piece sizes] text
+    def seed(name, text, sizes=b""):
+        write("utf8", name, bytes([len(sizes)]) + sizes + text)
+
+    seed("ascii", b"Hello-wavesock")
+    seed("greek_split", "κόσμε".encode(), b"\x01\x01\x01")
+    seed("cjk", "日本語のテキスト".encode(), b"\x02\x04")
+    seed("emoji_split", "🌍🌎🌏".encode(), b"\x01\x02\x03")
+    seed("max_code_point", b"\xf4\x8f\xbf\xbf", b"\x02")
+    seed("overlong", b"\xc0\xaf", b"\x01")
+    seed("surrogate", b"a\xed\xa0\x80b", b"\x02")
+    seed("too_high", b"\xf4\x90\x80\x80", b"\x03")
+    seed("truncated", b"ab\xe2\x82", b"\x01")
+    seed("lone_continuation", b"\x80abc")
+
+
+CHROMIUM = (
+    b"GET /chat HTTP/1.1\r\n"
+    b"Host: localhost:9001\r\n"
+    b"Connection: Upgrade\r\n"
+    b"Pragma: no-cache\r\n"
+    b"Cache-Control: no-cache\r\n"
+    b"User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36\r\n"
+    b"Upgrade: websocket\r\n"
+    b"Origin: http://localhost:8080\r\n"
+    b"Sec-WebSocket-Version: 13\r\n"
+    b"Accept-Encoding: gzip, deflate, br, zstd\r\n"
+    b"Accept-Language: en-US,en;q=0.9\r\n"
+    b"Sec-WebSocket-Key: x3JJHMbDL1EzLkh9GBhXDw==\r\n"
+    b"Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
+    b"\r\n"
+)
+FIREFOX = (
+    b"GET /chat HTTP/1.1\r\n"
+    b"Host: localhost:9001\r\n"
+    b"User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0\r\n"
+    b"Accept: */*\r\n"
+    b"Accept-Language: en-US,en;q=0.5\r\n"
+    b"Accept-Encoding: gzip, deflate, br, zstd\r\n"
+    b"Sec-WebSocket-Version: 13\r\n"
+    b"Origin: http://localhost:8080\r\n"
+    b"Sec-WebSocket-Extensions: permessage-deflate\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    b"Connection: keep-alive, Upgrade\r\n"
+    b"Sec-Fetch-Dest: empty\r\n"
+    b"Sec-Fetch-Mode: websocket\r\n"
+    b"Sec-Fetch-Site: same-site\r\n"
+    b"Pragma: no-cache\r\n"
+    b"Cache-Control: no-cache\r\n"
+    b"Upgrade: websocket\r\n"
+    b"\r\n"
+)
+
+
+def handshake():
+    req = lambda name, data: write("handshake", "req_" + name, b"\x00" + data)
+    resp = lambda name, data: write("handshake", "resp_" + name, b"\x01" + data)
+    req("chromium", CHROMIUM)
+    req("firefox", FIREFOX)
+    req("chromium_with_frame", CHROMIUM + frame(0x81, b"hi"))
+    req("minimal", b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n"
+        b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: AQIDBAUGBwgJCgsMDQ4PEA==\r\n\r\n")
+    req("post", CHROMIUM.replace(b"GET", b"POST", 1))
+    req("version_8", CHROMIUM.replace(b"Version: 13", b"Version: 8"))
+    req("http10", CHROMIUM.replace(b"HTTP/1.1", b"HTTP/1.0", 1))
+    req("no_key", FIREFOX.replace(b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", b""))
+    req("short_key", FIREFOX.replace(b"dGhlIHNhbXBsZSBub25jZQ==", b"dGhlIHNhbXBsZQ=="))
+    req("incomplete", CHROMIUM[:100])
+    ok = (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+          b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGJRzbOxK+xOo=\r\n")
+    resp("ok", ok + b"\r\n")
+    resp("ok_protocol", ok + b"Sec-WebSocket-Protocol: chat\r\n\r\n")
+    resp("bad_protocol", ok + b"Sec-WebSocket-Protocol: other\r\n\r\n")
+    resp("ok_extension", ok + b"Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n")
+    resp("wrong_accept", ok.replace(b"s3pP", b"AAAA") + b"\r\n")
+    resp("not_found", b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+    resp("ok_then_frame", ok + b"\r\n" + frame(0x81, b"hello", mask=False))
+
+
+def deflate():
+    w = lambda name, data: write("deflate", name, data)
+    offers = [
+        b"permessage-deflate; client_max_window_bits",
+        b"permessage-deflate",
+        b"permessage-deflate; server_no_context_takeover; client_no_context_takeover",
+        b"permessage-deflate; server_max_window_bits=10; client_max_window_bits=12",
+        b"x-webkit-deflate-frame, permessage-deflate; client_max_window_bits=15",
+        b"permessage-deflate; client_max_window_bits=\"9\"",
+        b"permessage-deflate; server_max_window_bits=7",
+        b"permessage-deflate; unknown=1, permessage-deflate",
+        b"permessage-deflate; server_max_window_bits; server_max_window_bits=9",
+    ]
+    for i, o in enumerate(offers):
+        w(f"headers_{i}", bytes([0, i % 4, 0x00 if i % 2 else 0x35]) + o)
+    w("headers_two_lines", bytes([0, 0, 0]) + offers[0] + b"\n" + offers[3])
+    for i, cfg in enumerate([(0, 0, 0, 0), (3, 0x21, 0, 0), (0, 0x88, 1, 0x17), (2, 0x00, 1, 0x11)]):
+        w(f"agree_{i}", bytes([1, *cfg]))
+
+    def raw(data, wbits=-15, level=6):
+        c = zlib.compressobj(level, zlib.DEFLATED, wbits)
+        out = c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
+        assert out.endswith(b"\x00\x00\xff\xff")
+        return out[:-4]
+
+    # [2][params][limit byte] compressed payload (the target frames it)
+    w("inflate_hello", bytes([2, 0xFF, 0x10]) + raw(b"Hello, wavesock! " * 4))
+    w("inflate_bomb", bytes([2, 0xFF, 0x01]) + raw(b"\x00" * 60000, level=9))
+    w("inflate_small_window", bytes([2, 0x00, 0x40]) + raw(b"abcdefgh" * 100, wbits=-9))
+    w("inflate_garbage", bytes([2, 0x03, 0x08]) + bytes(range(0, 256, 3)))
+    # [3][params][sizes count, sizes...][level] messages
+    w("round_trip_text", bytes([3, 0x00, 0x02, 0x05, 6]) + b"hello hello hello world world")
+    w("round_trip_binary", bytes([3, 0xFF, 0x00, 9]) + bytes(range(256)) * 2)
+    w("round_trip_takeover", bytes([3, 0x1C, 0x03, 0x10, 0x20, 1]) + b"the same text again " * 8)
+
+
+def conn():
+    # [role][ping interval][pong timeout][close timeout] then events
+    # [op][arg][arg % 8 payload bytes]; ops: 0 ping, 1 pong, 2 close,
+    # 3 error, 4 input, 5/6 tick, 7 send, 8 our close, 9 transport end, 10 drain
+    E = lambda op, arg=0, payload=b"": bytes([op, arg]) + payload
+    w = lambda name, head, *ev: write("conn", name, bytes(head) + b"".join(ev))
+    w("ping_pong", [0, 0, 10, 10], E(0, 3, b"abc"), E(10), E(1))
+    w("peer_closes", [0, 0, 10, 10], E(0, 1, b"x"), E(2, 8), E(0, 1, b"y"), E(10), E(5, 200), E(10))
+    w("we_close", [1, 0, 10, 10], E(7, 0), E(8, 1), E(0, 2, b"zz"), E(2, 0), E(10), E(9), E(5, 100))
+    w("keepalive", [0, 5, 5, 10], E(5, 10), E(10), E(4), E(5, 10), E(5, 10), E(10), E(5, 20))
+    w("keepalive_dead", [1, 2, 1, 10], E(5, 5), E(5, 5), E(10), E(5, 5))
+    w("error_then_ping", [0, 0, 10, 10], E(3, 1), E(0, 1, b"p"), E(10), E(5, 255), E(10))
+    w("close_no_clock", [0, 3, 3, 3], E(8, 0), E(5, 1), E(5, 250), E(10))
+    w("fragments", [0, 0, 10, 10], E(7, 0), E(7, 2), E(7, 3), E(7, 6), E(7, 1))
+
+
+if __name__ == "__main__":
+    frame_decoder()
+    utf8()
+    handshake()
+    deflate()
+    conn()
+    for t in sorted(os.listdir(ROOT)):
+        print(t, len(os.listdir(os.path.join(ROOT, t))))

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing on the stable toolchain: cargo fuzz (libFuzzer)
+# with no sanitizer, which needs no nightly (safe Rust gains little from
+# ASan, and overflow checks stay on through -a, debug assertions).
+#
+#   bash fuzz/run.sh TARGET SECONDS     one target
+#   bash fuzz/run.sh all SECONDS        every target, one after the other
+#
+# Installs cargo-fuzz if missing, builds the targets, and runs each from
+# the committed seed corpus fuzz/corpus/<target>/ (read only) plus a work
+# corpus fuzz/work/<target>/ (kept between runs, not committed). Prints,
+# per target: executions, exec/s, coverage (libFuzzer's edge count `cov`
+# and feature count `ft`), corpus size and CPU seconds. Exits non-zero if a
+# target fails; the failing input is in fuzz/artifacts/<target>/ (see
+# fuzz/README.md for turning it into a regression test).
+set -euo pipefail
+
+CARGO_FUZZ_VERSION=0.13.2
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here"
+
+if [ $# -ne 2 ]; then
+    echo "usage: $0 TARGET|all SECONDS" >&2
+    exit 2
+fi
+what="$1"
+secs="$2"
+targets=(frame_decoder utf8 handshake deflate conn)
+if [ "$what" != all ]; then
+    case " ${targets[*]} " in
+    *" $what "*) targets=("$what") ;;
+    *) echo "unknown target $what (one of: ${targets[*]})" >&2; exit 2 ;;
+    esac
+fi
+
+# libFuzzer is C++, built by libfuzzer-sys's build script.
+if ! command -v c++ >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq g++ >/dev/null
+fi
+if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
+    cargo install --locked cargo-fuzz --version "$CARGO_FUZZ_VERSION"
+fi
+
+flags=(--sanitizer none --debug-assertions)
+start=$SECONDS
+cargo fuzz build "${flags[@]}"
+echo "build: $((SECONDS - start)) s"
+
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+    mkdir -p "work/$t" "artifacts/$t"
+    log="artifacts/$t/run.log"
+    echo "== $t: $secs s"
+    TIMEFORMAT="%U %S"
+    rc=0
+    { time cargo fuzz run "${flags[@]}" "$t" "work/$t" "corpus/$t" -- \
+        -max_total_time="$secs" -max_len=4096 -timeout=10 -print_final_stats=1 \
+        -artifact_prefix="artifacts/$t/" >"$log" 2>&1 || rc=$?; } 2>"artifacts/$t/cpu"
+    read -r user sys <"artifacts/$t/cpu"
+    cpu=$(python3 -c "print(round($user + $sys, 1))")
+    last=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
+    cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
+    ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
+    corp=$(sed -n 's/.* corp: \([0-9]*\).*/\1/p' <<<"$last")
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+    eps=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
+    line="$t: runs=${runs:-?} exec/s=${eps:-?} cov=${cov:-?} ft=${ft:-?} corpus=${corp:-?} cpu=${cpu}s"
+    if [ "$rc" -ne 0 ]; then
+        line="$line FAILED (exit $rc)"
+        failed+=("$t")
+        grep -E 'panicked|SUMMARY|Test unit written|ERROR' "$log" | head -5 || true
+    fi
+    echo "$line"
+    summary+=("$line")
+done
+
+echo "== summary ($((SECONDS - start)) s in all)"
+printf '%s\n' "${summary[@]}"
+if [ ${#failed[@]} -ne 0 ]; then
+    echo "failing targets: ${failed[*]} (inputs in fuzz/artifacts/<target>/)" >&2
+    exit 1
+fi
