@@ -163,8 +163,8 @@ pub fn frame_decoder(data: &[u8]) {
     let wire = input.0;
     frame_header(wire);
 
-    let (whole, _) = decode_pieces(role, limits, &[wire]);
-    let (chunked, _) = decode_pieces(role, limits, &pieces(wire, sizes));
+    let (whole, _) = decode_pieces(role, limits.clone(), &[wire]);
+    let (chunked, _) = decode_pieces(role, limits.clone(), &pieces(wire, sizes));
     assert_eq!(whole, chunked, "whole vs chunks {sizes:?}");
     let bytes: Vec<&[u8]> = wire.chunks(1).collect();
     let (bytewise, buffered) = decode_pieces(role, limits, &bytes);
