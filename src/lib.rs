@@ -76,6 +76,8 @@ pub mod deflate;
 pub mod error;
 pub mod guide;
 pub mod handshake;
+#[cfg(feature = "http2")]
+pub mod http2;
 mod head;
 mod negotiated;
 mod outbox;
@@ -88,6 +90,8 @@ pub mod stream;
 #[cfg(feature = "rustls")]
 pub use client::tls;
 mod trace;
+#[cfg(feature = "hyper")]
+pub mod upgrade;
 
 pub use client::{
     ClientResponse, MaybeTlsStream, client_async, client_async_with_config, connect_async,

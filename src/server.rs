@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::deadline::{after, within};
 use crate::error::{Error, HandshakeError, Result};
 use crate::handshake::server::{
-    AsyncCallback, Callback, ErrorResponse, NoCallback, accept_response, check_request,
+    AsyncCallback, Callback, ErrorResponse, NoCallback, accept_response, check_request, enforce,
     error_response, parse_request, write_response,
 };
 use crate::head::{HeadError, read_head};
@@ -293,17 +293,7 @@ where
         }
     };
     // The callback may add headers; the handshake itself is not its to change.
-    let required = accept_response(&accept);
-    *response.status_mut() = required.status();
-    *response.version_mut() = required.version();
-    for (name, value) in required.headers() {
-        response.headers_mut().insert(name, value.clone());
-    }
-    if let Some(value) = extensions {
-        response
-            .headers_mut()
-            .insert(http::header::SEC_WEBSOCKET_EXTENSIONS, value);
-    }
+    enforce(&mut response, &accept_response(&accept), extensions);
     let mut out = Vec::with_capacity(160);
     write_response(&response, &[], &mut out);
     io.write_all(&out).await?;

@@ -18,14 +18,14 @@ use crate::proxy;
 /// What secures `wss://`: with the `rustls` feature, the caller's connector
 /// or the built-in configuration.
 #[cfg(feature = "rustls")]
-pub(super) type Tls = Option<super::tls::Connector>;
+pub(crate) type Tls = Option<super::tls::Connector>;
 /// Without a TLS feature there is nothing to choose.
 #[cfg(not(feature = "rustls"))]
-pub(super) type Tls = ();
+pub(crate) type Tls = ();
 
 /// Refuses a URL whose scheme is not `ws` or `wss`: nothing to connect to.
 /// (Without a scheme, [`open`] refuses it: it has no host either.)
-pub(super) fn check_scheme(uri: &Uri) -> Result<(), ConnectError> {
+pub(crate) fn check_scheme(uri: &Uri) -> Result<(), ConnectError> {
     match uri.scheme_str() {
         Some(s) if ws_scheme_is_secure(s).is_none() => {
             Err(ConnectError::UnsupportedScheme(s.to_owned()))
@@ -36,10 +36,11 @@ pub(super) fn check_scheme(uri: &Uri) -> Result<(), ConnectError> {
 
 /// Opens the transport for a `ws://` or `wss://` URL within
 /// `config.connect_timeout`.
-pub(super) async fn open(
+pub(crate) async fn open(
     uri: &Uri,
     config: &Config,
     tls: Tls,
+    alpn: Alpn,
 ) -> Result<MaybeTlsStream<TcpStream>> {
     let secure = is_secure(uri);
     // prepare_request accepts ws://, wss:// or a bare path with a Host header.
@@ -55,13 +56,21 @@ pub(super) async fn open(
     // configuration fails at once.
     #[cfg(feature = "rustls")]
     let tls_config = if secure {
-        Some(super::tls::client_config(tls)?)
+        let config = super::tls::client_config(tls)?;
+        Some(match alpn {
+            Alpn::None => config,
+            _ => {
+                let mut config = (*config).clone();
+                config.alpn_protocols = alpn.protocols();
+                std::sync::Arc::new(config)
+            }
+        })
     } else {
         None
     };
     #[cfg(not(feature = "rustls"))]
     {
-        let () = tls;
+        let ((), _) = (tls, alpn);
         if secure {
             return Err(ConnectError::UnsupportedScheme("wss".into()).into());
         }
@@ -89,6 +98,34 @@ pub(super) async fn open(
     within(deadline, opening)
         .await
         .ok_or(ConnectError::Timeout)?
+}
+
+// Only the `http2` feature offers h2.
+#[cfg_attr(not(feature = "http2"), allow(dead_code))]
+/// Which protocols a TLS client offers in ALPN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Alpn {
+    /// None: the WebSocket is an HTTP/1.1 upgrade.
+    None,
+    /// `h2` only: an HTTP/2 connection.
+    H2Only,
+    /// `h2`, then `http/1.1`: a browser's offer.
+    H2OrHttp1,
+    /// `http/1.1` only: the fallback once HTTP/2 failed us.
+    Http1Only,
+}
+
+impl Alpn {
+    // Only TLS speaks ALPN.
+    #[cfg_attr(not(feature = "rustls"), allow(dead_code))]
+    pub(crate) fn protocols(self) -> Vec<Vec<u8>> {
+        match self {
+            Alpn::None => vec![],
+            Alpn::H2Only => vec![b"h2".to_vec()],
+            Alpn::H2OrHttp1 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            Alpn::Http1Only => vec![b"http/1.1".to_vec()],
+        }
+    }
 }
 
 /// Resolves `host` and connects to its addresses in turn.

@@ -6,7 +6,7 @@
 //! ([`MaybeTlsStream`]); [`error`] ([`ConnectError`]) is used by all and
 //! uses none of them.
 
-mod connect;
+pub(crate) mod connect;
 #[cfg(feature = "rustls")]
 pub mod tls;
 mod transport;
@@ -101,7 +101,7 @@ where
     let tls = None;
     #[cfg(not(feature = "rustls"))]
     let tls = ();
-    let io = connect::open(request.uri(), &config, tls).await?;
+    let io = connect::open(request.uri(), &config, tls, connect::Alpn::None).await?;
     handshake(request, io, config).await
 }
 
@@ -131,7 +131,7 @@ where
 {
     config.validate()?;
     let request = request_to_connect(request)?;
-    let io = connect::open(request.uri(), &config, connector).await?;
+    let io = connect::open(request.uri(), &config, connector, connect::Alpn::None).await?;
     handshake(request, io, config).await
 }
 

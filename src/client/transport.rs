@@ -29,6 +29,16 @@ impl<S> MaybeTlsStream<S> {
             MaybeTlsStream::Rustls(s) => s.get_ref().0,
         }
     }
+
+    /// Whether TLS negotiated HTTP/2 in ALPN.
+    #[cfg_attr(not(feature = "http2"), allow(dead_code))]
+    pub(crate) fn is_h2(&self) -> bool {
+        match self {
+            MaybeTlsStream::Plain(_) => false,
+            #[cfg(feature = "rustls")]
+            MaybeTlsStream::Rustls(s) => s.get_ref().1.alpn_protocol() == Some(b"h2"),
+        }
+    }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTlsStream<S> {

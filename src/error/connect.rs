@@ -45,6 +45,17 @@ pub enum ConnectError {
         #[source]
         source: io::Error,
     },
+    /// The server's HTTP/2 connection does not advertise
+    /// `SETTINGS_ENABLE_CONNECT_PROTOCOL` (RFC 8441 §3): it cannot carry
+    /// WebSockets, so none was requested.
+    #[error(
+        "the server's HTTP/2 connection does not support WebSockets (no SETTINGS_ENABLE_CONNECT_PROTOCOL); connect over HTTP/1.1"
+    )]
+    Http2WebSocketsDisabled,
+    /// The TLS server picked a protocol other than `h2` in ALPN, so there is
+    /// no HTTP/2 connection to open WebSockets on.
+    #[error("the TLS server did not agree to HTTP/2 (ALPN h2)")]
+    Http2NotNegotiated,
     /// The HTTP proxy answered `CONNECT` with a status other than 2xx
     /// (`407` when it wants credentials or refused the ones given).
     #[error("HTTP proxy refused the tunnel: {0}")]

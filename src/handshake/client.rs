@@ -464,6 +464,106 @@ pub fn prepare_request(mut request: Request) -> Result<Request, HandshakeError> 
     Ok(request)
 }
 
+/// Turns a WebSocket request (a `ws://` or `wss://` URL, as
+/// [`IntoClientRequest`] builds it) into an HTTP/2 extended CONNECT request
+/// (RFC 8441 §4): method `CONNECT`, version HTTP/2, an `http`/`https` URI
+/// whose authority and path become `:authority` and `:path`, and
+/// `Sec-WebSocket-Version: 13`. The headers HTTP/2 forbids or has no use for
+/// (`Host`, `Upgrade`, `Connection`, `Sec-WebSocket-Key`) are removed; the
+/// rest (subprotocols, cookies, `Origin`) are kept. The `:protocol`
+/// pseudo-header is the HTTP/2 library's to set.
+///
+/// ```
+/// use wavesock::IntoClientRequest;
+/// use wavesock::handshake::client::prepare_extended_connect;
+///
+/// let req = prepare_extended_connect("wss://example.com/chat?room=1".into_client_request()?)?;
+/// assert_eq!(req.method(), http::Method::CONNECT);
+/// assert_eq!(req.uri(), "https://example.com/chat?room=1");
+/// assert_eq!(req.headers()["sec-websocket-version"], "13");
+/// assert!(!req.headers().contains_key("sec-websocket-key"));
+/// # Ok::<(), wavesock::HandshakeError>(())
+/// ```
+pub fn prepare_extended_connect(mut request: Request) -> Result<Request, HandshakeError> {
+    if request.method() != Method::GET {
+        return Err(HandshakeError::MethodNotAllowed(
+            request.method().to_string(),
+        ));
+    }
+    let uri = request.uri();
+    let secure = match uri.scheme_str().map(ws_scheme_is_secure) {
+        Some(Some(secure)) => secure,
+        _ => {
+            return Err(HandshakeError::InvalidUrl(format!(
+                "{uri}: an HTTP/2 WebSocket needs a ws:// or wss:// URL"
+            )));
+        }
+    };
+    let port = explicit_port(uri)?;
+    let host = match uri.authority() {
+        Some(auth) if !auth.host().is_empty() => auth.host(),
+        _ => return Err(HandshakeError::InvalidUrl(format!("{uri}: no host"))),
+    };
+    let authority = match port {
+        Some(p) if p != default_port(secure) => format!("{host}:{p}"),
+        _ => host.to_owned(),
+    };
+    let path = uri
+        .path_and_query()
+        .map(|pq| pq.as_str())
+        .filter(|p| !p.is_empty())
+        .unwrap_or("/");
+    let scheme = if secure { "https" } else { "http" };
+    let new_uri: http::Uri = format!("{scheme}://{authority}{path}")
+        .parse()
+        .map_err(|e| HandshakeError::InvalidUrl(format!("{uri}: {e}")))?;
+    *request.uri_mut() = new_uri;
+    *request.method_mut() = Method::CONNECT;
+    *request.version_mut() = Version::HTTP_2;
+    let headers = request.headers_mut();
+    for name in [
+        header::HOST,
+        header::UPGRADE,
+        header::CONNECTION,
+        header::SEC_WEBSOCKET_KEY,
+    ] {
+        headers.remove(name);
+    }
+    headers.insert(
+        header::SEC_WEBSOCKET_VERSION,
+        HeaderValue::from_static("13"),
+    );
+    Ok(request)
+}
+
+/// Checks the server's answer to an extended CONNECT request (RFC 8441
+/// §5): a 2xx status, no extension unless the request offered some, and a
+/// subprotocol, if any, that the request offered. Returns the chosen
+/// subprotocol.
+pub fn check_extended_connect_response(
+    request: &Request,
+    response: &http::Response<()>,
+) -> Result<Option<String>, HandshakeError> {
+    if !response.status().is_success() {
+        return Err(HandshakeError::UnexpectedStatus {
+            status: response.status(),
+            response: Box::new(with_body(response, None)),
+        });
+    }
+    let h = response.headers();
+    if h.contains_key(header::SEC_WEBSOCKET_EXTENSIONS)
+        && !request
+            .headers()
+            .contains_key(header::SEC_WEBSOCKET_EXTENSIONS)
+    {
+        return Err(HandshakeError::BadHeader {
+            name: "Sec-WebSocket-Extensions",
+            reason: "the server chose an extension that was not offered",
+        });
+    }
+    chosen_subprotocol(request.headers(), h)
+}
+
 /// Writes a prepared request head in HTTP/1.1 form: the request target is
 /// the URI's path and query (`/` when empty).
 pub fn write_request(request: &Request, out: &mut Vec<u8>) {

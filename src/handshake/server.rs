@@ -326,6 +326,104 @@ pub fn check_request<B>(req: &http::Request<B>) -> Result<String, HandshakeError
     }
 }
 
+/// Checks an HTTP/2 extended CONNECT request against RFC 8441 §4–5 (the
+/// WebSocket over one HTTP/2 stream). `protocol` is the request's
+/// `:protocol` pseudo-header, which HTTP libraries keep outside the header
+/// map (hyper: `hyper::ext::Protocol` in the request's extensions).
+///
+/// Method `CONNECT`, `:protocol` `websocket`, an `:authority` and a `:path`,
+/// and `Sec-WebSocket-Version: 13`. There is no `Sec-WebSocket-Key` to
+/// answer: the stream is the upgrade.
+///
+/// ```
+/// use wavesock::HandshakeError;
+/// use wavesock::handshake::server::check_extended_connect;
+///
+/// let req = http::Request::connect("https://example.com/chat")
+///     .version(http::Version::HTTP_2)
+///     .header("sec-websocket-version", "13")
+///     .body(())
+///     .unwrap();
+/// assert!(check_extended_connect(&req, Some("websocket")).is_ok());
+/// assert!(matches!(
+///     check_extended_connect(&req, Some("webtransport")),
+///     Err(HandshakeError::BadHeader { name: ":protocol", .. })
+/// ));
+/// ```
+pub fn check_extended_connect<B>(
+    req: &http::Request<B>,
+    protocol: Option<&str>,
+) -> Result<(), HandshakeError> {
+    if req.method() != Method::CONNECT {
+        return Err(HandshakeError::MethodNotAllowed(req.method().to_string()));
+    }
+    match protocol {
+        Some(p) if p.eq_ignore_ascii_case("websocket") => {}
+        Some(_) => {
+            return Err(HandshakeError::BadHeader {
+                name: ":protocol",
+                reason: "must be websocket",
+            });
+        }
+        None => {
+            return Err(HandshakeError::BadHeader {
+                name: ":protocol",
+                reason: "missing: a CONNECT without it is a tunnel, not a WebSocket",
+            });
+        }
+    }
+    if req.uri().authority().is_none() {
+        return Err(HandshakeError::BadHeader {
+            name: ":authority",
+            reason: "missing",
+        });
+    }
+    if req.uri().path_and_query().is_none_or(|p| p.as_str().is_empty()) {
+        return Err(HandshakeError::BadHeader {
+            name: ":path",
+            reason: "missing",
+        });
+    }
+    if req
+        .headers()
+        .get(header::SEC_WEBSOCKET_VERSION)
+        .map(HeaderValue::as_bytes)
+        != Some(b"13")
+    {
+        return Err(HandshakeError::UnsupportedVersion);
+    }
+    Ok(())
+}
+
+/// The `200 OK` that accepts an extended CONNECT request (RFC 8441 §5): no
+/// `Upgrade`, `Connection` or `Sec-WebSocket-Accept`, which HTTP/2 has no
+/// use for.
+pub fn extended_connect_response() -> Response {
+    let mut resp = Response::new(());
+    *resp.version_mut() = Version::HTTP_2;
+    resp
+}
+
+/// Makes `response`, as a callback returned it, the one the handshake
+/// requires: `required`'s status, version and headers win over the
+/// callback's, and the negotiated extensions are named.
+pub(crate) fn enforce(
+    response: &mut Response,
+    required: &Response,
+    extensions: Option<HeaderValue>,
+) {
+    *response.status_mut() = required.status();
+    *response.version_mut() = required.version();
+    for (name, value) in required.headers() {
+        response.headers_mut().insert(name, value.clone());
+    }
+    if let Some(value) = extensions {
+        response
+            .headers_mut()
+            .insert(header::SEC_WEBSOCKET_EXTENSIONS, value);
+    }
+}
+
 /// The 101 response for an accepted request.
 pub fn accept_response(accept_key: &str) -> Response {
     let mut resp = Response::new(());
