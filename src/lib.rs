@@ -76,9 +76,9 @@ pub mod deflate;
 pub mod error;
 pub mod guide;
 pub mod handshake;
+mod head;
 #[cfg(feature = "http2")]
 pub mod http2;
-mod head;
 mod negotiated;
 mod outbox;
 mod pool;

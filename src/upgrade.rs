@@ -114,7 +114,9 @@ fn protocol<B>(req: &Request<B>) -> Option<&str> {
 
 /// Accepts the WebSocket `req` asks for, with the default [`Config`] and no
 /// callback. See the [module](self) documentation.
-pub fn upgrade<B>(req: &mut Request<B>) -> std::result::Result<(Response<Body>, UpgradeFut), Refusal> {
+pub fn upgrade<B>(
+    req: &mut Request<B>,
+) -> std::result::Result<(Response<Body>, UpgradeFut), Refusal> {
     upgrade_with_config(req, Config::default())
 }
 
@@ -375,7 +377,12 @@ impl Refusal {
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "WebSocket upgrade refused ({}): {}", self.status(), self.error)
+        write!(
+            f,
+            "WebSocket upgrade refused ({}): {}",
+            self.status(),
+            self.error
+        )
     }
 }
 

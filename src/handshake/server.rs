@@ -378,7 +378,11 @@ pub fn check_extended_connect<B>(
             reason: "missing",
         });
     }
-    if req.uri().path_and_query().is_none_or(|p| p.as_str().is_empty()) {
+    if req
+        .uri()
+        .path_and_query()
+        .is_none_or(|p| p.as_str().is_empty())
+    {
         return Err(HandshakeError::BadHeader {
             name: ":path",
             reason: "missing",

@@ -430,8 +430,7 @@ async fn connect_inner<R: IntoClientRequest>(
             Err(_) => {}
         }
         let io = open(request.uri(), &config, tls, Alpn::Http1Only).await?;
-        return crate::client_async_with_config(request, MaybeHttp2Stream::Http1(io), config)
-            .await;
+        return crate::client_async_with_config(request, MaybeHttp2Stream::Http1(io), config).await;
     }
     crate::client_async_with_config(request, MaybeHttp2Stream::Http1(io), config).await
 }

@@ -142,9 +142,7 @@ impl AsyncWrite for Http2Stream {
     fn poll_shutdown(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if !self.shut {
             self.shut = true;
-            self.send
-                .send_data(Bytes::new(), true)
-                .map_err(io_error)?;
+            self.send.send_data(Bytes::new(), true).map_err(io_error)?;
         }
         Poll::Ready(Ok(()))
     }
