@@ -67,6 +67,8 @@
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
 
+#[cfg(feature = "axum")]
+pub mod axum;
 mod client;
 pub mod codec;
 pub mod config;
