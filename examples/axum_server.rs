@@ -1,27 +1,22 @@
-//! wavesock on an axum route, without axum's `ws` feature: the handler
-//! checks the upgrade request, answers `101 Switching Protocols` itself, and
-//! hands the connection hyper upgrades to wavesock, which echoes every
-//! message. The rest of the router stays ordinary axum.
+//! wavesock on an axum route: `wavesock::axum::WebSocketUpgrade` in place of
+//! `axum::extract::ws::WebSocketUpgrade`, the rest ordinary axum. The same
+//! route serves HTTP/1.1 upgrades and, over HTTP/2, extended CONNECT
+//! (`axum::serve` speaks h2c and advertises RFC 8441).
 //!
 //! ```text
 //! cargo run --example axum_server -- 127.0.0.1:9004
 //! cargo run --example client -- ws://127.0.0.1:9004/ws
+//! cargo run --example client -- --http2 ws://127.0.0.1:9004/ws
 //! ```
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use futures_util::{SinkExt, StreamExt};
-use http::StatusCode;
-use hyper::upgrade::OnUpgrade;
-use hyper_util::rt::TokioIo;
-use wavesock::handshake::server::{accept_response, check_request, error_response};
-use wavesock::{Config, Role, WebSocketStream};
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::{any, get};
+use wavesock::axum::{Message, WebSocket, WebSocketUpgrade};
 
 /// State shared by the handlers: how many WebSocket clients are connected.
 #[derive(Clone, Default)]
@@ -29,12 +24,12 @@ pub struct AppState {
     live: Arc<AtomicUsize>,
 }
 
-/// The router: `GET /` says how many clients are connected, `GET /ws` is
-/// the WebSocket echo endpoint.
+/// The router: `GET /` says how many clients are connected, `/ws` is the
+/// WebSocket echo endpoint (`any`: over HTTP/2 a WebSocket is a CONNECT).
 pub fn app() -> Router {
     Router::new()
         .route("/", get(status))
-        .route("/ws", get(upgrade))
+        .route("/ws", any(upgrade))
         .with_state(AppState::default())
 }
 
@@ -45,55 +40,28 @@ async fn status(State(state): State<AppState>) -> String {
     )
 }
 
-/// The upgrade handler. `Request` must be the last extractor; other
-/// extractors (`State`, headers, auth) run before it as usual.
-async fn upgrade(State(state): State<AppState>, mut req: Request) -> Response {
-    // Checks method, version, Upgrade, Connection, the version and key, and
-    // returns derive_accept_key(Sec-WebSocket-Key) for the 101.
-    let accept = match check_request(&req) {
-        Ok(accept) => accept,
-        Err(e) => {
-            return match error_response(&e) {
-                Some(resp) => resp.map(Body::from),
-                None => StatusCode::BAD_REQUEST.into_response(),
-            };
-        }
-    };
-    // hyper puts this in every HTTP/1.1 request served with upgrades (as
-    // axum::serve does); it resolves once our 101 has been written.
-    let Some(on_upgrade) = req.extensions_mut().remove::<OnUpgrade>() else {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "connection cannot upgrade",
-        )
-            .into_response();
-    };
-    tokio::spawn(async move {
-        let upgraded = match on_upgrade.await {
-            Ok(upgraded) => upgraded,
-            Err(e) => return eprintln!("upgrade failed: {e}"),
-        };
-        state.live.fetch_add(1, Ordering::Relaxed);
-        // hyper keeps any bytes read past the request inside `Upgraded`, so
-        // the plain constructor loses nothing.
-        let io = TokioIo::new(upgraded);
-        if let Err(e) = echo(io).await {
-            eprintln!("connection ended: {e}");
-        }
-        state.live.fetch_sub(1, Ordering::Relaxed);
-    });
-    accept_response(&accept).map(|()| Body::empty())
+async fn upgrade(ws: WebSocketUpgrade, State(state): State<AppState>) -> Response {
+    ws.protocols(["echo"])
+        .on_upgrade(move |socket| echo(socket, state))
 }
 
-async fn echo(io: TokioIo<hyper::upgrade::Upgraded>) -> wavesock::Result<()> {
-    let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default())?;
-    while let Some(msg) = ws.next().await {
-        let msg = msg?;
-        if msg.is_data() {
-            ws.feed(msg).await?; // written when next() is about to wait
+async fn echo(mut socket: WebSocket, state: AppState) {
+    state.live.fetch_add(1, Ordering::Relaxed);
+    while let Some(msg) = socket.recv().await {
+        match msg {
+            Ok(msg @ (Message::Text(_) | Message::Binary(_))) => {
+                if socket.send(msg).await.is_err() {
+                    break;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("connection ended: {e}");
+                break;
+            }
         }
     }
-    Ok(())
+    state.live.fetch_sub(1, Ordering::Relaxed);
 }
 
 #[tokio::main]

@@ -1,28 +1,26 @@
-//! A hyper 1.x server that does the WebSocket upgrade itself and hands the
-//! upgraded connection to wavesock, which echoes every message. Other paths
-//! of the same server stay plain HTTP.
+//! A hyper 1.x server with a WebSocket echo endpoint on `/ws`, upgraded with
+//! `wavesock::upgrade`: HTTP/1.1 `Upgrade` and HTTP/2 extended CONNECT
+//! (h2c) on one port. Other paths stay plain HTTP.
 //!
 //! ```text
 //! cargo run --example hyper_server -- 127.0.0.1:9003
+//! cargo run --example client -- ws://127.0.0.1:9003/ws
+//! cargo run --example client -- --http2 ws://127.0.0.1:9003/ws
 //! ```
 
 use std::convert::Infallible;
 
 use futures_util::{SinkExt, StreamExt};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use wavesock::handshake::server::{accept_response, check_request, error_response};
-use wavesock::{Config, Role, WebSocketStream};
+use wavesock::upgrade::{self, Body, UpgradeFut};
 
-async fn echo(upgraded: hyper::upgrade::Upgraded) -> wavesock::Result<()> {
-    // hyper keeps any bytes read past the request inside `Upgraded`, so the
-    // plain constructor loses nothing.
-    let io = TokioIo::new(upgraded);
-    let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default())?;
+async fn echo(websocket: UpgradeFut) -> wavesock::Result<()> {
+    let mut ws = websocket.await?;
     while let Some(msg) = ws.next().await {
         let msg = msg?;
         if msg.is_data() {
@@ -32,34 +30,22 @@ async fn echo(upgraded: hyper::upgrade::Upgraded) -> wavesock::Result<()> {
     Ok(())
 }
 
-async fn handle(mut req: Request<Incoming>) -> Result<Response<String>, Infallible> {
+async fn handle(mut req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     if req.uri().path() != "/ws" {
         return Ok(Response::new("try a WebSocket client on /ws\n".into()));
     }
-    let accept = match check_request(&req) {
-        Ok(accept) => accept,
-        Err(e) => {
-            // The same 400/405/426 answers wavesock's own accept gives.
-            let resp = error_response(&e).unwrap_or_else(|| {
-                let mut r = http::Response::new(Vec::new());
-                *r.status_mut() = StatusCode::BAD_REQUEST;
-                r
-            });
-            return Ok(resp.map(|body| String::from_utf8_lossy(&body).into_owned()));
-        }
+    // The same 400/405/426 answers wavesock's own accept gives.
+    let (response, websocket) = match upgrade::upgrade(&mut req) {
+        Ok(accepted) => accepted,
+        Err(refusal) => return Ok(refusal.into_response()),
     };
-    // The upgrade completes once hyper has sent the 101 returned below.
+    // The WebSocket exists once hyper has sent the response returned below.
     tokio::spawn(async move {
-        match hyper::upgrade::on(&mut req).await {
-            Ok(upgraded) => {
-                if let Err(e) = echo(upgraded).await {
-                    eprintln!("connection ended: {e}");
-                }
-            }
-            Err(e) => eprintln!("upgrade failed: {e}"),
+        if let Err(e) = echo(websocket).await {
+            eprintln!("connection ended: {e}");
         }
     });
-    Ok(accept_response(&accept).map(|()| String::new()))
+    Ok(response)
 }
 
 #[tokio::main]
@@ -72,14 +58,17 @@ async fn main() -> std::io::Result<()> {
         "hyper_server listening on ws://{}/ws",
         listener.local_addr()?
     );
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // Advertise SETTINGS_ENABLE_CONNECT_PROTOCOL: WebSockets over HTTP/2.
+    builder.http2().enable_connect_protocol();
     loop {
         let (tcp, _) = listener.accept().await?;
+        let builder = builder.clone();
         tokio::spawn(async move {
-            let conn = http1::Builder::new()
-                .serve_connection(TokioIo::new(tcp), service_fn(handle))
-                .with_upgrades();
+            let conn =
+                builder.serve_connection_with_upgrades(TokioIo::new(tcp), service_fn(handle));
             if let Err(e) = conn.await {
-                eprintln!("http error: {e}");
+                eprintln!("HTTP connection failed: {e}");
             }
         });
     }

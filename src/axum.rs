@@ -56,6 +56,7 @@ use http::{Method, Request, StatusCode, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
+pub use crate::Utf8Bytes;
 use crate::config::Config;
 use crate::error::{Error, HandshakeError};
 use crate::handshake::server::{
@@ -66,7 +67,6 @@ use crate::negotiated::Negotiated;
 use crate::proto::Role;
 use crate::stream::WebSocketStream;
 use crate::upgrade::HyperWebSocket;
-pub use crate::Utf8Bytes;
 
 /// Extractor for a WebSocket upgrade: checks the request, then
 /// [`on_upgrade`](Self::on_upgrade) answers it and runs your handler on the
@@ -139,16 +139,14 @@ impl<F> WebSocketUpgrade<F> {
             protocols.into_iter().map(Into::into).collect();
         let names: Vec<&str> = supported.iter().map(|p| p.as_ref()).collect();
         let head = head_with(&self.headers);
-        self.selected_protocol = select_subprotocol(&head, &names)
-            .and_then(|p| HeaderValue::from_str(p).ok());
+        self.selected_protocol =
+            select_subprotocol(&head, &names).and_then(|p| HeaderValue::from_str(p).ok());
         self
     }
 
     /// The subprotocols the client offered, in its order.
     pub fn requested_protocols(&self) -> impl Iterator<Item = &HeaderValue> {
-        self.headers
-            .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-            .iter()
+        self.headers.get_all(header::SEC_WEBSOCKET_PROTOCOL).iter()
     }
 
     /// Selects a subprotocol yourself; it should be one the client offered.
@@ -198,7 +196,8 @@ impl<F> WebSocketUpgrade<F> {
             on_failed_upgrade,
         } = self;
         if let Err(e) = config.validate() {
-            let mut response = (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response();
+            let mut response =
+                (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response();
             if accept.is_none() {
                 *response.version_mut() = Version::HTTP_2;
             }
@@ -275,13 +274,14 @@ impl<S: Send + Sync> FromRequestParts<S> for WebSocketUpgrade<DefaultOnFailedUpg
         } else {
             Some(check_request(&head).map_err(reject)?)
         };
-        let on_upgrade = parts
-            .extensions
-            .remove::<OnUpgrade>()
-            .ok_or(WebSocketUpgradeRejection {
-                why: Why::NotUpgradable,
-                http2,
-            })?;
+        let on_upgrade =
+            parts
+                .extensions
+                .remove::<OnUpgrade>()
+                .ok_or(WebSocketUpgradeRejection {
+                    why: Why::NotUpgradable,
+                    http2,
+                })?;
         Ok(WebSocketUpgrade {
             config: Config::default(),
             headers: head.into_parts().0.headers,
