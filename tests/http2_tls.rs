@@ -1,0 +1,211 @@
+//! The HTTP/2 client over TLS: ALPN picks the protocol, and the client
+//! falls back to HTTP/1.1 the way a browser does.
+#![cfg(all(feature = "rustls", feature = "http2", feature = "hyper"))]
+
+mod proxy_support;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::{SinkExt, StreamExt};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use wavesock::http2::{Http2Connection, connect_async_http2_tls_with_config};
+use wavesock::rustls::ServerConfig;
+use wavesock::rustls::pki_types::CertificateDer;
+use wavesock::tokio_rustls::TlsAcceptor;
+use wavesock::upgrade::{self, Body};
+use wavesock::{Config, ConnectError, Connector, Error, Message};
+
+use proxy_support::tls::{self_signed, trusting};
+
+#[derive(Default)]
+struct Seen {
+    /// The ALPN protocol of each TLS connection, in order.
+    alpn: Mutex<Vec<String>>,
+    http2_websockets: AtomicUsize,
+}
+
+async fn handle(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<Body>, Infallible> {
+    let (response, websocket) = match upgrade::upgrade(&mut req) {
+        Ok(accepted) => accepted,
+        Err(refusal) => return Ok(refusal.into_response()),
+    };
+    if websocket.is_http2() {
+        seen.http2_websockets.fetch_add(1, Ordering::SeqCst);
+    }
+    tokio::spawn(async move {
+        let mut ws = websocket.await?;
+        while let Some(msg) = ws.next().await {
+            let msg = msg?;
+            if msg.is_data() {
+                ws.send(msg).await?;
+            }
+        }
+        Ok::<_, Error>(())
+    });
+    Ok(response)
+}
+
+/// A TLS server offering `alpn` and, on HTTP/2, RFC 8441 if `rfc8441`.
+async fn server(alpn: &[&str], rfc8441: bool) -> (SocketAddr, CertificateDer<'static>, Arc<Seen>) {
+    let (cert, key) = self_signed(&["localhost"]);
+    let mut config = ServerConfig::builder_with_provider(Arc::new(
+        wavesock::rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.clone()], key)
+    .unwrap();
+    config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Seen::default());
+    let seen2 = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let acceptor = acceptor.clone();
+            let seen = seen2.clone();
+            tokio::spawn(async move {
+                // A client whose ALPN offer we refuse fails here.
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let chosen = tls
+                    .get_ref()
+                    .1
+                    .alpn_protocol()
+                    .map(|p| String::from_utf8_lossy(p).into_owned())
+                    .unwrap_or_default();
+                seen.alpn.lock().unwrap().push(chosen);
+                let mut builder =
+                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                if rfc8441 {
+                    builder.http2().enable_connect_protocol();
+                }
+                let service = service_fn(move |req| handle(req, seen.clone()));
+                let _ = builder
+                    .serve_connection_with_upgrades(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (addr, cert, seen)
+}
+
+fn trust(cert: &CertificateDer<'static>) -> Option<Connector> {
+    Some(Connector::Rustls(trusting(cert)))
+}
+
+async fn echo_once<S>(ws: &mut wavesock::WebSocketStream<S>, text: &str)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    ws.send(Message::text(text)).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text(text));
+}
+
+#[tokio::test]
+async fn alpn_h2_with_rfc8441_carries_the_websocket_over_http2() {
+    let (addr, cert, seen) = server(&["h2", "http/1.1"], true).await;
+    let url = format!("wss://localhost:{}/echo", addr.port());
+    let (mut ws, response) =
+        connect_async_http2_tls_with_config(&url, Config::default(), trust(&cert))
+            .await
+            .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(ws.get_ref().is_http2());
+    echo_once(&mut ws, "over h2").await;
+
+    // Several on one connection, each with the connection's TLS.
+    let conn = Http2Connection::connect_tls(&url, Config::default(), trust(&cert))
+        .await
+        .unwrap();
+    let (mut a, _) = conn.websocket(&url).await.unwrap();
+    let (mut b, _) = conn.websocket(&url).await.unwrap();
+    echo_once(&mut a, "a").await;
+    echo_once(&mut b, "b").await;
+    assert_eq!(*seen.alpn.lock().unwrap(), ["h2", "h2"]);
+    assert_eq!(seen.http2_websockets.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_server_choosing_http1_in_alpn_upgrades_the_same_connection() {
+    let (addr, cert, seen) = server(&["http/1.1"], true).await;
+    let url = format!("wss://localhost:{}/echo", addr.port());
+    let (mut ws, response) =
+        connect_async_http2_tls_with_config(&url, Config::default(), trust(&cert))
+            .await
+            .unwrap();
+    assert_eq!(response.status(), 101);
+    assert!(!ws.get_ref().is_http2());
+    echo_once(&mut ws, "over HTTP/1.1").await;
+    assert_eq!(*seen.alpn.lock().unwrap(), ["http/1.1"], "one connection");
+
+    // Offered only h2, this server refuses the TLS handshake itself.
+    let err = Http2Connection::connect_tls(&url, Config::default(), trust(&cert))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Connect(ConnectError::Tls(wavesock::rustls::Error::AlertReceived(
+                wavesock::rustls::AlertDescription::NoApplicationProtocol
+            )))
+        ),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_without_alpn_is_no_http2_connection() {
+    let (addr, cert, seen) = server(&[], true).await;
+    let url = format!("wss://localhost:{}/echo", addr.port());
+    let err = Http2Connection::connect_tls(&url, Config::default(), trust(&cert))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Connect(ConnectError::Http2NotNegotiated)),
+        "{err:?}"
+    );
+    // connect_async_http2 upgrades that same kind of connection instead.
+    let (mut ws, _) = connect_async_http2_tls_with_config(&url, Config::default(), trust(&cert))
+        .await
+        .unwrap();
+    assert!(!ws.get_ref().is_http2());
+    echo_once(&mut ws, "no ALPN").await;
+    assert_eq!(seen.alpn.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn http2_without_rfc8441_falls_back_to_a_new_http1_connection() {
+    let (addr, cert, seen) = server(&["h2", "http/1.1"], false).await;
+    let url = format!("wss://localhost:{}/echo", addr.port());
+    let (mut ws, response) =
+        connect_async_http2_tls_with_config(&url, Config::default(), trust(&cert))
+            .await
+            .unwrap();
+    assert_eq!(response.status(), 101);
+    assert!(!ws.get_ref().is_http2());
+    echo_once(&mut ws, "fell back").await;
+    assert_eq!(*seen.alpn.lock().unwrap(), ["h2", "http/1.1"]);
+
+    let conn = Http2Connection::connect_tls(&url, Config::default(), trust(&cert))
+        .await
+        .unwrap();
+    assert!(!conn.supports_websockets());
+    let err = conn.websocket(&url).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Connect(ConnectError::Http2WebSocketsDisabled)),
+        "{err:?}"
+    );
+    assert_eq!(seen.http2_websockets.load(Ordering::SeqCst), 0);
+}
