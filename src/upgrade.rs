@@ -197,7 +197,7 @@ pub fn upgrade_hdr_with_config<B, C: Callback>(
     } else {
         accept_response(&check_request(req).map_err(refuse)?)
     };
-    if !req.extensions().get::<OnUpgrade>().is_some() {
+    if req.extensions().get::<OnUpgrade>().is_none() {
         // hyper adds it to requests of connections that can upgrade: an
         // HTTP/1.1 connection served without `.with_upgrades()` cannot.
         return Err(Refusal::server_side(
@@ -220,10 +220,10 @@ pub fn upgrade_hdr_with_config<B, C: Callback>(
             let (parts, body) = refusal.into_parts();
             let mut response = Response::from_parts(parts, Body::from(body.unwrap_or_default()));
             strip_http1_headers(&mut response, http2);
-            return Err(Refusal {
-                error: HandshakeError::Refused(status).into(),
+            return Err(Refusal::new(
+                HandshakeError::Refused(status).into(),
                 response,
-            });
+            ));
         }
     };
     enforce(&mut response, &required, extensions);
@@ -325,7 +325,11 @@ impl Future for UpgradeFut {
 /// [`accept_async`](crate::accept_async) answers), the callback's own
 /// refusal, or `500` when the server cannot upgrade.
 #[derive(Debug)]
-pub struct Refusal {
+pub struct Refusal(Box<RefusalParts>);
+
+/// Boxed: a refusal is rare, and `upgrade`'s `Ok` should not pay its size.
+#[derive(Debug)]
+struct RefusalParts {
     error: Error,
     response: Response<Body>,
 }
@@ -341,37 +345,39 @@ impl Refusal {
             }
         };
         strip_http1_headers(&mut response, http2);
-        Refusal {
-            error: error.into(),
-            response,
-        }
+        Refusal::new(error.into(), response)
+    }
+
+    fn new(error: Error, response: Response<Body>) -> Self {
+        Refusal(Box::new(RefusalParts { error, response }))
     }
 
     fn server_side(error: Error, http2: bool) -> Self {
         let mut response = Response::new(Body::from(format!("{error}\n")));
         *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
         strip_http1_headers(&mut response, http2);
-        Refusal { error, response }
+        Refusal::new(error, response)
     }
 
     /// Why the request was refused.
     pub fn error(&self) -> &Error {
-        &self.error
+        &self.0.error
     }
 
     /// The status the response carries.
     pub fn status(&self) -> StatusCode {
-        self.response.status()
+        self.0.response.status()
     }
 
     /// The response to send.
     pub fn into_response(self) -> Response<Body> {
-        self.response
+        self.0.response
     }
 
     /// The error and the response.
     pub fn into_parts(self) -> (Error, Response<Body>) {
-        (self.error, self.response)
+        let RefusalParts { error, response } = *self.0;
+        (error, response)
     }
 }
 
@@ -381,13 +387,161 @@ impl fmt::Display for Refusal {
             f,
             "WebSocket upgrade refused ({}): {}",
             self.status(),
-            self.error
+            self.0.error
         )
     }
 }
 
 impl std::error::Error for Refusal {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
+        Some(&self.0.error)
+    }
+}
+
+#[cfg(test)]
+// Callbacks return tungstenite's `Result<Response, ErrorResponse>` shape.
+#[allow(clippy::result_large_err)]
+mod tests {
+    use super::*;
+    use crate::Subprotocols;
+    use crate::handshake::server::ErrorResponse;
+
+    fn h1() -> Request<()> {
+        let mut req = Request::get("/ws")
+            .header("host", "example.com")
+            .header("upgrade", "websocket")
+            .header("connection", "keep-alive, Upgrade")
+            .header("sec-websocket-version", "13")
+            .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+            .header("sec-websocket-protocol", "b, a")
+            .body(())
+            .unwrap();
+        can_upgrade(&mut req);
+        req
+    }
+
+    fn h2(protocol: Option<&'static str>) -> Request<()> {
+        let mut req = Request::connect("https://example.com/ws")
+            .version(Version::HTTP_2)
+            .header("sec-websocket-version", "13")
+            .body(())
+            .unwrap();
+        if let Some(p) = protocol {
+            req.extensions_mut()
+                .insert(hyper::ext::Protocol::from_static(p));
+        }
+        can_upgrade(&mut req);
+        req
+    }
+
+    /// What hyper does for requests on connections that can upgrade.
+    fn can_upgrade(req: &mut Request<()>) {
+        let handle = hyper::upgrade::on(Request::new(()));
+        req.extensions_mut().insert(handle);
+    }
+
+    #[test]
+    fn upgrade_requests_are_recognised_in_both_versions() {
+        assert!(is_upgrade_request(&h1()));
+        assert!(is_upgrade_request(&h2(Some("websocket"))));
+        assert!(!is_upgrade_request(&h2(None)));
+        assert!(!is_upgrade_request(&h2(Some("connect-udp"))));
+        let plain = Request::get("/ws").body(()).unwrap();
+        assert!(!is_upgrade_request(&plain));
+    }
+
+    #[test]
+    fn http1_is_answered_101_with_the_chosen_subprotocol() {
+        let mut req = h1();
+        let (resp, fut) = upgrade_hdr(&mut req, Subprotocols::new(["a", "b"])).unwrap();
+        assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
+        assert_eq!(
+            resp.headers()["sec-websocket-accept"],
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+        assert_eq!(resp.headers()["sec-websocket-protocol"], "a");
+        assert_eq!(fut.protocol().unwrap(), "a");
+        assert!(!fut.is_http2());
+        // The handle moved into the future.
+        assert!(req.extensions().get::<OnUpgrade>().is_none());
+    }
+
+    #[test]
+    fn http2_is_answered_200_without_http1_headers() {
+        let (resp, fut) = upgrade(&mut h2(Some("websocket"))).unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert!(fut.is_http2());
+        for h in ["upgrade", "connection", "sec-websocket-accept"] {
+            assert!(!resp.headers().contains_key(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn refusals_carry_the_status_and_no_http1_headers_over_http2() {
+        let refusal = upgrade(&mut h2(Some("chat"))).unwrap_err();
+        assert_eq!(refusal.status(), StatusCode::BAD_REQUEST);
+        assert!(matches!(
+            refusal.error(),
+            Error::Handshake(HandshakeError::BadHeader {
+                name: ":protocol",
+                ..
+            })
+        ));
+        let resp = refusal.into_response();
+        assert!(!resp.headers().contains_key("connection"));
+
+        let mut old = h2(Some("websocket"));
+        old.headers_mut()
+            .insert("sec-websocket-version", HeaderValue::from_static("8"));
+        let refusal = upgrade(&mut old).unwrap_err();
+        assert_eq!(refusal.status(), StatusCode::UPGRADE_REQUIRED);
+        let resp = refusal.into_response();
+        assert_eq!(resp.headers()["sec-websocket-version"], "13");
+        assert!(!resp.headers().contains_key("upgrade"));
+
+        // Over HTTP/1.1 the same refusal keeps them.
+        let mut old = h1();
+        old.headers_mut()
+            .insert("sec-websocket-version", HeaderValue::from_static("8"));
+        let resp = upgrade(&mut old).unwrap_err().into_response();
+        assert_eq!(resp.headers()["upgrade"], "websocket");
+    }
+
+    #[test]
+    fn a_callback_refusal_is_sent_as_given() {
+        let deny =
+            |_: &crate::handshake::server::Request, _| -> std::result::Result<_, ErrorResponse> {
+                let mut refusal = ErrorResponse::new(Some("go away".into()));
+                *refusal.status_mut() = StatusCode::FORBIDDEN;
+                Err(refusal)
+            };
+        let refusal = upgrade_hdr(&mut h1(), deny).unwrap_err();
+        assert_eq!(refusal.status(), StatusCode::FORBIDDEN);
+        assert!(matches!(
+            refusal.error(),
+            Error::Handshake(HandshakeError::Refused(s)) if *s == StatusCode::FORBIDDEN
+        ));
+        let body = refusal.into_response().into_body();
+        let text = futures_util::FutureExt::now_or_never(http_body_util::BodyExt::collect(body))
+            .unwrap()
+            .unwrap()
+            .to_bytes();
+        assert_eq!(&text[..], b"go away");
+    }
+
+    #[test]
+    fn a_connection_that_cannot_upgrade_is_a_500() {
+        let mut req = h1();
+        req.extensions_mut().remove::<OnUpgrade>();
+        let refusal = upgrade(&mut req).unwrap_err();
+        assert_eq!(refusal.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(refusal.to_string().contains("with_upgrades"), "{refusal}");
+    }
+
+    #[test]
+    fn a_bad_config_is_a_500_before_anything_else() {
+        let config = Config::default().max_frame_size(0);
+        let refusal = upgrade_with_config(&mut h1(), config).unwrap_err();
+        assert_eq!(refusal.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

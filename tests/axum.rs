@@ -33,32 +33,31 @@ async fn handler(ws: WebSocketUpgrade) -> Response {
 }
 
 /// Says what it knows, echoes, and closes with 1000 on "bye".
-async fn session(mut socket: WebSocket, http2: bool) {
+async fn session(socket: WebSocket, http2: bool) {
+    let _ = converse(socket, http2).await;
+}
+
+async fn converse(mut socket: WebSocket, http2: bool) -> Result<(), Error> {
     let protocol = socket
         .protocol()
         .map(|p| p.to_str().unwrap().to_owned())
         .unwrap_or_default();
     let hello = format!("http2={http2} protocol={protocol}");
-    if socket.send(Message::text(hello)).await.is_err() {
-        return;
-    }
-    while let Some(Ok(msg)) = socket.recv().await {
-        match msg {
+    socket.send(Message::text(hello)).await?;
+    while let Some(msg) = socket.recv().await {
+        match msg? {
             Message::Text(t) if t == "bye" => {
                 let frame = CloseFrame {
                     code: close_code::NORMAL,
                     reason: "bye".into(),
                 };
-                let _ = socket.send(Message::Close(Some(frame))).await;
+                socket.send(Message::Close(Some(frame))).await?;
             }
-            Message::Text(_) | Message::Binary(_) => {
-                if socket.send(msg).await.is_err() {
-                    return;
-                }
-            }
+            msg @ (Message::Text(_) | Message::Binary(_)) => socket.send(msg).await?,
             _ => {}
         }
     }
+    Ok(())
 }
 
 async fn app() -> String {

@@ -1153,4 +1153,96 @@ mod tests {
             Err(HandshakeError::Malformed(_))
         ));
     }
+
+    #[test]
+    fn extended_connect_request_from_websocket_urls() {
+        let req = Request::get("ws://example.com:8080/chat?x=1")
+            .header("sec-websocket-protocol", "chat")
+            .header("origin", "http://example.com")
+            .body(())
+            .unwrap();
+        let req = prepare_extended_connect(prepare_request(req).unwrap()).unwrap();
+        assert_eq!(req.method(), Method::CONNECT);
+        assert_eq!(req.version(), Version::HTTP_2);
+        assert_eq!(req.uri(), "http://example.com:8080/chat?x=1");
+        let h = req.headers();
+        for gone in ["host", "upgrade", "connection", "sec-websocket-key"] {
+            assert!(!h.contains_key(gone), "{gone}");
+        }
+        assert_eq!(h["sec-websocket-version"], "13");
+        assert_eq!(h["sec-websocket-protocol"], "chat");
+        assert_eq!(h["origin"], "http://example.com");
+        // Default ports are left out of :authority; an empty path is "/".
+        let req = prepare_extended_connect(Request::get("wss://example.com:443").body(()).unwrap())
+            .unwrap();
+        assert_eq!(req.uri(), "https://example.com/");
+        for bad in ["http://example.com/", "/chat"] {
+            let req = Request::get(bad).body(()).unwrap();
+            assert!(
+                matches!(
+                    prepare_extended_connect(req),
+                    Err(HandshakeError::InvalidUrl(_))
+                ),
+                "{bad}"
+            );
+        }
+        let post = Request::post("ws://example.com/").body(()).unwrap();
+        assert!(matches!(
+            prepare_extended_connect(post),
+            Err(HandshakeError::MethodNotAllowed(_))
+        ));
+    }
+
+    #[test]
+    fn extended_connect_responses_are_checked() {
+        let req = prepare_extended_connect(
+            Request::get("wss://example.com/")
+                .header("sec-websocket-protocol", "a, b")
+                .body(())
+                .unwrap(),
+        )
+        .unwrap();
+        let answer = |status: u16, headers: &[(&str, &str)]| {
+            let mut b = http::Response::builder().status(status);
+            for (n, v) in headers {
+                b = b.header(*n, *v);
+            }
+            b.body(()).unwrap()
+        };
+        assert_eq!(
+            check_extended_connect_response(&req, &answer(200, &[])).unwrap(),
+            None
+        );
+        assert_eq!(
+            check_extended_connect_response(&req, &answer(200, &[("sec-websocket-protocol", "b")]))
+                .unwrap()
+                .as_deref(),
+            Some("b")
+        );
+        assert!(matches!(
+            check_extended_connect_response(&req, &answer(101, &[])),
+            Err(HandshakeError::UnexpectedStatus { status, .. }) if status == 101
+        ));
+        assert!(matches!(
+            check_extended_connect_response(&req, &answer(404, &[])),
+            Err(HandshakeError::UnexpectedStatus { status, .. }) if status == 404
+        ));
+        assert!(matches!(
+            check_extended_connect_response(&req, &answer(200, &[("sec-websocket-protocol", "c")])),
+            Err(HandshakeError::BadHeader {
+                name: "Sec-WebSocket-Protocol",
+                ..
+            })
+        ));
+        assert!(matches!(
+            check_extended_connect_response(
+                &req,
+                &answer(200, &[("sec-websocket-extensions", "permessage-deflate")])
+            ),
+            Err(HandshakeError::BadHeader {
+                name: "Sec-WebSocket-Extensions",
+                ..
+            })
+        ));
+    }
 }

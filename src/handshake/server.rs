@@ -656,4 +656,90 @@ mod tests {
         assert!(text.contains("sec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));
         assert!(text.ends_with("\r\n\r\n"));
     }
+
+    fn extended_connect(uri: &str, version: Option<&str>) -> http::Request<()> {
+        let mut b = http::Request::connect(uri).version(Version::HTTP_2);
+        if let Some(v) = version {
+            b = b.header("sec-websocket-version", v);
+        }
+        b.body(()).unwrap()
+    }
+
+    #[test]
+    fn extended_connect_rules_of_rfc_8441() {
+        let good = extended_connect("https://example.com/chat", Some("13"));
+        assert!(check_extended_connect(&good, Some("websocket")).is_ok());
+        // The token is case-insensitive, as Upgrade's is.
+        assert!(check_extended_connect(&good, Some("WebSocket")).is_ok());
+        for (protocol, reason_has) in [(None, "missing"), (Some("h3"), "websocket")] {
+            match check_extended_connect(&good, protocol) {
+                Err(HandshakeError::BadHeader { name, reason }) => {
+                    assert_eq!(name, ":protocol");
+                    assert!(reason.contains(reason_has), "{reason}");
+                }
+                other => panic!("{protocol:?}: {other:?}"),
+            }
+        }
+        let get = Request::get("https://example.com/chat").body(()).unwrap();
+        assert!(matches!(
+            check_extended_connect(&get, Some("websocket")),
+            Err(HandshakeError::MethodNotAllowed(m)) if m == "GET"
+        ));
+        let no_authority = extended_connect("/chat", Some("13"));
+        assert!(matches!(
+            check_extended_connect(&no_authority, Some("websocket")),
+            Err(HandshakeError::BadHeader {
+                name: ":authority",
+                ..
+            })
+        ));
+        let no_path = extended_connect("example.com:443", Some("13"));
+        assert!(matches!(
+            check_extended_connect(&no_path, Some("websocket")),
+            Err(HandshakeError::BadHeader { name: ":path", .. })
+        ));
+        for version in [None, Some("8")] {
+            let req = extended_connect("https://example.com/chat", version);
+            assert!(matches!(
+                check_extended_connect(&req, Some("websocket")),
+                Err(HandshakeError::UnsupportedVersion)
+            ));
+        }
+    }
+
+    #[test]
+    fn extended_connect_is_accepted_with_200_and_no_http1_headers() {
+        let resp = extended_connect_response();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.version(), Version::HTTP_2);
+        assert!(resp.headers().is_empty());
+    }
+
+    #[test]
+    fn enforce_keeps_the_callbacks_headers_but_not_its_status() {
+        let required = accept_response("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+        let mut resp = Response::new(());
+        *resp.status_mut() = StatusCode::OK;
+        resp.headers_mut().insert(
+            header::SEC_WEBSOCKET_ACCEPT,
+            HeaderValue::from_static("forged"),
+        );
+        resp.headers_mut()
+            .insert("set-cookie", HeaderValue::from_static("a=b"));
+        enforce(
+            &mut resp,
+            &required,
+            Some(HeaderValue::from_static("permessage-deflate")),
+        );
+        assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
+        assert_eq!(
+            resp.headers()[header::SEC_WEBSOCKET_ACCEPT],
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+        assert_eq!(resp.headers()["set-cookie"], "a=b");
+        assert_eq!(
+            resp.headers()[header::SEC_WEBSOCKET_EXTENSIONS],
+            "permessage-deflate"
+        );
+    }
 }
