@@ -1,6 +1,7 @@
 # Sourced by the browser test scripts: installs Chromium (Debian package)
-# and playwright-core if missing, builds the chat example, and defines
-# start_chat, which starts a chat server on a free port.
+# and playwright-core if missing, and defines start_server, which starts a
+# server on a free port and waits for its address, and start_chat, which
+# does so for the chat example (built on first use).
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
@@ -11,36 +12,57 @@ fi
 
 (cd "$HERE" && [ -d node_modules/playwright-core ] || npm ci --no-audit --no-fund)
 
-(cd "$ROOT" && cargo build --example chat)
-
 PIDS=()
 LOGS=()
 cleanup() {
+  local status=$?
   for p in "${PIDS[@]}"; do
     kill "$p" 2>/dev/null || true
     wait "$p" 2>/dev/null || true
   done
+  # A failed test is easier to read with what the servers said.
+  if [ "$status" -ne 0 ]; then
+    for l in "${LOGS[@]}"; do
+      echo "--- server log $l:" >&2
+      cat "$l" >&2
+    done
+  fi
   rm -f "${LOGS[@]}"
 }
 trap cleanup EXIT
 
-# start_chat ARGS...: starts `chat 127.0.0.1:0 ARGS...` (port 0: the OS picks
-# a free port) and sets URL to the address it prints.
-start_chat() {
+# start_server PREFIX COMMAND...: starts COMMAND, which must print the line
+# `PREFIX http(s)://ADDRESS/` to stderr once it listens, waits for that
+# line, and sets URL to the address and SERVER_LOG to the file holding the
+# server's stderr. The server is stopped on exit.
+start_server() {
+  local prefix=$1
+  shift
   local log
   log=$(mktemp)
   LOGS+=("$log")
-  "$ROOT/target/debug/examples/chat" 127.0.0.1:0 "$@" 2>"$log" &
+  SERVER_LOG=$log
+  "$@" 2>"$log" &
   local pid=$!
   PIDS+=("$pid")
   URL=
   for _ in $(seq 1 100); do
-    URL=$(sed -n 's#^chat server on \(http://[^ ]*\)$#\1#p' "$log")
+    URL=$(sed -n "s#^$prefix \(https\?://[^ ]*\)\$#\1#p" "$log")
     [ -n "$URL" ] && return 0
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
-  echo "the chat server did not start" >&2
-  cat "$log" >&2
+  echo "$1 did not start" >&2
   exit 1
+}
+
+CHAT_BUILT=
+# start_chat ARGS...: starts `chat 127.0.0.1:0 ARGS...` (port 0: the OS picks
+# a free port) and sets URL to the address it prints.
+start_chat() {
+  if [ -z "$CHAT_BUILT" ]; then
+    (cd "$ROOT" && cargo build --example chat)
+    CHAT_BUILT=1
+  fi
+  start_server "chat server on" "$ROOT/target/debug/examples/chat" 127.0.0.1:0 "$@"
 }
