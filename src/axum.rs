@@ -383,11 +383,7 @@ impl IntoResponse for WebSocketUpgradeRejection {
             },
             Why::NotUpgradable => (self.status(), self.body_text()).into_response(),
         };
-        if self.http2 {
-            // HTTP/2 forbids connection-specific headers.
-            response.headers_mut().remove(header::CONNECTION);
-            response.headers_mut().remove(header::UPGRADE);
-        }
+        crate::upgrade::strip_http1_headers(&mut response, self.http2);
         response
     }
 }

@@ -244,13 +244,17 @@ pub fn upgrade_hdr_with_config<B, C: Callback>(
     ))
 }
 
-/// HTTP/2 forbids connection-specific headers (RFC 9113 §8.2.2), which the
-/// HTTP/1.1 refusals carry.
-fn strip_http1_headers<B>(response: &mut Response<B>, http2: bool) {
+/// Makes an HTTP/1.1 refusal fit HTTP/2: no connection-specific headers
+/// (RFC 9113 §8.2.2), and a 405 names the method HTTP/2 WebSockets use.
+pub(crate) fn strip_http1_headers<B>(response: &mut Response<B>, http2: bool) {
     if http2 {
+        let status = response.status();
         let h = response.headers_mut();
         h.remove(header::CONNECTION);
         h.remove(header::UPGRADE);
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            h.insert(header::ALLOW, HeaderValue::from_static("CONNECT"));
+        }
         *response.version_mut() = Version::HTTP_2;
     }
 }
@@ -498,6 +502,16 @@ mod tests {
         let resp = refusal.into_response();
         assert_eq!(resp.headers()["sec-websocket-version"], "13");
         assert!(!resp.headers().contains_key("upgrade"));
+
+        // A GET over HTTP/2 is told to use CONNECT.
+        let mut get = Request::get("https://example.com/ws")
+            .version(Version::HTTP_2)
+            .body(())
+            .unwrap();
+        can_upgrade(&mut get);
+        let resp = upgrade(&mut get).unwrap_err().into_response();
+        assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(resp.headers()["allow"], "CONNECT");
 
         // Over HTTP/1.1 the same refusal keeps them.
         let mut old = h1();

@@ -18,7 +18,8 @@ pub enum HandshakeError {
     Malformed(String),
     /// The HTTP head was larger than the configured limit.
     TooLarge(usize),
-    /// The request used a method other than GET.
+    /// The request used a method other than GET (HTTP/1.1) or CONNECT
+    /// (HTTP/2).
     MethodNotAllowed(String),
     /// A required header was missing or wrong.
     BadHeader {
@@ -77,7 +78,7 @@ impl fmt::Display for HandshakeError {
             HandshakeError::MethodNotAllowed(m) => {
                 write!(
                     f,
-                    "method {m} is not allowed; a WebSocket handshake uses GET"
+                    "method {m} is not allowed; a WebSocket handshake uses GET over HTTP/1.1, CONNECT over HTTP/2"
                 )
             }
             HandshakeError::BadHeader { name, reason } => write!(f, "bad header {name}: {reason}"),

@@ -403,7 +403,10 @@ pub async fn connect_async_http2_tls_with_config<R: IntoClientRequest>(
 }
 
 // Without `rustls`, the TLS choice is `()`.
-#[cfg_attr(not(feature = "rustls"), allow(clippy::unit_arg, clippy::clone_on_copy))]
+#[cfg_attr(
+    not(feature = "rustls"),
+    allow(clippy::unit_arg, clippy::clone_on_copy)
+)]
 async fn connect_inner<R: IntoClientRequest>(
     request: R,
     config: Config,
