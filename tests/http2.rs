@@ -127,6 +127,26 @@ async fn server(mode: Serve) -> (SocketAddr, Arc<Seen>) {
     (addr, seen)
 }
 
+/// An HTTP/2 connection (h2c) to the test server, default config.
+async fn h2c(addr: SocketAddr) -> Http2Connection {
+    timeout(
+        LIMIT,
+        Http2Connection::connect(format!("ws://{addr}/"), Config::default()),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+}
+
+/// Waits until `n` server-side WebSockets have ended.
+async fn endings(seen: &Seen, n: usize) -> Vec<Result<(), String>> {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while seen.endings.lock().unwrap().len() < n && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    seen.endings.lock().unwrap().clone()
+}
+
 fn payload(len: usize, seed: usize) -> Vec<u8> {
     (0..len).map(|i| ((i * 7 + seed) % 251) as u8).collect()
 }
@@ -191,11 +211,7 @@ async fn a_hundred_websockets_share_one_http2_connection() {
     assert_eq!(seen.http2_websockets.load(Ordering::SeqCst), 100);
     assert_eq!(seen.http1_websockets.load(Ordering::SeqCst), 0);
     // Every server side saw the closing handshake complete.
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    while seen.endings.lock().unwrap().len() < 100 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let endings = seen.endings.lock().unwrap();
+    let endings = endings(&seen, 100).await;
     assert_eq!(endings.len(), 100);
     assert!(endings.iter().all(Result::is_ok), "{endings:?}");
 }
@@ -204,9 +220,7 @@ async fn a_hundred_websockets_share_one_http2_connection() {
 async fn without_the_setting_the_client_refuses_and_falls_back() {
     // One HTTP/2 connection: the WebSocket is refused before any request.
     let (addr, seen) = server(Serve::Http2NoConnect).await;
-    let conn = Http2Connection::connect(format!("ws://{addr}/"), Config::default())
-        .await
-        .unwrap();
+    let conn = h2c(addr).await;
     assert!(!conn.supports_websockets());
     let err = conn
         .websocket(format!("ws://{addr}/echo"))
@@ -263,9 +277,7 @@ async fn connect_async_http2_uses_http2_when_offered() {
 #[tokio::test]
 async fn a_refusal_reaches_the_client_with_its_status_and_body() {
     let (addr, _) = server(Serve::Http2).await;
-    let conn = Http2Connection::connect(format!("ws://{addr}/"), Config::default())
-        .await
-        .unwrap();
+    let conn = h2c(addr).await;
     // Version 8 is refused with 426 and a body saying why.
     let request = http::Request::get(format!("ws://{addr}/echo"))
         .body(())
@@ -415,9 +427,7 @@ async fn malformed_extended_connects_end_cleanly() {
     }
     assert_eq!(seen.http2_websockets.load(Ordering::SeqCst), 1);
     // The server still serves.
-    let conn = Http2Connection::connect(format!("ws://{addr}/"), Config::default())
-        .await
-        .unwrap();
+    let conn = h2c(addr).await;
     let (mut ws, _) = conn.websocket(format!("ws://{addr}/echo")).await.unwrap();
     ws.send(Message::text("still here")).await.unwrap();
     assert_eq!(
@@ -429,22 +439,16 @@ async fn malformed_extended_connects_end_cleanly() {
 #[tokio::test]
 async fn a_client_reset_mid_message_ends_the_server_side_with_an_error() {
     let (addr, seen) = server(Serve::Http2).await;
-    let conn = Http2Connection::connect(format!("ws://{addr}/"), Config::default())
-        .await
-        .unwrap();
+    let conn = h2c(addr).await;
     let (mut ws, _) = conn.websocket(format!("ws://{addr}/echo")).await.unwrap();
     // A masked binary frame announcing 1000 bytes, cut after 10.
     let mut partial = vec![0x82, 0xfe, 0x03, 0xe8, 9, 9, 9, 9];
     partial.extend_from_slice(&[0; 10]);
     ws.get_mut().write_all(&partial).await.unwrap();
     ws.get_mut().reset();
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    while seen.endings.lock().unwrap().is_empty() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     // hyper reads a CANCEL as the end of the stream: mid-frame, that is a
     // connection gone without a close frame.
-    let endings = seen.endings.lock().unwrap();
+    let endings = endings(&seen, 1).await;
     let err = endings[0].as_ref().unwrap_err();
     assert!(err.contains("without a close frame"), "{err}");
 }
@@ -452,9 +456,7 @@ async fn a_client_reset_mid_message_ends_the_server_side_with_an_error() {
 #[tokio::test]
 async fn a_server_reset_mid_message_ends_the_client_with_an_error() {
     let (addr, _) = server(Serve::Http2).await;
-    let conn = Http2Connection::connect(format!("ws://{addr}/"), Config::default())
-        .await
-        .unwrap();
+    let conn = h2c(addr).await;
     let (mut ws, _) = conn.websocket(format!("ws://{addr}/half")).await.unwrap();
     // hyper ends the stream when the server drops it mid-frame.
     let err = timeout(LIMIT, ws.next())
@@ -528,9 +530,7 @@ async fn a_reset_stream_is_a_connection_reset_for_the_client() {
             });
         }
     });
-    let conn = Http2Connection::connect(format!("ws://{addr}/"), Config::default())
-        .await
-        .unwrap();
+    let conn = h2c(addr).await;
     let (mut ws, response) = conn.websocket(format!("ws://{addr}/")).await.unwrap();
     assert_eq!(response.status(), 200);
     let err = timeout(LIMIT, ws.next())

@@ -551,17 +551,7 @@ pub fn check_extended_connect_response(
         });
     }
     let h = response.headers();
-    if h.contains_key(header::SEC_WEBSOCKET_EXTENSIONS)
-        && !request
-            .headers()
-            .contains_key(header::SEC_WEBSOCKET_EXTENSIONS)
-    {
-        return Err(HandshakeError::BadHeader {
-            name: "Sec-WebSocket-Extensions",
-            reason: "the server chose an extension that was not offered",
-        });
-    }
-    chosen_subprotocol(request.headers(), h)
+    agreed(request.headers(), h)
 }
 
 /// Writes a prepared request head in HTTP/1.1 form: the request target is
@@ -669,17 +659,21 @@ pub fn check_response(
             });
         }
     }
-    if h.contains_key(header::SEC_WEBSOCKET_EXTENSIONS)
-        && !request
-            .headers()
-            .contains_key(header::SEC_WEBSOCKET_EXTENSIONS)
+    agreed(request.headers(), h)
+}
+
+/// What both handshakes check of the answer beyond its status: no
+/// extension unless some were offered, and the subprotocol chosen.
+fn agreed(request: &HeaderMap, response: &HeaderMap) -> Result<Option<String>, HandshakeError> {
+    if response.contains_key(header::SEC_WEBSOCKET_EXTENSIONS)
+        && !request.contains_key(header::SEC_WEBSOCKET_EXTENSIONS)
     {
         return Err(HandshakeError::BadHeader {
             name: "Sec-WebSocket-Extensions",
             reason: "the server chose an extension that was not offered",
         });
     }
-    chosen_subprotocol(request.headers(), h)
+    chosen_subprotocol(request, response)
 }
 
 fn chosen_subprotocol(

@@ -3,8 +3,8 @@ import { chromium } from 'playwright-core';
 
 export const timeout = 15_000;
 
-/** Headless Chromium as this machine allows it. */
-export function launch() {
+/** Headless Chromium as this machine allows it, with `extraArgs` added. */
+export function launch(extraArgs = []) {
   return chromium.launch({
     executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
     // Without the background-networking flags Chromium keeps trying to reach
@@ -18,6 +18,7 @@ export function launch() {
       '--disable-background-networking',
       '--disable-component-update',
       '--disable-sync',
+      ...extraArgs,
     ],
   });
 }

@@ -8,7 +8,7 @@
 // previous ones left on the server, which /stats reports.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { chromium } from 'playwright-core';
+import { launch } from './chatpage.mjs';
 
 const url = process.env.H2_URL;
 const spki = process.env.H2_SPKI;
@@ -28,22 +28,9 @@ const problems = [];
 before(async () => {
   assert.ok(url?.startsWith('https://'), 'set H2_URL to the server, e.g. https://127.0.0.1:9443/');
   assert.ok(spki, 'set H2_SPKI to the certificate SPKI hash the server prints');
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      // QUIC would bypass the TCP connection this test is about.
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      // Trust the server's self-signed certificate, and nothing else more.
-      `--ignore-certificate-errors-spki-list=${spki}`,
-    ],
-  });
+  // QUIC (off in launch()) would bypass the TCP connection this test is
+  // about; trust the server's self-signed certificate and nothing more.
+  browser = await launch([`--ignore-certificate-errors-spki-list=${spki}`]);
   page = await (await browser.newContext()).newPage();
   page.on('pageerror', (e) => problems.push(`page error: ${e}`));
   page.on('console', (m) => {
