@@ -458,3 +458,39 @@ async fn context_takeover_across_many_messages() {
     assert!(kept * 2 < reset, "kept {kept}, reset {reset}");
     assert!(kept / n < 30, "{kept}");
 }
+
+#[tokio::test]
+async fn a_prepared_broadcast_is_compressed_once_and_read_by_every_client() {
+    // Clients with and without context takeover and with two window sizes,
+    // each also receiving messages of its own before and after.
+    let offers = [
+        DeflateConfig::default(),
+        DeflateConfig::default().server_no_context_takeover(true),
+        DeflateConfig::default().server_max_window_bits(Some(10)),
+    ];
+    let news = wavesock::PreparedMessage::new(&Message::text(text(20_000, 7))).unwrap();
+    let mut pairs = Vec::new();
+    for offer in offers {
+        let client = Config::default().deflate(offer);
+        let (c, s, answer) = pair(client, on()).await;
+        assert!(answer.unwrap().starts_with("permessage-deflate"));
+        pairs.push((c, s));
+    }
+    for (_, server) in &mut pairs {
+        server.feed(Message::text(text(5_000, 1))).await.unwrap();
+        server.feed_prepared(&news).await.unwrap();
+        server.feed(Message::text(text(5_000, 2))).await.unwrap();
+        server.send_prepared(&news).await.unwrap();
+    }
+    for (client, _) in &mut pairs {
+        for want in [
+            text(5_000, 1),
+            text(20_000, 7),
+            text(5_000, 2),
+            text(20_000, 7),
+        ] {
+            let got = client.next().await.unwrap().unwrap();
+            assert_eq!(got.as_text(), Some(want.as_str()));
+        }
+    }
+}

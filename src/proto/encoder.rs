@@ -230,10 +230,47 @@ impl FrameEncoder {
     ) -> Result<(), Error> {
         match self.role {
             Role::Server => {
-                dst.extend_from_slice(&p.frame);
+                let frame = self.prepared_frame(p)?;
+                dst.extend_from_slice(&frame);
                 Ok(())
             }
+            Role::Client if matches!(p.opcode, OpCode::Text | OpCode::Binary) => {
+                self.encode_data(p.opcode, &p.payload, dst)
+            }
             Role::Client => self.encode_frame(true, p.opcode, &p.payload, dst),
+        }
+    }
+
+    /// The frame a server sends for `p`, shared with every connection that
+    /// sends it alike: compressed (once per window size) when this
+    /// connection compresses a message of its size, as it is otherwise.
+    pub(crate) fn prepared_frame(&mut self, p: &PreparedMessage) -> Result<bytes::Bytes, Error> {
+        debug_assert_eq!(self.role, Role::Server, "client frames are masked each");
+        let Some(d) = self.deflater.as_deref_mut() else {
+            return Ok(p.frame.clone());
+        };
+        if !d.wants(p.payload.len()) {
+            return Ok(p.frame.clone());
+        }
+        let compress = |payload: &[u8]| {
+            let compressed = d.compress_alone(payload)?;
+            let mut frame = BytesMut::new();
+            FrameEncoder::new(Role::Server).write_frame(
+                true,
+                RSV1,
+                p.opcode,
+                &compressed,
+                &mut frame,
+            )?;
+            Ok(frame.freeze())
+        };
+        match p.compressed_frame(d.shared_window(), compress) {
+            Some(frame) => {
+                let frame = frame?;
+                d.sent_elsewhere();
+                Ok(frame)
+            }
+            None => Ok(p.frame.clone()),
         }
     }
 
@@ -377,5 +414,134 @@ mod tests {
             assert_eq!(wire[..], [0x81, 0x02, b'h', b'i'], "{keys:?}");
             assert!(enc.keys.is_none());
         }
+    }
+}
+
+#[cfg(all(test, feature = "deflate"))]
+mod prepared_deflate_tests {
+    use bytes::BytesMut;
+
+    use super::*;
+    use crate::proto::Limits;
+    use crate::proto::decoder::MessageDecoder;
+    use crate::proto::deflate::{self, DeflateConfig, DeflateParams};
+
+    /// A server's encoder and its client's decoder under `params`.
+    fn pair(params: &DeflateParams) -> (FrameEncoder, MessageDecoder) {
+        let config = DeflateConfig::default();
+        let mut server_dec = MessageDecoder::new(Role::Server, Limits::default());
+        let mut server = FrameEncoder::new(Role::Server);
+        deflate::enable(&mut server_dec, &mut server, params, &config).unwrap();
+        let mut client = MessageDecoder::new(Role::Client, Limits::default());
+        let mut client_enc = FrameEncoder::new(Role::Client);
+        deflate::enable(&mut client, &mut client_enc, params, &config).unwrap();
+        (server, client)
+    }
+
+    fn text(seed: usize) -> Message {
+        Message::text(format!("{seed}: the same words again and again, ").repeat(50))
+    }
+
+    fn decode_one(client: &mut MessageDecoder, wire: &mut BytesMut) -> Message {
+        client.decode(wire).unwrap().expect("a whole message")
+    }
+
+    #[test]
+    fn a_prepared_message_is_compressed_once_per_window_and_shared() {
+        let news = PreparedMessage::new(&text(0)).unwrap();
+        let full = DeflateParams::default();
+        let small = DeflateParams {
+            server_max_window_bits: 10,
+            ..DeflateParams::default()
+        };
+        let (mut a, mut a_client) = pair(&full);
+        let (mut b, mut b_client) = pair(&full);
+        let (mut c, mut c_client) = pair(&small);
+        let fa = a.prepared_frame(&news).unwrap();
+        let fb = b.prepared_frame(&news).unwrap();
+        let fc = c.prepared_frame(&news).unwrap();
+        // RSV1 set, smaller than the plain frame.
+        assert_eq!(fa[0], 0x80 | 0x40 | 0x1);
+        assert!(
+            fa.len() < news.frame().len() / 4,
+            "{} vs {}",
+            fa.len(),
+            news.frame().len()
+        );
+        // The same bytes for the same window, not a copy of them.
+        assert_eq!(fa.as_ptr(), fb.as_ptr());
+        assert_ne!(fa.as_ptr(), fc.as_ptr());
+        for (frame, client) in [
+            (fa, &mut a_client),
+            (fb, &mut b_client),
+            (fc, &mut c_client),
+        ] {
+            assert_eq!(decode_one(client, &mut BytesMut::from(&frame[..])), text(0));
+        }
+    }
+
+    #[test]
+    fn context_takeover_survives_a_shared_message() {
+        // Messages before and after the prepared one use the connection's
+        // own compressor and window; the client must read all of them.
+        for server_no_context_takeover in [false, true] {
+            let params = DeflateParams {
+                server_no_context_takeover,
+                ..DeflateParams::default()
+            };
+            let (mut server, mut client) = pair(&params);
+            let news = PreparedMessage::new(&text(99)).unwrap();
+            let mut wire = BytesMut::new();
+            for i in 0..3 {
+                server.encode_message(&text(i), &mut wire).unwrap();
+            }
+            wire.extend_from_slice(&server.prepared_frame(&news).unwrap());
+            for i in 3..6 {
+                server.encode_message(&text(i), &mut wire).unwrap();
+            }
+            wire.extend_from_slice(&server.prepared_frame(&news).unwrap());
+            server.encode_message(&text(0), &mut wire).unwrap();
+            let expected = [0, 1, 2, 99, 3, 4, 5, 99, 0];
+            for want in expected {
+                assert_eq!(decode_one(&mut client, &mut wire), text(want));
+            }
+            assert!(wire.is_empty());
+        }
+    }
+
+    #[test]
+    fn small_and_control_prepared_messages_go_out_plain() {
+        let (mut server, _) = pair(&DeflateParams::default());
+        for msg in [
+            Message::text("hi"),
+            Message::Ping(bytes::Bytes::from_static(b"p")),
+        ] {
+            let p = PreparedMessage::new(&msg).unwrap();
+            assert_eq!(server.prepared_frame(&p).unwrap(), p.frame().clone());
+        }
+        // Without deflate the plain frame is shared as it is.
+        let p = PreparedMessage::new(&text(1)).unwrap();
+        let mut plain = FrameEncoder::new(Role::Server);
+        assert_eq!(
+            plain.prepared_frame(&p).unwrap().as_ptr(),
+            p.frame().as_ptr()
+        );
+    }
+
+    #[test]
+    fn a_client_compresses_prepared_data_like_any_message() {
+        let params = DeflateParams::default();
+        let config = DeflateConfig::default();
+        let mut client_dec = MessageDecoder::new(Role::Client, Limits::default());
+        let mut client = FrameEncoder::new(Role::Client);
+        deflate::enable(&mut client_dec, &mut client, &params, &config).unwrap();
+        let mut server = MessageDecoder::new(Role::Server, Limits::default());
+        let mut server_enc = FrameEncoder::new(Role::Server);
+        deflate::enable(&mut server, &mut server_enc, &params, &config).unwrap();
+        let p = PreparedMessage::new(&text(7)).unwrap();
+        let mut wire = BytesMut::new();
+        client.encode_prepared(&p, &mut wire).unwrap();
+        assert_eq!(wire[0] & 0x40, 0x40, "RSV1: compressed");
+        assert_eq!(server.decode(&mut wire).unwrap().unwrap(), text(7));
     }
 }

@@ -1,6 +1,7 @@
 //! Messages and raw frames.
 
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 
@@ -291,7 +292,19 @@ impl Frame {
 /// `feed_prepared` on a [`WebSocketStream`](crate::WebSocketStream) or a
 /// [`WebSocketSender`](crate::WebSocketSender)) queues a reference to them,
 /// with no encoding and no copy per connection. On a client-side connection
-/// it is encoded (and masked) like any message. It is never compressed.
+/// it is encoded (and masked, and compressed if negotiated) like any
+/// message.
+///
+/// On server connections that negotiated permessage-deflate, a text or
+/// binary message at least as large as the compression threshold is
+/// compressed once per window size the connections agreed on (at the level
+/// of the first connection that needs it) and that compressed frame is
+/// shared the same way. Each such message is compressed on its own, from an
+/// empty window: with `server_no_context_takeover` that is what every
+/// message is; with context takeover, the connection's own compressor
+/// restarts its window after a shared message (its next messages compress
+/// a little less well until the window fills again), because the peer's
+/// window now holds bytes the connection's compressor did not produce.
 ///
 /// ```
 /// use wavesock::{Message, PreparedMessage};
@@ -301,12 +314,28 @@ impl Frame {
 /// assert_eq!(&news.frame()[..2], &[0x81, 13]);
 /// # Ok::<(), wavesock::Error>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct PreparedMessage {
     pub(crate) opcode: OpCode,
     pub(crate) payload: Bytes,
     pub(crate) frame: Bytes,
+    /// Compressed frames, made the first time a connection needs one; for
+    /// data messages only. Clones share them.
+    compressed: Option<Arc<Compressed>>,
 }
+
+/// A prepared message's compressed frames, one per zlib window size (9–15).
+#[derive(Debug, Default)]
+struct Compressed([OnceLock<Bytes>; 7]);
+
+impl PartialEq for PreparedMessage {
+    fn eq(&self, other: &Self) -> bool {
+        // The compressed frames follow from these.
+        self.opcode == other.opcode && self.payload == other.payload && self.frame == other.frame
+    }
+}
+
+impl Eq for PreparedMessage {}
 
 impl PreparedMessage {
     /// Encodes `msg` (text, binary, ping, pong or close) once.
@@ -323,11 +352,30 @@ impl PreparedMessage {
         };
         let mut frame = BytesMut::new();
         FrameEncoder::new(Role::Server).encode_frame(true, opcode, &payload, &mut frame)?;
+        let data = matches!(opcode, OpCode::Text | OpCode::Binary);
         Ok(PreparedMessage {
             opcode,
             payload,
             frame: frame.freeze(),
+            compressed: data.then(Default::default),
         })
+    }
+
+    /// The compressed server frame for connections compressing with a
+    /// `zlib_bits` window (9–15), made by `compress` the first time.
+    /// `None` for control messages, which are never compressed.
+    pub(crate) fn compressed_frame(
+        &self,
+        zlib_bits: u8,
+        compress: impl FnOnce(&[u8]) -> Result<Bytes, Error>,
+    ) -> Option<Result<Bytes, Error>> {
+        let slot = &self.compressed.as_ref()?.0[usize::from(zlib_bits.clamp(9, 15) - 9)];
+        if let Some(frame) = slot.get() {
+            return Some(Ok(frame.clone()));
+        }
+        // Two tasks racing here both compress; one result is kept, and
+        // either is a valid frame.
+        Some(compress(&self.payload).map(|frame| slot.get_or_init(|| frame).clone()))
     }
 
     /// The message's opcode.

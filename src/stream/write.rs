@@ -187,7 +187,8 @@ impl WriteState {
     /// encoded once for every connection.
     fn queue_prepared(&mut self, p: &PreparedMessage) -> Result<()> {
         if self.encoder.role() == Role::Server {
-            self.outbox.push_shared(p.frame.clone());
+            let frame = self.encoder.prepared_frame(p)?;
+            self.outbox.push_shared(frame);
             return Ok(());
         }
         let encoder = &mut self.encoder;

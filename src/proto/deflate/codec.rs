@@ -92,6 +92,9 @@ pub(crate) struct Deflater {
     compress: Compress,
     reset_after_message: bool,
     threshold: usize,
+    level: u32,
+    /// The window zlib compresses with (9–15; see [`zlib_window_bits`]).
+    zlib_bits: u8,
     scratch: Vec<u8>,
 }
 
@@ -106,15 +109,40 @@ impl Deflater {
         reset_after_message: bool,
         threshold: usize,
     ) -> Self {
+        let level = level.min(9);
+        let zlib_bits = zlib_window_bits(window_bits);
         Deflater {
-            compress: Compress::new_with_window_bits(
-                Compression::new(level.min(9)),
-                false,
-                zlib_window_bits(window_bits),
-            ),
+            compress: Compress::new_with_window_bits(Compression::new(level), false, zlib_bits),
             reset_after_message,
             threshold,
+            level,
+            zlib_bits,
             scratch: Vec::new(),
+        }
+    }
+
+    /// What a message compressed for this connection alone must agree on
+    /// to be shared with others: the window (a peer limited to a smaller
+    /// one could not read it). The level only changes the size.
+    pub(crate) fn shared_window(&self) -> u8 {
+        self.zlib_bits
+    }
+
+    /// Compresses `payload` as a message of its own, from an empty window,
+    /// with this connection's window and level: bytes any connection with
+    /// the same window can send.
+    pub(crate) fn compress_alone(&self, payload: &[u8]) -> Result<Vec<u8>, Error> {
+        Deflater::new(self.level, self.zlib_bits, true, 0).compress(payload, <[u8]>::to_vec)
+    }
+
+    /// Accounts for a message the peer inflated that this compressor did
+    /// not produce (a shared prepared message). With context takeover the
+    /// peer's window now ends with bytes ours never saw, so back-references
+    /// would point at the wrong bytes: start over from an empty window,
+    /// which every peer reads correctly.
+    pub(crate) fn sent_elsewhere(&mut self) {
+        if !self.reset_after_message {
+            self.compress.reset();
         }
     }
 

@@ -38,6 +38,18 @@ impl Deflater {
     ) -> Result<R, Error> {
         match *self {}
     }
+
+    pub(crate) fn shared_window(&self) -> u8 {
+        match *self {}
+    }
+
+    pub(crate) fn compress_alone(&self, _payload: &[u8]) -> Result<Vec<u8>, Error> {
+        match *self {}
+    }
+
+    pub(crate) fn sent_elsewhere(&mut self) {
+        match *self {}
+    }
 }
 
 /// What one feed did (see the `deflate` build).
