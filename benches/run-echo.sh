@@ -11,9 +11,11 @@
 #   --secs N          measured window per run in seconds (default 3)
 #   --warmup N        warm-up per run in seconds (default 1)
 #   --idle-conns N    connections for the idle-memory run (default 10000)
-#   --impls "A B"     implementations to run (default: all four)
-#   --only "W1 W2"    workloads to run: pingpong throughput64k throughput16m
-#                     pipelined idle (default: all)
+#   --impls "A B"     implementations to run (default: all five; `uws` is
+#                     uWebSockets, ../shared/peers/uws-echo, skipped with a
+#                     note when that program is missing)
+#   --only "W1 W2"    workloads to run: pingpong16 pingpong throughput64k
+#                     throughput16m pipelined idle (default: all)
 #   --port N          first TCP port to use (default 19300); each server
 #                     start takes the next one
 #   --out DIR         where results go (default target/echo-bench)
@@ -31,8 +33,8 @@ rounds=2
 secs=3
 warmup=1
 idle_conns=10000
-impls="fastwebsockets wavesock tokio-websockets tokio-tungstenite"
-only="pingpong throughput64k throughput16m pipelined idle"
+impls="fastwebsockets uws wavesock tokio-websockets tokio-tungstenite"
+only="pingpong16 pingpong throughput64k throughput16m pipelined idle"
 port=19300
 out=target/echo-bench
 build=1
@@ -49,7 +51,7 @@ while [[ $# -gt 0 ]]; do
         --port) port=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --no-build) build=0; shift ;;
-        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -60,6 +62,13 @@ if [[ $build == 1 ]]; then
 fi
 # The bench profile inherits from release and shares its output directory.
 bin=target/release
+# uWebSockets' echo server (C++, one thread), built by the team: see
+# ../shared/peers/README.md.
+uws=${UWS_ECHO:-$(pwd)/../shared/peers/uws-echo}
+if [[ " $impls " == *" uws "* && ! -x $uws ]]; then
+    echo "note: $uws not found; running without uWebSockets" >&2
+    impls=${impls//uws/}
+fi
 mkdir -p "$out"
 results="$out/results.jsonl"
 : > "$results"
@@ -87,7 +96,12 @@ trap stop_server EXIT
 
 start_server() { # IMPL PORT
     local log="$out/echo_peer-$1.log"
-    "${server_pin[@]}" "$bin/echo_peer" "$1" "127.0.0.1:$2" 2> "$log" &
+    if [[ $1 == uws ]]; then
+        # It prints "listening on PORT" to stdout.
+        "${server_pin[@]}" "$uws" "$2" > "$log" 2>&1 &
+    else
+        "${server_pin[@]}" "$bin/echo_peer" "$1" "127.0.0.1:$2" 2> "$log" &
+    fi
     server_pid=$!
     for _ in $(seq 100); do
         grep -q listening "$log" 2> /dev/null && return 0
@@ -113,6 +127,7 @@ for round in $(seq "$rounds"); do
     for workload in $only; do
         for impl in $impls; do
             case $workload in
+                pingpong16) run "$impl" pingpong --conns 64 --size 16 "${timing[@]}" ;;
                 pingpong) run "$impl" pingpong --conns 64 --size 1KiB "${timing[@]}" ;;
                 throughput64k) run "$impl" throughput --conns 16 --size 64KiB "${timing[@]}" ;;
                 throughput16m) run "$impl" throughput --conns 1 --size 16MiB "${timing[@]}" ;;

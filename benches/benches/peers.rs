@@ -220,8 +220,8 @@ fn echo(c: &mut Criterion) {
         b.iter_custom(|iters| {
             echo_rounds(iters, size, |io| async move {
                 let config = wavesock_benches::wavesock_config();
-                let ws = WebSocketStream::from_raw_socket(io, Role::Server, config).unwrap();
-                let _ = wavesock_benches::wavesock_echo(ws).await;
+                let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, config).unwrap();
+                let _ = wavesock_benches::wavesock_echo(&mut ws).await;
             })
         })
     });

@@ -51,7 +51,7 @@ pub fn wavesock_config() -> wavesock::Config {
 
 /// wavesock's README echo: `feed` each data message, one `flush` at the end.
 /// Fed replies are written by the next `next()` before it waits for input.
-pub async fn wavesock_echo<S>(mut ws: wavesock::WebSocketStream<S>) -> Result<(), BoxError>
+pub async fn wavesock_echo<S>(ws: &mut wavesock::WebSocketStream<S>) -> Result<(), BoxError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {

@@ -89,24 +89,36 @@ async fn serve(which: Impl, addr: SocketAddr) -> Result<(), BoxError> {
     loop {
         let (tcp, _) = listener.accept().await?;
         tcp.set_nodelay(true)?;
-        tokio::spawn(async move {
-            let result = match which {
-                Impl::Wavesock => wavesock_echo(tcp).await,
-                Impl::Fastwebsockets => fastwebsockets_serve(tcp).await,
-                Impl::TokioWebsockets => tokio_websockets_echo(tcp).await,
-                Impl::TokioTungstenite => tokio_tungstenite_echo(tcp).await,
-            };
-            match result {
-                Err(e) if verbose => eprintln!("connection: {e}"),
-                _ => {}
-            }
-        });
+        // One spawn per implementation: a task holds a future as large as
+        // the largest it could be, so a shared `match` inside one async
+        // block would charge every implementation the largest one's size.
+        match which {
+            Impl::Wavesock => spawn(wavesock_echo(tcp), verbose),
+            Impl::Fastwebsockets => spawn(fastwebsockets_serve(tcp), verbose),
+            Impl::TokioWebsockets => spawn(tokio_websockets_echo(tcp), verbose),
+            Impl::TokioTungstenite => spawn(tokio_tungstenite_echo(tcp), verbose),
+        }
     }
 }
 
+fn spawn<F>(connection: F, verbose: bool)
+where
+    F: Future<Output = Result<(), BoxError>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            if verbose {
+                eprintln!("connection: {e}");
+            }
+        }
+    });
+}
+
 async fn wavesock_echo(tcp: TcpStream) -> Result<(), BoxError> {
-    let ws = wavesock::accept_async_with_config(tcp, wavesock_config()).await?;
-    wavesock_benches::wavesock_echo(ws).await
+    let mut ws = wavesock::accept_async_with_config(tcp, wavesock_config()).await?;
+    // By reference: an async fn taking the stream by value would keep it
+    // twice in this task (its argument and its local).
+    wavesock_benches::wavesock_echo(&mut ws).await
 }
 
 async fn fastwebsockets_serve(tcp: TcpStream) -> Result<(), BoxError> {

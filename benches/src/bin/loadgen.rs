@@ -402,6 +402,16 @@ fn server_cpu_ns(pid: u32) -> Option<u64> {
     })
 }
 
+/// The server's user-space CPU time in nanoseconds (`utime` of
+/// `/proc/PID/stat`, all threads): the part a library controls, without
+/// the kernel's socket work. Clock ticks are 100 per second on Linux.
+fn server_user_ns(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    let utime: u64 = after.split_whitespace().nth(11)?.parse().ok()?;
+    Some(utime * 10_000_000)
+}
+
 /// This process's CPU time in nanoseconds, all threads.
 fn own_cpu_ns() -> Option<u64> {
     server_cpu_ns(std::process::id())
@@ -424,6 +434,7 @@ struct Window {
     messages: u64,
     secs: f64,
     cpu_ns: Option<u64>,
+    user_ns: Option<u64>,
     own_cpu_ns: Option<u64>,
 }
 
@@ -431,16 +442,18 @@ struct Window {
 /// server's CPU time over the window.
 async fn measure(opts: &Opts, counter: &AtomicU64) -> Window {
     tokio::time::sleep(Duration::from_secs_f64(opts.warmup)).await;
-    let (m0, c0, o0, t0) = (
+    let (m0, c0, u0, o0, t0) = (
         counter.load(Ordering::Relaxed),
         opts.pid.and_then(server_cpu_ns),
+        opts.pid.and_then(server_user_ns),
         own_cpu_ns(),
         Instant::now(),
     );
     tokio::time::sleep(Duration::from_secs_f64(opts.secs)).await;
-    let (m1, c1, o1, secs) = (
+    let (m1, c1, u1, o1, secs) = (
         counter.load(Ordering::Relaxed),
         opts.pid.and_then(server_cpu_ns),
+        opts.pid.and_then(server_user_ns),
         own_cpu_ns(),
         t0.elapsed().as_secs_f64(),
     );
@@ -449,6 +462,7 @@ async fn measure(opts: &Opts, counter: &AtomicU64) -> Window {
         messages: m1 - m0,
         secs,
         cpu_ns: diff(c0, c1),
+        user_ns: diff(u0, u1),
         own_cpu_ns: diff(o0, o1),
     }
 }
@@ -470,13 +484,17 @@ fn report(opts: &Opts, w: &Window, errors: u64) {
         .cpu_ns
         .filter(|_| w.messages > 0)
         .map(|c| c as f64 / w.messages as f64);
+    let user_per_msg = w
+        .user_ns
+        .filter(|_| w.messages > 0)
+        .map(|c| c as f64 / w.messages as f64);
     let util = w.cpu_ns.map(|c| c as f64 / 1e9 / w.secs);
     let client_util = w.own_cpu_ns.map(|c| c as f64 / 1e9 / w.secs);
     let num = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{v:.3}"));
     println!(
         "{{\"label\":\"{}\",\"mode\":\"{}\",\"conns\":{},\"size\":{},\"inflight\":{},\
          \"secs\":{:.3},\"messages\":{},\"msgs_per_s\":{:.1},\"bytes_per_s\":{:.0},\
-         \"gib_per_s\":{:.4},\"server_cpu_ns_per_msg\":{},\"server_util\":{},\"client_util\":{},\"errors\":{}}}",
+         \"gib_per_s\":{:.4},\"server_cpu_ns_per_msg\":{},\"server_user_ns_per_msg\":{},\"server_util\":{},\"client_util\":{},\"errors\":{}}}",
         opts.label,
         mode_name(opts.mode),
         opts.conns,
@@ -488,12 +506,13 @@ fn report(opts: &Opts, w: &Window, errors: u64) {
         bytes_per_s,
         gib_per_s,
         num(cpu_per_msg),
+        num(user_per_msg),
         num(util),
         num(client_util),
         errors,
     );
     println!(
-        "# {} {} {}x{}B{}: {:.0} msg/s, {:.3} GiB/s, server {} CPU/msg, {} busy (loadgen {}){}",
+        "# {} {} {}x{}B{}: {:.0} msg/s, {:.3} GiB/s, server {} CPU/msg ({} user), {} busy (loadgen {}){}",
         opts.label,
         mode_name(opts.mode),
         opts.conns,
@@ -506,6 +525,7 @@ fn report(opts: &Opts, w: &Window, errors: u64) {
         msgs_per_s,
         gib_per_s,
         cpu_per_msg.map_or("?".into(), |c| format!("{:.2} µs", c / 1000.0)),
+        user_per_msg.map_or("?".into(), |c| format!("{:.2} µs", c / 1000.0)),
         util.map_or("?".into(), |u| format!("{:.0}%", u * 100.0)),
         client_util.map_or("?".into(), |u| format!("{:.0}%", u * 100.0)),
         if errors > 0 {
@@ -763,6 +783,9 @@ fn table(args: &[String]) -> Result<(), String> {
                 if better(best, "server_cpu_ns_per_msg", false) {
                     take(best, &["server_cpu_ns_per_msg"]);
                 }
+                if better(best, "server_user_ns_per_msg", false) {
+                    take(best, &["server_user_ns_per_msg"]);
+                }
                 if better(best, "bytes_per_conn", false) {
                     take(best, &["bytes_per_conn"]);
                 }
@@ -806,9 +829,20 @@ fn table(args: &[String]) -> Result<(), String> {
                             format!(", {:.2} µs CPU/msg{r}", c / 1000.0)
                         }
                     });
+                    let user = num(row, "server_user_ns_per_msg").map_or(String::new(), |c| {
+                        let r = base
+                            .and_then(|b| num(b, "server_user_ns_per_msg"))
+                            .filter(|&bc| bc > 0.0)
+                            .map_or(String::new(), |bc| format!(" = {:.2}×", c / bc));
+                        if c >= 100_000.0 {
+                            format!(", {:.2} ms user/msg{r}", c / 1e6)
+                        } else {
+                            format!(", {:.2} µs user/msg{r}", c / 1000.0)
+                        }
+                    });
                     let util = num(row, "server_util")
                         .map_or(String::new(), |u| format!(", {:.0}% busy", u * 100.0));
-                    format!("**{ratio}** ({amount}{cpu}{util})")
+                    format!("**{ratio}** ({amount}{cpu}{user}{util})")
                 }
             };
             line.push_str(&format!(" {cell} |"));
@@ -817,7 +851,8 @@ fn table(args: &[String]) -> Result<(), String> {
     }
     println!(
         "\nRatios: messages per second relative to {baseline} (higher is better); CPU/msg is \
-         the server's CPU time per echoed message and its ratio to {baseline} (lower is better); \
+         the server's CPU time per echoed message and its ratio to {baseline} (lower is better), \
+         user/msg its user-space part (utime, 10 ms ticks); \
          idle: growth of the server's VmRSS per open connection. Best of {rounds} round(s) \
          per figure."
     );
