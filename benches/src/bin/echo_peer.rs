@@ -106,10 +106,10 @@ where
     F: Future<Output = Result<(), BoxError>> + Send + 'static,
 {
     tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            if verbose {
-                eprintln!("connection: {e}");
-            }
+        if let Err(e) = connection.await
+            && verbose
+        {
+            eprintln!("connection: {e}");
         }
     });
 }
