@@ -95,6 +95,9 @@ pub(crate) struct Deflater {
     level: u32,
     /// The window zlib compresses with (9–15; see [`zlib_window_bits`]).
     zlib_bits: u8,
+    /// The window must restart before the next message (see
+    /// [`sent_elsewhere`](Self::sent_elsewhere)).
+    stale: bool,
     scratch: Vec<u8>,
 }
 
@@ -117,6 +120,7 @@ impl Deflater {
             threshold,
             level,
             zlib_bits,
+            stale: false,
             scratch: Vec::new(),
         }
     }
@@ -139,11 +143,12 @@ impl Deflater {
     /// not produce (a shared prepared message). With context takeover the
     /// peer's window now ends with bytes ours never saw, so back-references
     /// would point at the wrong bytes: start over from an empty window,
-    /// which every peer reads correctly.
+    /// which every peer reads correctly. Done when this compressor is next
+    /// used: restarting costs about as much as compressing a kilobyte (zlib
+    /// clears its hash table), which a broadcast to many connections should
+    /// not pay per connection and per message.
     pub(crate) fn sent_elsewhere(&mut self) {
-        if !self.reset_after_message {
-            self.compress.reset();
-        }
+        self.stale = !self.reset_after_message;
     }
 
     /// Whether a data message of `len` bytes goes out compressed.
@@ -158,6 +163,9 @@ impl Deflater {
         payload: &[u8],
         write: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, Error> {
+        if std::mem::take(&mut self.stale) {
+            self.compress.reset();
+        }
         let mut out = std::mem::take(&mut self.scratch);
         out.clear();
         // Compressible data usually shrinks well below half; grow if not.
