@@ -34,6 +34,10 @@ pub(crate) enum Task {
     Sending,
 }
 
+/// Queued bytes past which sending writes out without waiting for the
+/// queue to fill or the task to wait (uWebSockets corks 16 KiB likewise).
+const CORK: usize = 16 << 10;
+
 #[derive(Debug)]
 pub(crate) struct WriteState {
     encoder: FrameEncoder,
@@ -262,6 +266,13 @@ impl WriteState {
     {
         if self.is_full() {
             ready!(self.poll_send_buffered(io, cx))?;
+        } else if self.outbox.len() >= CORK {
+            // A burst of replies starts leaving once a cork's worth is
+            // queued, so the peer works on it while the rest is made;
+            // a transport that is not ready just lets the queue grow on.
+            if let Poll::Ready(Err(e)) = self.poll_send_buffered(io, cx) {
+                return Poll::Ready(Err(e));
+            }
         }
         Poll::Ready(Ok(()))
     }
