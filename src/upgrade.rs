@@ -198,11 +198,12 @@ pub fn upgrade_hdr_with_config<B, C: Callback>(
         accept_response(&check_request(req).map_err(refuse)?)
     };
     if req.extensions().get::<OnUpgrade>().is_none() {
-        // hyper adds it to requests of connections that can upgrade: an
-        // HTTP/1.1 connection served without `.with_upgrades()` cannot.
+        // hyper's servers add it to every request that may upgrade (an
+        // HTTP/1.1 connection without `.with_upgrades()` fails the upgrade
+        // later, in `UpgradeFut`); a request built by hand has none.
         return Err(Refusal::server_side(
             Error::Io(std::io::Error::other(
-                "this hyper connection cannot upgrade: serve HTTP/1.1 with `.with_upgrades()`",
+                "hyper gave this request no upgrade handle: serve HTTP/1.1 with `.with_upgrades()` and HTTP/2 with `enable_connect_protocol()`",
             )),
             http2,
         ));

@@ -421,11 +421,16 @@ pub(crate) fn enforce(
     for (name, value) in required.headers() {
         response.headers_mut().insert(name, value.clone());
     }
-    if let Some(value) = extensions {
-        response
+    // Only what was negotiated: a client told of an extension that the
+    // connection does not run would send frames the server refuses.
+    match extensions {
+        Some(value) => response
             .headers_mut()
-            .insert(header::SEC_WEBSOCKET_EXTENSIONS, value);
-    }
+            .insert(header::SEC_WEBSOCKET_EXTENSIONS, value),
+        None => response
+            .headers_mut()
+            .remove(header::SEC_WEBSOCKET_EXTENSIONS),
+    };
 }
 
 /// The 101 response for an accepted request.
@@ -740,6 +745,13 @@ mod tests {
         assert_eq!(
             resp.headers()[header::SEC_WEBSOCKET_EXTENSIONS],
             "permessage-deflate"
+        );
+        // A callback cannot announce an extension that was not negotiated.
+        enforce(&mut resp, &required, None);
+        assert!(
+            !resp
+                .headers()
+                .contains_key(header::SEC_WEBSOCKET_EXTENSIONS)
         );
     }
 }

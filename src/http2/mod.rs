@@ -184,7 +184,8 @@ impl Http2Connection {
     /// Whether the server advertised `SETTINGS_ENABLE_CONNECT_PROTOCOL`:
     /// without it, [`websocket`](Self::websocket) refuses.
     pub fn supports_websockets(&self) -> bool {
-        self.websockets
+        // The server may switch it on in a later SETTINGS frame.
+        self.websockets || self.send.is_extended_connect_protocol_enabled()
     }
 
     /// Opens a WebSocket as a new stream on this connection, with the
@@ -223,7 +224,7 @@ impl Http2Connection {
         config: &Config,
     ) -> Result<(Http2Stream, ClientResponse, Negotiated)> {
         let mut request = prepare_extended_connect(request.into_client_request()?)?;
-        if !self.websockets {
+        if !self.supports_websockets() {
             return Err(ConnectError::Http2WebSocketsDisabled.into());
         }
         Negotiated::offer(config, &mut request);

@@ -10,8 +10,13 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// An HTTP/2 stream opened by an extended CONNECT request (RFC 8441), read
 /// and written as bytes. Receive window credit is given back as the bytes
-/// are read, so a reader that stops reading stops the sender; dropping the
-/// stream before shutting it down resets it (`CANCEL`).
+/// are read, so a reader that stops reading stops the sender.
+///
+/// Unlike a TCP socket, dropping it resets the stream (`CANCEL`), and h2
+/// discards what it had not sent yet: finish with the WebSocket closing
+/// handshake ([`WebSocketStream::close`](crate::WebSocketStream::close),
+/// then read until `None`) before dropping, so that everything sent has
+/// arrived.
 pub struct Http2Stream {
     send: SendStream<Bytes>,
     recv: RecvStream,
@@ -101,6 +106,8 @@ impl AsyncWrite for Http2Stream {
             return Poll::Ready(Ok(0));
         }
         let send = &mut self.send;
+        // h2 counts in u32; a write may be shorter than asked anyway.
+        let buf = &buf[..buf.len().min(1 << 20)];
         send.reserve_capacity(buf.len());
         loop {
             let granted = send.capacity();
@@ -114,6 +121,11 @@ impl AsyncWrite for Http2Stream {
                 Poll::Ready(Some(Ok(_))) => {}
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(io_error(e))),
                 Poll::Ready(None) => {
+                    // The stream is over for sending: reset by the peer
+                    // (say with which reason), or ended by us.
+                    if let Poll::Ready(Ok(reason)) = send.poll_reset(cx) {
+                        return Poll::Ready(Err(io_error(h2::Error::from(reason))));
+                    }
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::BrokenPipe,
                         "the HTTP/2 stream is closed for sending",

@@ -112,6 +112,13 @@ impl WriteState {
         self.outbox.len() >= self.write_buffer_size
     }
 
+    /// Whether no task is parked waiting for write progress.
+    fn nobody_parked(&self) -> bool {
+        self.wakers
+            .as_deref()
+            .is_none_or(|w| w.read.is_none() && w.write.is_empty())
+    }
+
     /// Remembers the task to wake when the other side makes write progress.
     pub(crate) fn park(&mut self, task: Task, cx: &Context<'_>) {
         let wakers = self.wakers.get_or_insert_with(Default::default);
@@ -266,12 +273,15 @@ impl WriteState {
     {
         if self.is_full() {
             ready!(self.poll_send_buffered(io, cx))?;
-        } else if self.outbox.len() >= CORK {
+        } else if self.outbox.len() >= CORK && self.nobody_parked() {
             // A burst of replies starts leaving once a cork's worth is
-            // queued, so the peer works on it while the rest is made;
-            // a transport that is not ready just lets the queue grow on.
-            if let Poll::Ready(Err(e)) = self.poll_send_buffered(io, cx) {
-                return Poll::Ready(Err(e));
+            // queued, so the peer works on it while the rest is made; a
+            // transport that is not ready just lets the queue grow on.
+            // Only when no other task waits to write: polling the
+            // transport takes over its single write waker slot.
+            if let Poll::Ready(Err(e)) = self.poll_drain(io, cx, Task::Sending) {
+                self.transport_failed();
+                return Poll::Ready(Err(e.into()));
             }
         }
         Poll::Ready(Ok(()))
