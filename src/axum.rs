@@ -52,20 +52,14 @@ use bytes::Bytes;
 use futures_util::{Sink, Stream};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::request::Parts;
-use http::{Method, Request, StatusCode, Version};
+use http::{Request, StatusCode, Version};
 use hyper::upgrade::OnUpgrade;
-use hyper_util::rt::TokioIo;
 
 pub use crate::Utf8Bytes;
 use crate::config::Config;
 use crate::error::{Error, HandshakeError};
-use crate::handshake::server::{
-    accept_response, check_extended_connect, check_request, enforce, error_response,
-    extended_connect_response, select_subprotocol,
-};
+use crate::handshake::server::{enforce, error_response, select_subprotocol};
 use crate::negotiated::Negotiated;
-use crate::proto::Role;
-use crate::stream::WebSocketStream;
 use crate::upgrade::HyperWebSocket;
 
 /// Extractor for a WebSocket upgrade: checks the request, then
@@ -76,8 +70,9 @@ pub struct WebSocketUpgrade<F = DefaultOnFailedUpgrade> {
     config: Config,
     /// The request, for the callback-free negotiation done at the end.
     headers: HeaderMap,
-    /// `Sec-WebSocket-Accept` for HTTP/1.1; `None` over HTTP/2.
-    accept: Option<String>,
+    /// The response the handshake requires: `101` with the accept key
+    /// (HTTP/1.1), or `200` (HTTP/2).
+    required: crate::handshake::server::Response,
     selected_protocol: Option<HeaderValue>,
     on_upgrade: OnUpgrade,
     on_failed_upgrade: F,
@@ -87,7 +82,7 @@ impl<F> fmt::Debug for WebSocketUpgrade<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WebSocketUpgrade")
             .field("config", &self.config)
-            .field("http2", &self.accept.is_none())
+            .field("http2", &self.is_http2())
             .field("selected_protocol", &self.selected_protocol)
             .finish_non_exhaustive()
     }
@@ -161,7 +156,7 @@ impl<F> WebSocketUpgrade<F> {
 
     /// Whether the request came over HTTP/2 (extended CONNECT).
     pub fn is_http2(&self) -> bool {
-        self.accept.is_none()
+        self.required.status() == StatusCode::OK
     }
 
     /// What to do when hyper cannot hand over the connection after the
@@ -170,7 +165,7 @@ impl<F> WebSocketUpgrade<F> {
         WebSocketUpgrade {
             config: self.config,
             headers: self.headers,
-            accept: self.accept,
+            required: self.required,
             selected_protocol: self.selected_protocol,
             on_upgrade: self.on_upgrade,
             on_failed_upgrade: callback,
@@ -187,10 +182,11 @@ impl<F> WebSocketUpgrade<F> {
         Fut: Future<Output = ()> + Send + 'static,
         F: OnFailedUpgrade,
     {
+        let http2 = self.is_http2();
         let WebSocketUpgrade {
             config,
             headers,
-            accept,
+            required,
             selected_protocol,
             on_upgrade,
             on_failed_upgrade,
@@ -198,16 +194,12 @@ impl<F> WebSocketUpgrade<F> {
         if let Err(e) = config.validate() {
             let mut response =
                 (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response();
-            if accept.is_none() {
+            if http2 {
                 *response.version_mut() = Version::HTTP_2;
             }
             return response;
         }
         let (negotiated, extensions) = Negotiated::server(&config, &headers);
-        let required = match &accept {
-            Some(key) => accept_response(key),
-            None => extended_connect_response(),
-        };
         let mut response = required.clone();
         if let Some(protocol) = &selected_protocol {
             response
@@ -216,19 +208,7 @@ impl<F> WebSocketUpgrade<F> {
         }
         enforce(&mut response, &required, extensions);
         tokio::spawn(async move {
-            let upgraded = match on_upgrade.await {
-                Ok(upgraded) => upgraded,
-                Err(e) => {
-                    on_failed_upgrade.call(Error::Io(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionAborted,
-                        format!("hyper did not hand over the connection: {e}"),
-                    )));
-                    return;
-                }
-            };
-            let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, config)
-                .and_then(|ws| negotiated.apply(ws));
-            match ws {
+            match crate::upgrade::websocket(on_upgrade.await, config, negotiated) {
                 Ok(inner) => {
                     callback(WebSocket {
                         inner,
@@ -264,16 +244,8 @@ impl<S: Send + Sync> FromRequestParts<S> for WebSocketUpgrade<DefaultOnFailedUpg
         *head.uri_mut() = parts.uri.clone();
         *head.version_mut() = parts.version;
         *head.headers_mut() = parts.headers.clone();
-        let accept = if parts.method == Method::CONNECT || http2 {
-            let protocol = parts
-                .extensions
-                .get::<hyper::ext::Protocol>()
-                .map(|p| std::str::from_utf8(p.as_ref()).unwrap_or("\u{fffd}"));
-            check_extended_connect(&head, protocol).map_err(reject)?;
-            None
-        } else {
-            Some(check_request(&head).map_err(reject)?)
-        };
+        let protocol = crate::upgrade::protocol_in(&parts.extensions);
+        let required = crate::upgrade::required_response(&head, protocol).map_err(reject)?;
         let on_upgrade =
             parts
                 .extensions
@@ -285,7 +257,7 @@ impl<S: Send + Sync> FromRequestParts<S> for WebSocketUpgrade<DefaultOnFailedUpg
         Ok(WebSocketUpgrade {
             config: Config::default(),
             headers: head.into_parts().0.headers,
-            accept,
+            required,
             selected_protocol: None,
             on_upgrade,
             on_failed_upgrade: DefaultOnFailedUpgrade,
@@ -414,8 +386,8 @@ impl WebSocket {
         self.protocol.as_ref()
     }
 
-    /// The wavesock [`WebSocketStream`] underneath: its
-    /// [`split`](WebSocketStream::split) halves, prepared messages,
+    /// The wavesock [`WebSocketStream`](crate::WebSocketStream) underneath: its
+    /// [`split`](crate::WebSocketStream::split) halves, prepared messages,
     /// streaming and close methods.
     pub fn into_inner(self) -> HyperWebSocket {
         self.inner

@@ -107,9 +107,47 @@ pub fn is_upgrade_request<B>(req: &Request<B>) -> bool {
 
 /// The request's `:protocol` pseudo-header, if it has a readable one.
 fn protocol<B>(req: &Request<B>) -> Option<&str> {
-    req.extensions()
+    protocol_in(req.extensions())
+}
+
+/// The `:protocol` pseudo-header hyper keeps in a request's extensions.
+pub(crate) fn protocol_in(extensions: &http::Extensions) -> Option<&str> {
+    extensions
         .get::<hyper::ext::Protocol>()
         .map(|p| std::str::from_utf8(p.as_ref()).unwrap_or("\u{fffd}"))
+}
+
+/// Checks `req` as the WebSocket handshake of its HTTP version (an HTTP/2
+/// extended CONNECT with `:protocol` `protocol`, or an HTTP/1.1 upgrade)
+/// and returns the response that version requires: `200`, or `101` with
+/// the accept key.
+pub(crate) fn required_response<B>(
+    req: &Request<B>,
+    protocol: Option<&str>,
+) -> std::result::Result<crate::handshake::server::Response, HandshakeError> {
+    if req.method() == Method::CONNECT || req.version() >= Version::HTTP_2 {
+        check_extended_connect(req, protocol)?;
+        Ok(extended_connect_response())
+    } else {
+        Ok(accept_response(&check_request(req)?))
+    }
+}
+
+/// The WebSocket over the connection or stream hyper handed over.
+pub(crate) fn websocket(
+    upgraded: hyper::Result<Upgraded>,
+    config: Config,
+    negotiated: Negotiated,
+) -> Result<HyperWebSocket> {
+    let upgraded = upgraded.map_err(|e| {
+        Error::Io(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            format!("hyper did not hand over the connection: {e}"),
+        ))
+    })?;
+    // hyper keeps bytes it read past the request inside `Upgraded`.
+    WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, config)
+        .and_then(|ws| negotiated.apply(ws))
 }
 
 /// Accepts the WebSocket `req` asks for, with the default [`Config`] and no
@@ -191,12 +229,7 @@ pub fn upgrade_hdr_with_config<B, C: Callback>(
     if let Err(e) = config.validate() {
         return Err(Refusal::server_side(e, http2));
     }
-    let required = if req.method() == Method::CONNECT || http2 {
-        check_extended_connect(req, protocol(req)).map_err(refuse)?;
-        extended_connect_response()
-    } else {
-        accept_response(&check_request(req).map_err(refuse)?)
-    };
+    let required = required_response(req, protocol(req)).map_err(refuse)?;
     if req.extensions().get::<OnUpgrade>().is_none() {
         // hyper's servers add it to every request that may upgrade (an
         // HTTP/1.1 connection without `.with_upgrades()` fails the upgrade
@@ -304,24 +337,12 @@ impl Future for UpgradeFut {
     type Output = Result<HyperWebSocket>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let upgraded = match Pin::new(&mut self.on_upgrade).poll(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(Ok(upgraded)) => upgraded,
-            Poll::Ready(Err(e)) => {
-                return Poll::Ready(Err(Error::Io(std::io::Error::new(
-                    std::io::ErrorKind::ConnectionAborted,
-                    format!("hyper did not hand over the connection: {e}"),
-                ))));
-            }
-        };
+        let upgraded = std::task::ready!(Pin::new(&mut self.on_upgrade).poll(cx));
         let Some(setup) = self.setup.take() else {
             panic!("UpgradeFut polled after completion");
         };
         let Setup { config, negotiated } = *setup;
-        // hyper keeps bytes it read past the request inside `Upgraded`.
-        let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, config)
-            .and_then(|ws| negotiated.apply(ws));
-        Poll::Ready(ws)
+        Poll::Ready(websocket(upgraded, config, negotiated))
     }
 }
 
