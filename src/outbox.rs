@@ -137,8 +137,11 @@ impl Outbox {
         if n == self.len {
             // All written, the usual case: nothing held between bursts, so
             // an idle connection owns no buffers. The tail goes back to the
-            // pool without advancing it first, so it needs no reclaiming.
-            self.clear();
+            // pool without advancing it first, so it needs no reclaiming:
+            // still at its start if it was never partly written.
+            pool::give_unmoved(std::mem::take(&mut self.tail));
+            give_segs(std::mem::take(&mut self.segs));
+            self.len = 0;
             return;
         }
         self.len -= n;

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{SinkExt, StreamExt};
 use tokio::io::AsyncWriteExt;
 use wavesock::{Config, Error, Role, WebSocketStream};
 
@@ -38,12 +38,13 @@ fn limits_are_checked_before_allocation() {
         .build()
         .unwrap();
     rt.block_on(async {
-        // Warm-up: the first read on a thread sets up its shared scratch
-        // buffer (64 KiB, once per thread, not per connection).
+        // Warm-up: the first write on a thread sets up its spare buffer
+        // (96 KiB, once per thread, not per connection).
         let (a, mut peer) = tokio::io::duplex(1024);
         let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, Config::default()).unwrap();
         peer.write_all(&[0x82, 0x80, 1, 2, 3, 4]).await.unwrap();
-        ws.next().await.unwrap().unwrap();
+        let msg = ws.next().await.unwrap().unwrap();
+        ws.send(msg).await.unwrap();
 
         // 1. A 32 MiB frame is announced (within limits) but only 1 KiB
         //    arrives: the connection holds about what arrived, not 32 MiB.

@@ -445,6 +445,10 @@ impl MessageDecoder {
     /// for the message in progress is given back.
     pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Message>, Error> {
         self.budget_wait = None;
+        if src.is_empty() && matches!(self.state, DecodeState::Head) {
+            // Between messages with nothing read: asked on every wait.
+            return Ok(None);
+        }
         let r = self.decode_frames(src);
         if r.is_err() {
             self.discard();

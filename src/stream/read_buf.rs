@@ -1,8 +1,11 @@
 //! Read-buffer sizing: how much room to make before a read and how much
 //! memory to keep after it, in one place.
 //!
-//! The rules: an idle connection holds no buffer; a connection reads into a
-//! per-thread spare and keeps it only while it is well used; a frame being
+//! The rules: an idle connection holds no buffer; a connection that has
+//! nothing buffered reads into the stack and keeps a buffer of exactly what
+//! came (small messages, the common case, touch no spare at all); once such
+//! reads come full it reads into a per-thread spare instead, and keeps that
+//! only while it is well used; a frame being
 //! received gets room in proportion to what has arrived (never to what its
 //! header announced), all of it once a quarter is here; and whenever a read
 //! waits, the buffer holds at most four times its bytes.
@@ -12,8 +15,9 @@
 //! when the budget refuses, the read waits (see [`ReadBuf::take_denied`]).
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use bytes::{BufMut, BytesMut};
 use tokio::io::AsyncRead;
@@ -26,6 +30,11 @@ use crate::retry::Retrying;
 /// Reads are made at least this large while a frame's size is unknown.
 pub(crate) const READ_CHUNK: usize = 8 << 10;
 
+/// A read into an empty buffer goes to the stack first, this large: what
+/// comes is copied to a buffer of its size, which is what a small message
+/// needs anyway, and a read that finds nothing costs no buffer at all.
+const STACK_READ: usize = 4 << 10;
+
 /// The receiving side's buffer and its sizing policy.
 #[derive(Debug, Default)]
 pub(crate) struct ReadBuf {
@@ -37,6 +46,9 @@ pub(crate) struct ReadBuf {
     /// returned `Pending` without registering a waker.
     // Boxed: rare, and an idle connection should be small.
     denied: Option<Box<Grant>>,
+    /// The last read into an empty buffer filled the stack: input comes in
+    /// bulk, so the next one goes straight to a spare.
+    bulk: bool,
 }
 
 impl ReadBuf {
@@ -46,6 +58,7 @@ impl ReadBuf {
             buf: initial,
             shared: false,
             denied: None,
+            bulk: false,
         }
     }
 
@@ -121,7 +134,12 @@ impl ReadBuf {
     ) -> Poll<io::Result<usize>> {
         let fresh = self.buf.is_empty();
         if fresh {
-            if !self.buf.try_reclaim(READ_CHUNK) {
+            // (No memory at all, the usual case after a small message, has
+            // nothing to reclaim: not worth the call.)
+            if self.buf.capacity() == 0 || !self.buf.try_reclaim(READ_CHUNK) {
+                if !self.bulk {
+                    return self.poll_read_stack(io, cx, account, frame_left(0));
+                }
                 // Drops our share of the last burst; messages handed out keep theirs.
                 self.buf = pool::take();
                 self.shared = false;
@@ -149,6 +167,7 @@ impl ReadBuf {
         match r {
             Poll::Ready(Ok(n)) if n > 0 => {
                 if fresh && n < self.buf.capacity() / 4 {
+                    self.bulk = false;
                     self.fit(account);
                 }
             }
@@ -159,6 +178,41 @@ impl ReadBuf {
         }
         self.sync(account);
         r
+    }
+
+    /// A read into an empty buffer by way of the stack: a buffer is made
+    /// only for bytes that came, of their size. A read that fills the stack
+    /// moves them to a spare and marks the input as bulk.
+    fn poll_read_stack<R: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut R,
+        cx: &mut Context<'_>,
+        account: &mut BudgetAccount,
+        frame_left: Option<usize>,
+    ) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() > 0 {
+            // Memory a handed-out message still uses: drop our share, as
+            // taking a spare would.
+            self.buf = BytesMut::new();
+            self.shared = false;
+        }
+        let mut stack = [MaybeUninit::<u8>::uninit(); STACK_READ];
+        let len = frame_left.map_or(STACK_READ, |want| {
+            want.saturating_add(READ_CHUNK).min(STACK_READ)
+        });
+        let mut into = tokio::io::ReadBuf::uninit(&mut stack[..len]);
+        ready!(Pin::new(&mut Retrying(io)).poll_read(cx, &mut into))?;
+        let got = into.filled();
+        if got.len() == STACK_READ {
+            self.bulk = true;
+            self.buf = pool::take();
+            self.buf.extend_from_slice(got);
+            self.settle(account);
+        } else if !got.is_empty() {
+            self.buf = BytesMut::from(got);
+        }
+        self.sync(account);
+        Poll::Ready(Ok(got.len()))
     }
 
     /// Keeps the memory in proportion to the bytes held (at most four
@@ -303,6 +357,70 @@ mod tests {
         );
     }
 
+    /// A buffer whose input has come in bulk: empty, it reads into a spare.
+    fn bulk() -> ReadBuf {
+        ReadBuf {
+            bulk: true,
+            ..ReadBuf::default()
+        }
+    }
+
+    fn empty_pool() {
+        while pool::pooled() > 0 {
+            drop(pool::take());
+        }
+    }
+
+    #[test]
+    fn a_small_read_into_an_empty_buffer_takes_no_spare() {
+        empty_pool();
+        let spare = pool::take();
+        pool::give(spare);
+        let mut rb = ReadBuf::default();
+        assert_eq!(read(&mut rb, &[9; 22], |_| None), 22);
+        assert_eq!(rb.bytes().capacity(), 22, "a buffer of exactly what came");
+        assert_eq!(pool::pooled(), 1, "the spare was not taken");
+        rb.bytes().clear();
+        wait(&mut rb);
+        assert_eq!(pool::pooled(), 1);
+        assert_eq!(rb.buf.capacity(), 0);
+    }
+
+    #[test]
+    fn reads_that_fill_the_stack_go_to_a_spare_until_they_come_small() {
+        let mut rb = ReadBuf::default();
+        let input = vec![4; 3 * STACK_READ];
+        assert_eq!(read(&mut rb, &input, |_| None), STACK_READ);
+        assert!(rb.bulk);
+        assert!(rb.buf.capacity() >= pool::BUF_LEN, "moved to a spare");
+        assert_eq!(&rb.bytes()[..], &input[..STACK_READ]);
+        // Not empty: the rest comes into the same buffer.
+        assert_eq!(read(&mut rb, &input, |_| None), input.len());
+        rb.bytes().clear();
+        // Empty and bulk: straight into a spare, whole.
+        assert_eq!(read(&mut rb, &input, |_| None), input.len());
+        rb.bytes().clear();
+        // A small read into a spare: back to the stack next time.
+        assert_eq!(read(&mut rb, &[1; 10], |_| None), 10);
+        assert!(!rb.bulk);
+        assert!(rb.buf.capacity() <= 40, "{}", rb.buf.capacity());
+        rb.bytes().clear();
+        assert_eq!(read(&mut rb, &input, |_| None), STACK_READ);
+    }
+
+    #[test]
+    fn an_empty_buffer_waiting_drops_memory_a_message_still_uses() {
+        let mut rb = bulk();
+        read(&mut rb, &[8; 5000], |_| None);
+        let msg = rb.bytes().split_to(100).freeze();
+        rb.handed_out();
+        rb.bytes().clear();
+        rb.bulk = false;
+        wait(&mut rb);
+        assert_eq!(rb.buf.capacity(), 0);
+        assert_eq!(&msg[..], &[8; 100][..]);
+    }
+
     #[test]
     fn an_idle_connection_holds_no_memory() {
         let mut rb = ReadBuf::default();
@@ -336,14 +454,14 @@ mod tests {
 
     #[test]
     fn a_quarter_of_the_frame_here_makes_room_for_all_of_it() {
-        let mut rb = ReadBuf::default();
+        let mut rb = bulk();
         // One read brings what a spare holds, over a quarter of the frame.
         let first = read(&mut rb, &vec![3; 200_000], |_| None);
         let frame = 3 * first;
         read(&mut rb, &[4; 10], |held| Some(frame - held));
         assert!(rb.buf.capacity() >= frame, "{}", rb.buf.capacity());
         // Below a quarter, growth follows what arrived instead.
-        let mut rb = ReadBuf::default();
+        let mut rb = bulk();
         let first = read(&mut rb, &vec![3; 200_000], |_| None);
         let frame = 100 * first;
         read(&mut rb, &[4; 10], |held| Some(frame - held));
@@ -364,7 +482,7 @@ mod tests {
 
     #[test]
     fn memory_shared_with_a_message_is_not_pooled() {
-        let mut rb = ReadBuf::default();
+        let mut rb = bulk();
         read(&mut rb, &[8; 5000], |_| None);
         let msg = rb.bytes().split_to(5000).freeze();
         rb.handed_out();
