@@ -20,6 +20,8 @@ pub struct Counting;
 pub static LIVE: AtomicUsize = AtomicUsize::new(0);
 /// The most `LIVE` has been since it was last reset.
 pub static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Allocations made (reallocations included).
+pub static ALLOCS: AtomicUsize = AtomicUsize::new(0);
 
 // SAFETY: forwards to the system allocator and only counts.
 #[allow(unsafe_code)]
@@ -27,6 +29,7 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let live = LIVE.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
         PEAK.fetch_max(live, Ordering::SeqCst);
+        ALLOCS.fetch_add(1, Ordering::SeqCst);
         // SAFETY: same layout contract as our caller's.
         unsafe { System.alloc(layout) }
     }
