@@ -140,7 +140,9 @@ impl Outbox {
             // pool without advancing it first, so it needs no reclaiming:
             // still at its start if it was never partly written.
             pool::give_unmoved(std::mem::take(&mut self.tail));
-            give_segs(std::mem::take(&mut self.segs));
+            if self.segs.capacity() > 0 {
+                give_segs(std::mem::take(&mut self.segs));
+            }
             self.len = 0;
             return;
         }

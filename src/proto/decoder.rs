@@ -367,6 +367,30 @@ impl MessageDecoder {
         }
     }
 
+    /// A frame that is all in `src` (after its header) and is not a
+    /// continuation, compressed or streamed: unmasked, checked and handed
+    /// out at once.
+    fn whole_frame(
+        &mut self,
+        header: FrameHeader,
+        len: usize,
+        src: &mut BytesMut,
+    ) -> Result<Option<Message>, Error> {
+        let payload = &mut src[..len];
+        if let Some(key) = header.mask {
+            apply_mask(payload, key, 0);
+        }
+        if self.checking_text {
+            self.utf8.feed(payload)?;
+        }
+        let payload = if len == src.capacity() && len < TAKE_WHOLE_BELOW {
+            std::mem::take(src)
+        } else {
+            src.split_to(len)
+        };
+        self.finish_frame(header, payload)
+    }
+
     fn message(&mut self, text: bool, payload: BytesMut) -> Result<Message, Error> {
         if text {
             self.utf8.finish()?;
@@ -443,12 +467,18 @@ impl MessageDecoder {
     /// tells. A message that alone would need more than the whole budget
     /// fails with [`Error::OverBudget`]. After any error, the memory held
     /// for the message in progress is given back.
+    #[inline]
     pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Message>, Error> {
         self.budget_wait = None;
         if src.is_empty() && matches!(self.state, DecodeState::Head) {
-            // Between messages with nothing read: asked on every wait.
+            // Between messages with nothing read: asked on every wait, so
+            // answered here without the call.
             return Ok(None);
         }
+        self.decode_some(src)
+    }
+
+    fn decode_some(&mut self, src: &mut BytesMut) -> Result<Option<Message>, Error> {
         let r = self.decode_frames(src);
         if r.is_err() {
             self.discard();
@@ -471,6 +501,18 @@ impl MessageDecoder {
                 };
                 let (len, inflate) = self.start_frame(header)?;
                 src.advance(header_len);
+                if !inflate
+                    && !self.stream
+                    && header.opcode != OpCode::Continuation
+                    && src.len() >= len
+                {
+                    // The whole frame is here and starts a message (the
+                    // usual small message): no state to keep between reads.
+                    match self.whole_frame(header, len, src)? {
+                        Some(msg) => return Ok(Some(msg)),
+                        None => continue,
+                    }
+                }
                 self.state = DecodeState::Payload {
                     header,
                     len,
