@@ -96,7 +96,9 @@ impl Outbox {
     /// Drops everything queued and gives the buffers back.
     pub(crate) fn clear(&mut self) {
         pool::give(std::mem::take(&mut self.tail));
-        give_segs(std::mem::take(&mut self.segs));
+        if self.segs.capacity() > 0 {
+            give_segs(std::mem::take(&mut self.segs));
+        }
         self.len = 0;
     }
 
@@ -137,13 +139,8 @@ impl Outbox {
         if n == self.len {
             // All written, the usual case: nothing held between bursts, so
             // an idle connection owns no buffers. The tail goes back to the
-            // pool without advancing it first, so it needs no reclaiming:
-            // still at its start if it was never partly written.
-            pool::give_unmoved(std::mem::take(&mut self.tail));
-            if self.segs.capacity() > 0 {
-                give_segs(std::mem::take(&mut self.segs));
-            }
-            self.len = 0;
+            // pool without advancing it first, so it needs no reclaiming.
+            self.clear();
             return;
         }
         self.len -= n;

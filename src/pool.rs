@@ -67,18 +67,6 @@ pub(crate) fn give(mut buf: BytesMut) {
     keep(&SPARE, buf);
 }
 
-/// [`give`] for a buffer known to come from [`take`] and never to have been
-/// split or advanced (a write buffer written out whole): a spare's capacity
-/// then means it is one, and nothing needs reclaiming.
-pub(crate) fn give_unmoved(mut buf: BytesMut) {
-    if buf.capacity() == BUF_LEN {
-        buf.clear();
-        keep(&SPARE, buf);
-    } else {
-        give(buf);
-    }
-}
-
 /// Moves the bytes of `buf` to a buffer of their size when `buf` holds over
 /// four times more memory than bytes. Called when a connection is about to
 /// wait, so a waiting connection's memory stays in proportion to what it

@@ -29,6 +29,18 @@ use crate::proto::utf8::Utf8Validator;
 /// Frames below this size that fill their buffer are handed the buffer.
 const TAKE_WHOLE_BELOW: usize = 64 << 10;
 
+/// The `len` payload bytes at the front of `src`, split off. A small frame
+/// that fills the buffer to its end gets the buffer whole, as sharing it
+/// would cost an allocation and leave nothing reusable behind. (A large one
+/// is shared, so the reader can reuse the memory once the message is gone.)
+fn take_payload(src: &mut BytesMut, len: usize) -> BytesMut {
+    if len == src.capacity() && len < TAKE_WHOLE_BELOW {
+        std::mem::take(src)
+    } else {
+        src.split_to(len)
+    }
+}
+
 #[derive(Debug)]
 enum DecodeState {
     /// Waiting for a frame header.
@@ -383,12 +395,7 @@ impl MessageDecoder {
         if self.checking_text {
             self.utf8.feed(payload)?;
         }
-        let payload = if len == src.capacity() && len < TAKE_WHOLE_BELOW {
-            std::mem::take(src)
-        } else {
-            src.split_to(len)
-        };
-        self.finish_frame(header, payload)
+        self.finish_frame(header, take_payload(src, len))
     }
 
     fn message(&mut self, text: bool, payload: BytesMut) -> Result<Message, Error> {
@@ -581,16 +588,7 @@ impl MessageDecoder {
                 return Ok(None);
             }
             self.state = DecodeState::Head;
-            let payload = if len == src.capacity() && len < TAKE_WHOLE_BELOW {
-                // A small frame fills the buffer to its end: hand the buffer
-                // over whole, as sharing it would cost an allocation and
-                // leave nothing reusable behind. (A large one is shared, so
-                // the reader can reuse the memory once the message is gone.)
-                std::mem::take(src)
-            } else {
-                src.split_to(len)
-            };
-            if let Some(msg) = self.finish_frame(header, payload)? {
+            if let Some(msg) = self.finish_frame(header, take_payload(src, len))? {
                 return Ok(Some(msg));
             }
         }
