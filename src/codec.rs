@@ -68,8 +68,13 @@ impl WebSocketCodec {
     /// the handshake agreed on.
     #[cfg(feature = "deflate")]
     pub fn enable_deflate(&mut self, params: &DeflateParams, config: &DeflateConfig) {
+        let role = self.decoder.role();
+        let max = self.decoder.max_message_size();
         // Cannot fail: this method is compiled only with the `deflate` feature.
-        let _ = crate::proto::deflate::enable(&mut self.decoder, &mut self.encoder, params, config);
+        if let Ok((inflater, deflater)) = crate::proto::deflate::pair(role, params, config, max) {
+            self.decoder.set_inflater(inflater);
+            self.encoder.set_deflater(deflater);
+        }
     }
 
     /// Writes only a frame header; see [`FrameEncoder::encode_header`].

@@ -310,6 +310,11 @@ impl Config {
             .ping_interval(self.ping_interval)
             .pong_timeout(self.pong_timeout)
             .close_timeout(self.close_timeout)
+            .budget_wait(
+                self.memory_budget
+                    .as_ref()
+                    .map(MemoryBudget::wait_timeout_duration),
+            )
     }
 
     /// Checks that the settings can work together.

@@ -82,8 +82,6 @@ mod head;
 #[cfg(feature = "http2")]
 pub mod http2;
 mod negotiated;
-mod outbox;
-mod pool;
 pub mod proto;
 pub mod proxy;
 mod retry;

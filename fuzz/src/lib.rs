@@ -21,7 +21,7 @@ use wavesock::handshake::server::{
     accept_response, check_request, error_response, parse_request, write_response,
 };
 use wavesock::handshake::{client, derive_accept_key};
-use wavesock::proto::conn::{Connection, Phase, Timers};
+use wavesock::proto::conn::{Connection, Phase, State, Timers};
 use wavesock::proto::decoder::MessageDecoder;
 use wavesock::proto::header::FrameHeader;
 use wavesock::proto::utf8::Utf8Validator;
@@ -452,8 +452,22 @@ fn deflate_agreement(data: &[u8]) {
 #[cfg(feature = "deflate")]
 mod deflate_imp {
     use super::*;
-    use wavesock::proto::deflate::{self, DeflateParams};
+    use wavesock::proto::deflate::{self, DeflateConfig, DeflateParams};
     use wavesock::proto::encoder::FrameEncoder;
+
+    /// Switches compression on for a decoder and encoder pair, as an
+    /// engine that owns both does.
+    fn enable(
+        d: &mut MessageDecoder,
+        e: &mut FrameEncoder,
+        p: &DeflateParams,
+        config: &DeflateConfig,
+    ) {
+        let (inflater, deflater) =
+            deflate::pair(d.role(), p, config, d.max_message_size()).unwrap();
+        d.set_inflater(inflater);
+        e.set_deflater(deflater);
+    }
 
     fn params(input: &mut Input<'_>) -> DeflateParams {
         let b = input.byte();
@@ -476,7 +490,7 @@ mod deflate_imp {
         let limits = Limits::default().max_message_size(max);
         let mut decoder = MessageDecoder::new(Role::Server, limits);
         let mut encoder = FrameEncoder::new(Role::Server);
-        deflate::enable(&mut decoder, &mut encoder, &p, &Default::default()).unwrap();
+        enable(&mut decoder, &mut encoder, &p, &Default::default());
         // One compressed binary frame, masked as a client sends it.
         let payload = input.0;
         let mut wire = BytesMut::new();
@@ -523,10 +537,10 @@ mod deflate_imp {
         // Client to server, the client compressing with its own window.
         let mut sender_dec = MessageDecoder::new(Role::Client, Limits::default());
         let mut sender = FrameEncoder::new(Role::Client);
-        deflate::enable(&mut sender_dec, &mut sender, &p, &config).unwrap();
+        enable(&mut sender_dec, &mut sender, &p, &config);
         let mut receiver = MessageDecoder::new(Role::Server, Limits::default());
         let mut receiver_enc = FrameEncoder::new(Role::Server);
-        deflate::enable(&mut receiver, &mut receiver_enc, &p, &config).unwrap();
+        enable(&mut receiver, &mut receiver_enc, &p, &config);
         let mut wire = BytesMut::new();
         for (i, piece) in pieces(input.0, sizes).into_iter().enumerate() {
             let msg = match std::str::from_utf8(piece) {
@@ -553,9 +567,10 @@ mod deflate_imp {
 // -------------------------------------------------------------- connection
 
 /// The connection state machine driven by input-chosen events: control
-/// frames from the peer (ping, pong, close), decoding errors, input heard,
-/// sends, our close, the transport ending, draining what is owed, and clock
-/// ticks (time only goes forward). After each event:
+/// frames from the peer (ping, pong, close), decoding errors (memory budget
+/// refusals among them), input heard, waits for memory budget, sends, our
+/// close, the transport ending, draining what is owed, and clock ticks
+/// (time only goes forward). After each event:
 ///
 /// - at most one close frame ever leaves (owed by the core or sent by the
 ///   caller through `send_close`), and nothing at all is owed after it has
@@ -565,7 +580,12 @@ mod deflate_imp {
 /// - after `handle_timeout(now)`, `poll_timeout` is `None` or later than
 ///   `now` (no busy loop);
 /// - phases only go Open -> {Failing, Closed, TimedOut} and
-///   Failing/Closed -> TimedOut.
+///   Failing/Closed -> TimedOut;
+/// - the budget's wait runs exactly while the model says (from the first
+///   `handle_budget_wait` while open until input or the end of `Open`), a
+///   tick past its timeout fails an open connection with
+///   `BudgetExhausted` (1013), and no other timer makes it fail;
+/// - the `State` byte round-trips and agrees with `phase()`.
 pub fn conn(data: &[u8]) {
     let mut input = Input(data);
     let role = if input.byte() & 1 == 0 {
@@ -579,19 +599,24 @@ pub fn conn(data: &[u8]) {
         .ping_interval((ping != 0).then(|| ms(ping)))
         .pong_timeout(ms(input.byte()).max(Duration::from_millis(1)))
         .close_timeout(ms(input.byte()).max(Duration::from_millis(1)));
+    let budget = input.byte();
+    let budget_wait = (budget != 0).then(|| ms(budget));
+    let timers = timers.budget_wait(budget_wait);
     let start = Instant::now();
     let mut now = start;
     let mut c = Connection::new(role, timers, now);
 
     let mut out = Sent::default();
     let mut close_sent_seen = false;
+    // When the memory budget's wait started, as the model sees it.
+    let mut budget_since: Option<Instant> = None;
 
     while !input.is_empty() {
         let before = c.phase();
         let op = input.byte();
         let arg = input.byte();
         let payload = bytes::Bytes::copy_from_slice(input.take(usize::from(arg % 8)));
-        match op % 11 {
+        match op % 12 {
             0 => {
                 let sent = c.is_close_sent();
                 c.handle_frame(&Message::Ping(payload.clone()), now);
@@ -606,19 +631,38 @@ pub fn conn(data: &[u8]) {
                 c.handle_frame(&Message::Close(frame), now);
             }
             3 => {
-                let err = match arg % 5 {
+                let err = match arg % 7 {
                     0 => Error::Protocol(ProtocolError::ReservedBits),
                     1 => Error::InvalidUtf8,
                     2 => Error::MessageTooLarge { size: 2, max: 1 },
                     3 => Error::Protocol(ProtocolError::FrameAfterClose),
+                    4 => Error::OverBudget { size: 2, budget: 1 },
+                    5 => Error::BudgetExhausted,
                     _ => Error::Compression("x".into()),
                 };
                 c.handle_error(err, now);
             }
-            4 => c.handle_input(now),
+            4 => {
+                c.handle_input(now);
+                budget_since = None;
+            }
             5 | 6 => {
                 now += Duration::from_millis(u64::from(arg) * 7);
                 c.handle_timeout(now);
+                if before == Phase::Open {
+                    // The budget's wait is the one timer that fails a
+                    // connection (1013); the others time it out.
+                    let expired = budget_since
+                        .zip(budget_wait)
+                        .is_some_and(|(since, wait)| now >= since + wait);
+                    if expired {
+                        assert_ne!(c.phase(), Phase::Open, "the budget's wait ran out");
+                    }
+                    if c.phase() == Phase::Failing {
+                        assert!(expired, "failing on a timer without a budget wait");
+                        assert_eq!(c.take_error(), Some(Error::BudgetExhausted));
+                    }
+                }
                 if let Some(t) = c.poll_timeout() {
                     assert!(
                         t > now,
@@ -643,8 +687,7 @@ pub fn conn(data: &[u8]) {
             8 => {
                 // A caller writes what is owed before its own close.
                 out.drain(&mut c);
-                let at = (arg & 1 != 0).then_some(now);
-                if c.send_close(at) {
+                if c.send_close(now) {
                     out.closes += 1;
                     assert!(out.closes <= 1, "a second close frame allowed");
                 }
@@ -652,9 +695,26 @@ pub fn conn(data: &[u8]) {
             9 => {
                 c.handle_transport_end();
             }
+            10 => {
+                c.handle_budget_wait(now);
+                if budget_wait.is_some() && c.phase() == Phase::Open {
+                    budget_since.get_or_insert(now);
+                }
+            }
             _ => out.drain(&mut c),
         }
         let after = c.phase();
+        if after != Phase::Open {
+            budget_since = None;
+        }
+        let state = c.state();
+        assert_eq!(state.phase(), after);
+        assert_eq!(State::from_bits(state.to_bits()), state);
+        assert_eq!(
+            state.is_waiting_for_budget(),
+            budget_since.is_some(),
+            "the budget's wait as the model sees it"
+        );
         let allowed = before == after
             || matches!(
                 (before, after),

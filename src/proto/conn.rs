@@ -4,12 +4,18 @@
 //! still send, and the keepalive and close deadlines.
 //!
 //! The caller moves bytes and time. Inputs are the `handle_*` methods (a
-//! received control frame, a decoding error, input heard, the transport
-//! ending, the current time); outputs are [`Connection::poll_transmit`]
-//! (frames to encode and write, in order), [`Connection::poll_timeout`]
-//! (when to call [`Connection::handle_timeout`] next) and
-//! [`Connection::phase`] (whether to go on, finish, or stop). Sends are
+//! received control frame, a decoding error, input heard, a wait for memory
+//! budget, the transport ending, the current time); outputs are
+//! [`Connection::poll_transmit`] (frames to encode and write, in order),
+//! [`Connection::poll_timeout`] (when to call [`Connection::handle_timeout`]
+//! next: the one clock an engine serves, for keepalive, the closing
+//! handshake and the memory budget's wait alike) and [`Connection::state`]
+//! (the phase, whether to go on, finish, or stop, and the flags). Sends are
 //! checked with [`Connection::check_send`] and [`Connection::send_close`].
+//!
+//! Every fact about the connection lives here. An engine that needs one
+//! without holding the connection (a split receiver) reads the [`State`]
+//! byte it published after its last call.
 //!
 //! ```
 //! use std::time::{Duration, Instant};
@@ -32,6 +38,7 @@
 //! assert_eq!(conn.phase(), Phase::Open);
 //! ```
 
+use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::proto::Role;
@@ -52,6 +59,10 @@ pub struct Timers {
     pub pong_timeout: Duration,
     /// How long the closing handshake may take once it starts. Default 10 s.
     pub close_timeout: Duration,
+    /// Under a memory budget, how long the connection may wait for budget
+    /// (or hold some while nothing arrives) before it fails with 1013; see
+    /// [`Connection::handle_budget_wait`]. Default `None` (no budget).
+    pub budget_wait: Option<Duration>,
 }
 
 impl Default for Timers {
@@ -60,6 +71,7 @@ impl Default for Timers {
             ping_interval: None,
             pong_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(10),
+            budget_wait: None,
         }
     }
 }
@@ -80,6 +92,12 @@ impl Timers {
     /// Sets [`Timers::close_timeout`].
     pub fn close_timeout(mut self, timeout: Duration) -> Self {
         self.close_timeout = timeout;
+        self
+    }
+
+    /// Sets [`Timers::budget_wait`].
+    pub fn budget_wait(mut self, wait: Option<Duration>) -> Self {
+        self.budget_wait = wait;
         self
     }
 }
@@ -131,36 +149,145 @@ struct Keepalive {
     check_at: Instant,
 }
 
+/// What an engine may read of a connection without holding it: the phase
+/// and the flags that change it, packed in a byte.
+///
+/// Every change to it goes through the [`Connection`]'s inputs, so an
+/// engine that shares a connection between tasks can publish it in one
+/// atomic byte after each call, and a task that finds it unchanged knows
+/// that [`Connection::poll_timeout`] is unchanged too, unless that task made
+/// the call itself.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct State(u8);
+
+impl State {
+    const PHASE: u8 = 0b11;
+    const CLOSE_SENT: u8 = 1 << 2;
+    const CLOSE_RECEIVED: u8 = 1 << 3;
+    const PEER_GONE: u8 = 1 << 4;
+    const TRANSPORT_ENDED: u8 = 1 << 5;
+    const HEARS_INPUT: u8 = 1 << 6;
+    const BUDGET_WAIT: u8 = 1 << 7;
+
+    /// Where the connection stands.
+    pub fn phase(self) -> Phase {
+        match self.0 & Self::PHASE {
+            0 => Phase::Open,
+            1 => Phase::Failing,
+            2 => Phase::Closed,
+            _ => Phase::TimedOut,
+        }
+    }
+
+    /// Whether our close frame is queued or sent: nothing but it may follow.
+    pub fn is_close_sent(self) -> bool {
+        self.0 & Self::CLOSE_SENT != 0
+    }
+
+    /// Whether the peer's close frame has arrived.
+    pub fn is_close_received(self) -> bool {
+        self.0 & Self::CLOSE_RECEIVED != 0
+    }
+
+    /// Whether the peer has ended the connection (its close frame, or the
+    /// transport ending).
+    pub fn is_peer_gone(self) -> bool {
+        self.0 & Self::PEER_GONE != 0
+    }
+
+    /// Whether the transport has ended: the connection is closed (RFC 6455
+    /// §7.1.4), and bytes still queued for it will not arrive.
+    pub fn is_transport_ended(self) -> bool {
+        self.0 & Self::TRANSPORT_ENDED != 0
+    }
+
+    /// Whether [`Connection::handle_input`] is wanted on every read and
+    /// every message decoded: keepalive is on, or the memory budget's wait
+    /// is running. Otherwise a caller may skip it.
+    pub fn hears_input(self) -> bool {
+        self.0 & Self::HEARS_INPUT != 0
+    }
+
+    /// Whether the memory budget's wait is running: the connection fails
+    /// with [`Error::BudgetExhausted`] unless input comes before its
+    /// deadline ([`Connection::handle_budget_wait`]).
+    pub fn is_waiting_for_budget(self) -> bool {
+        self.0 & Self::BUDGET_WAIT != 0
+    }
+
+    /// The state as one byte, to publish in an atomic.
+    pub fn to_bits(self) -> u8 {
+        self.0
+    }
+
+    /// The state from [`to_bits`](Self::to_bits).
+    pub fn from_bits(bits: u8) -> State {
+        State(bits)
+    }
+
+    fn set(&mut self, flag: u8, on: bool) {
+        if on {
+            self.0 |= flag;
+        } else {
+            self.0 &= !flag;
+        }
+    }
+
+    fn set_phase(&mut self, phase: Phase) {
+        let bits = match phase {
+            Phase::Open => 0,
+            Phase::Failing => 1,
+            Phase::Closed => 2,
+            Phase::TimedOut => 3,
+        };
+        self.0 = (self.0 & !Self::PHASE) | bits;
+    }
+}
+
+impl fmt::Debug for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("State")
+            .field("phase", &self.phase())
+            .field("close_sent", &self.is_close_sent())
+            .field("close_received", &self.is_close_received())
+            .field("peer_gone", &self.is_peer_gone())
+            .field("transport_ended", &self.is_transport_ended())
+            .field("hears_input", &self.hears_input())
+            .field("waiting_for_budget", &self.is_waiting_for_budget())
+            .finish()
+    }
+}
+
 /// One side's protocol state; see the [module docs](self).
 #[derive(Debug)]
 pub struct Connection {
     role: Role,
-    phase: Phase,
-    /// Our close frame is queued or sent: nothing but it may follow.
-    close_sent: bool,
-    /// The peer ended the connection: its close frame, EOF or an error.
-    peer_gone: bool,
-    /// The transport itself ended (EOF, reset, a failed write).
-    transport_ended: bool,
+    /// The phase and flags, in the form engines read them.
+    state: State,
     /// A message we send in fragments is unfinished: only its continuation
     /// frames and control frames may go out until it ends (RFC 6455 §5.4).
+    /// Not in [`State`]: only the sending side asks, and it changes per
+    /// fragment, while a change of `State` wakes the receiving side.
     fragmenting: bool,
     close_timeout: Duration,
+    budget_wait: Option<Duration>,
     // Boxed, like the keepalive state: made on the first frame owed or when
     // the connection starts to end, as an idle connection should be small.
-    busy: Option<Box<Busy>>,
+    outstanding: Option<Box<Outstanding>>,
     keepalive: Option<Box<Keepalive>>,
 }
 
-/// What a connection keeps beyond its flags once it owes a frame or has
-/// started to end.
+/// What a connection keeps beyond its flags once it owes a frame, waits
+/// for memory budget or has started to end.
 #[derive(Debug, Default)]
-struct Busy {
+struct Outstanding {
     /// Frames owed, oldest first; the caller drains them after each input,
     /// so there are rarely more than two.
     owed: Vec<Message>,
     /// When the closing handshake must be over.
     close_deadline: Option<Instant>,
+    /// When the memory budget's wait runs out.
+    budget_deadline: Option<Instant>,
     /// What the connection ends with, until taken.
     error: Option<Error>,
 }
@@ -168,15 +295,15 @@ struct Busy {
 impl Connection {
     /// A connection for `role` that starts at `now`.
     pub fn new(role: Role, timers: Timers, now: Instant) -> Self {
+        let mut state = State(0);
+        state.set(State::HEARS_INPUT, timers.ping_interval.is_some());
         Connection {
             role,
-            phase: Phase::Open,
-            close_sent: false,
-            peer_gone: false,
-            transport_ended: false,
+            state,
             fragmenting: false,
             close_timeout: timers.close_timeout,
-            busy: None,
+            budget_wait: timers.budget_wait,
+            outstanding: None,
             keepalive: timers.ping_interval.map(|interval| {
                 Box::new(Keepalive {
                     interval,
@@ -194,37 +321,41 @@ impl Connection {
         self.role
     }
 
+    /// The phase and flags at once, as an engine publishes them.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
     /// Where the connection stands.
     pub fn phase(&self) -> Phase {
-        self.phase
+        self.state.phase()
     }
 
     /// Whether our close frame is queued or sent.
     pub fn is_close_sent(&self) -> bool {
-        self.close_sent
+        self.state.is_close_sent()
+    }
+
+    /// Whether the peer's close frame has arrived.
+    pub fn is_close_received(&self) -> bool {
+        self.state.is_close_received()
     }
 
     /// Whether the peer has ended the connection (its close frame, or the
     /// transport ending).
     pub fn is_peer_gone(&self) -> bool {
-        self.peer_gone
-    }
-
-    /// How long the closing handshake may take.
-    pub fn close_timeout(&self) -> Duration {
-        self.close_timeout
+        self.state.is_peer_gone()
     }
 
     /// Whether the transport has ended: the connection is closed (RFC 6455
     /// §7.1.4), and bytes still queued for it will not arrive.
     pub fn is_transport_ended(&self) -> bool {
-        self.transport_ended
+        self.state.is_transport_ended()
     }
 
-    /// Whether keepalive wants [`handle_input`](Self::handle_input) on
-    /// every read; without keepalive the caller may skip it.
-    pub fn wants_input_times(&self) -> bool {
-        self.keepalive.is_some()
+    /// How long the closing handshake may take.
+    pub fn close_timeout(&self) -> Duration {
+        self.close_timeout
     }
 
     // Inputs.
@@ -234,18 +365,19 @@ impl Connection {
     /// frame is a close.
     pub fn handle_frame(&mut self, msg: &Message, now: Instant) {
         match msg {
-            Message::Ping(payload) if !self.close_sent => {
+            Message::Ping(payload) if !self.is_close_sent() => {
                 self.owe(Message::Pong(payload.clone()));
             }
-            Message::Close(frame) if self.phase == Phase::Open => {
-                self.phase = Phase::Closed;
+            Message::Close(frame) if self.phase() == Phase::Open => {
+                self.state.set(State::CLOSE_RECEIVED, true);
+                self.state.set_phase(Phase::Closed);
+                self.stop_budget_wait();
                 self.arm_close(now);
                 // The answer to our close leaves sending "already closed" by
                 // us; otherwise the peer closed first and we echo its code
                 // (RFC 6455 §5.5.1).
-                if !self.close_sent {
-                    self.peer_gone = true;
-                    self.close_sent = true;
+                if !self.is_close_sent() {
+                    self.state.set(State::PEER_GONE | State::CLOSE_SENT, true);
                     self.owe(Message::Close(frame.clone()));
                 }
             }
@@ -253,27 +385,51 @@ impl Connection {
         }
     }
 
-    /// The peer's data broke the protocol (a decoding error): our close
-    /// frame with the error's code is owed, once, and the connection ends
-    /// with the error after it. Only while open: once the connection ends
-    /// (after the peer's close frame too) what the peer sends is discarded.
+    /// The peer's data broke the protocol (a decoding error), or its
+    /// message cannot be taken (a memory budget's refusal): our close frame
+    /// with the error's code is owed, once, and the connection ends with
+    /// the error after it. Only while open: once the connection ends (after
+    /// the peer's close frame too) what the peer sends is discarded.
     pub fn handle_error(&mut self, err: Error, now: Instant) {
-        if self.phase != Phase::Open {
+        if self.phase() != Phase::Open {
             return;
         }
         if let Some(code) = err.close_code() {
             self.owe_close(code, "");
         }
-        self.phase = Phase::Failing;
+        self.state.set_phase(Phase::Failing);
+        self.stop_budget_wait();
         self.arm_close(now);
-        self.busy().error = Some(err);
+        self.outstanding().error = Some(err);
     }
 
-    /// Bytes arrived from the peer at `now`: it is alive.
+    /// Bytes arrived from the peer, or a message was decoded, at `now`: the
+    /// peer is alive, and the connection makes progress (the memory
+    /// budget's wait ends). Needed only while [`State::hears_input`].
     pub fn handle_input(&mut self, now: Instant) {
         if let Some(k) = &mut self.keepalive {
             k.last_heard = now;
         }
+        self.stop_budget_wait();
+    }
+
+    /// Under a memory budget: at `now` the connection waits for budget to
+    /// be given back, or holds some while waiting for input. Unless
+    /// [`handle_input`](Self::handle_input) comes within the budget's wait
+    /// timeout, [`handle_timeout`](Self::handle_timeout) fails the
+    /// connection with [`Error::BudgetExhausted`] (close code 1013). The
+    /// wait runs from the first such call; later ones change nothing.
+    /// Without a budget wait in the [`Timers`], nothing happens.
+    pub fn handle_budget_wait(&mut self, now: Instant) {
+        let Some(wait) = self.budget_wait else {
+            return;
+        };
+        if self.phase() != Phase::Open || self.state.is_waiting_for_budget() {
+            return;
+        }
+        self.outstanding().budget_deadline = Some(now + wait);
+        self.state
+            .set(State::BUDGET_WAIT | State::HEARS_INPUT, true);
     }
 
     /// The transport ended (EOF, reset, or a read error). Returns whether
@@ -281,27 +437,28 @@ impl Connection {
     /// instead of answering ends the connection as surely (many servers
     /// do). Otherwise the caller reports the transport's error.
     pub fn handle_transport_end(&mut self) -> bool {
-        self.peer_gone = true;
-        self.transport_ended = true;
-        self.close_sent
+        self.state
+            .set(State::PEER_GONE | State::TRANSPORT_ENDED, true);
+        self.is_close_sent()
     }
 
     /// Time has come to `now`: sends a keepalive ping, declares a silent
-    /// peer dead, or ends a closing handshake that took too long.
+    /// peer dead, ends a closing handshake that took too long, or fails a
+    /// connection that waited too long for memory budget.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.phase == Phase::TimedOut {
+        if self.phase() == Phase::TimedOut {
             return;
-        }
-        if self.close_sent || self.phase != Phase::Open {
-            // A close sent without a clock reading: its timer starts now.
-            self.arm_close(now);
         }
         if self.close_deadline().is_some_and(|d| now >= d) {
             self.time_out(Error::CloseTimeout);
             return;
         }
-        if self.phase != Phase::Open {
+        if self.phase() != Phase::Open {
             // Ending: only the close deadline matters now.
+            return;
+        }
+        if self.budget_deadline().is_some_and(|d| now >= d) {
+            self.handle_error(Error::BudgetExhausted, now);
             return;
         }
         let Some(k) = self.keepalive.as_deref_mut() else {
@@ -327,7 +484,7 @@ impl Connection {
         }
         k.check_at = now + k.timeout;
         // Once closing, the close timer watches the peer instead.
-        if !self.close_sent {
+        if !self.state.is_close_sent() {
             k.ping_sent = Some(now);
             self.owe(Message::Ping(Default::default()));
         }
@@ -335,9 +492,9 @@ impl Connection {
 
     /// Gives up on the connection: nothing more will be sent or awaited.
     pub fn abandon(&mut self) {
-        self.close_sent = true;
-        if let Some(b) = &mut self.busy {
-            b.owed.clear();
+        self.state.set(State::CLOSE_SENT, true);
+        if let Some(o) = &mut self.outstanding {
+            o.owed.clear();
         }
     }
 
@@ -348,7 +505,7 @@ impl Connection {
     /// After a close either way sending is an error; fragments of a message
     /// may not be interrupted by another data message.
     pub fn check_send(&mut self, opcode: OpCode, fin: bool) -> Result<(), Error> {
-        if self.close_sent || self.peer_gone {
+        if self.is_close_sent() || self.is_peer_gone() {
             return Err(self.closed_error());
         }
         self.fragmenting = match opcode {
@@ -369,24 +526,21 @@ impl Connection {
         Ok(())
     }
 
-    /// Checks and records this side's close frame, sent at `now` (or, if
-    /// `None`, the close timer starts at the next
-    /// [`handle_timeout`](Self::handle_timeout)). Returns `false` when the
-    /// frame is not to be sent: a close went out already, or the peer is
-    /// gone; closing twice is not an error.
-    pub fn send_close(&mut self, now: Option<Instant>) -> bool {
-        if self.close_sent || self.peer_gone {
+    /// Checks and records this side's close frame, sent at `now` (the close
+    /// timer starts then). Returns `false` when the frame is not to be
+    /// sent: a close went out already, or the peer is gone; closing twice
+    /// is not an error.
+    pub fn send_close(&mut self, now: Instant) -> bool {
+        if self.is_close_sent() || self.is_peer_gone() {
             return false;
         }
-        self.close_sent = true;
-        if let Some(now) = now {
-            self.arm_close(now);
-        }
+        self.state.set(State::CLOSE_SENT, true);
+        self.arm_close(now);
         true
     }
 
     fn closed_error(&self) -> Error {
-        if self.peer_gone {
+        if self.is_peer_gone() {
             Error::ConnectionClosed
         } else {
             Error::AlreadyClosed
@@ -398,7 +552,7 @@ impl Connection {
     /// The next frame owed to the peer, to encode and write before anything
     /// queued after it.
     pub fn poll_transmit(&mut self) -> Option<Message> {
-        let owed = &mut self.busy.as_mut()?.owed;
+        let owed = &mut self.outstanding.as_mut()?.owed;
         if owed.is_empty() {
             None
         } else {
@@ -406,60 +560,76 @@ impl Connection {
         }
     }
 
-    /// When [`handle_timeout`](Self::handle_timeout) is next needed.
+    /// When [`handle_timeout`](Self::handle_timeout) is next needed: the
+    /// earliest of the close deadline, the memory budget's wait and the
+    /// keepalive timer.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let keepalive = match self.phase {
-            Phase::Open => self.keepalive.as_ref().map(|k| k.check_at),
-            Phase::Failing | Phase::Closed => None,
+        let open = match self.phase() {
+            Phase::Open => true,
+            Phase::Failing | Phase::Closed => false,
             Phase::TimedOut => return None,
         };
-        match (self.close_deadline(), keepalive) {
-            (Some(c), Some(k)) => Some(c.min(k)),
-            (c, k) => c.or(k),
-        }
+        let keepalive = self.keepalive.as_ref().filter(|_| open).map(|k| k.check_at);
+        [self.close_deadline(), self.budget_deadline(), keepalive]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The error the connection ends with, once (in [`Phase::Failing`] and
     /// [`Phase::TimedOut`]).
     pub fn take_error(&mut self) -> Option<Error> {
-        self.busy.as_mut()?.error.take()
+        self.outstanding.as_mut()?.error.take()
     }
 
-    fn busy(&mut self) -> &mut Busy {
-        self.busy.get_or_insert_with(Default::default)
+    fn outstanding(&mut self) -> &mut Outstanding {
+        self.outstanding.get_or_insert_with(Default::default)
     }
 
     fn owe(&mut self, msg: Message) {
-        self.busy().owed.push(msg);
+        self.outstanding().owed.push(msg);
     }
 
     fn close_deadline(&self) -> Option<Instant> {
-        self.busy.as_ref()?.close_deadline
+        self.outstanding.as_ref()?.close_deadline
+    }
+
+    fn budget_deadline(&self) -> Option<Instant> {
+        self.outstanding.as_ref()?.budget_deadline
+    }
+
+    fn stop_budget_wait(&mut self) {
+        if self.state.is_waiting_for_budget() {
+            self.outstanding().budget_deadline = None;
+            self.state.set(State::BUDGET_WAIT, false);
+            self.state.set(State::HEARS_INPUT, self.keepalive.is_some());
+        }
     }
 
     fn owe_close(&mut self, code: CloseCode, reason: &'static str) {
-        if !self.close_sent {
-            self.close_sent = true;
+        if !self.is_close_sent() {
+            self.state.set(State::CLOSE_SENT, true);
             self.owe(Message::Close(Some(CloseFrame::new(code, reason))));
         }
     }
 
     fn arm_close(&mut self, now: Instant) {
         let timeout = self.close_timeout;
-        let busy = self.busy();
-        if busy.close_deadline.is_none() {
-            busy.close_deadline = Some(now + timeout);
+        let o = self.outstanding();
+        if o.close_deadline.is_none() {
+            o.close_deadline = Some(now + timeout);
         }
     }
 
     /// Ends the connection on a timer; an error it was already ending with
     /// (a protocol violation) is the one reported.
     fn time_out(&mut self, err: Error) {
-        if self.phase == Phase::Open {
-            self.busy().error = Some(err);
+        if self.phase() == Phase::Open {
+            self.outstanding().error = Some(err);
         }
-        self.phase = Phase::TimedOut;
-        self.close_sent = true;
+        self.state.set_phase(Phase::TimedOut);
+        self.stop_budget_wait();
+        self.state.set(State::CLOSE_SENT, true);
     }
 }
 

@@ -44,7 +44,7 @@ fn each_ping_is_owed_a_pong_in_order() {
 fn no_pong_after_our_close() {
     let t0 = Instant::now();
     let mut c = Connection::new(Role::Client, Timers::default(), t0);
-    assert!(c.send_close(Some(t0)));
+    assert!(c.send_close(t0));
     c.handle_frame(&Message::Ping("late".into()), t0);
     assert_eq!(drain(&mut c), []);
 }
@@ -63,15 +63,15 @@ fn peer_close_is_echoed_with_its_code_once() {
         c.check_send(OpCode::Text, true),
         Err(Error::ConnectionClosed)
     );
-    assert!(!c.send_close(Some(t0)), "our close already went out");
+    assert!(!c.send_close(t0), "our close already went out");
 }
 
 #[test]
 fn answer_to_our_close_is_not_echoed() {
     let t0 = Instant::now();
     let mut c = Connection::new(Role::Client, Timers::default(), t0);
-    assert!(c.send_close(Some(t0)));
-    assert!(!c.send_close(Some(t0)), "a second close is dropped");
+    assert!(c.send_close(t0));
+    assert!(!c.send_close(t0), "a second close is dropped");
     c.handle_frame(&Message::Close(None), t0);
     assert_eq!(drain(&mut c), []);
     assert_eq!(c.phase(), Phase::Closed);
@@ -112,7 +112,7 @@ fn a_violation_closes_with_its_code_then_reports_it() {
 fn a_violation_after_our_close_sends_no_second_close() {
     let t0 = Instant::now();
     let mut c = Connection::new(Role::Server, Timers::default(), t0);
-    assert!(c.send_close(Some(t0)));
+    assert!(c.send_close(t0));
     c.handle_error(Error::InvalidUtf8, t0);
     assert_eq!(drain(&mut c), []);
     assert_eq!(c.phase(), Phase::Failing);
@@ -160,7 +160,7 @@ fn hearing_from_the_peer_postpones_the_ping_and_answers_it() {
 fn closing_handshake_times_out() {
     let t0 = Instant::now();
     let mut c = Connection::new(Role::Client, Timers::default().close_timeout(5 * SEC), t0);
-    assert!(c.send_close(Some(t0 + SEC)));
+    assert!(c.send_close(t0 + SEC));
     assert_eq!(c.poll_timeout(), Some(t0 + 6 * SEC));
     c.handle_timeout(t0 + 5 * SEC);
     assert_eq!(c.phase(), Phase::Open);
@@ -170,12 +170,14 @@ fn closing_handshake_times_out() {
 }
 
 #[test]
-fn a_close_sent_without_a_time_starts_its_timer_at_the_next_tick() {
+fn our_close_starts_the_close_timer_when_sent() {
     let t0 = Instant::now();
     let mut c = Connection::new(Role::Server, Timers::default().close_timeout(5 * SEC), t0);
-    assert!(c.send_close(None));
     assert_eq!(c.poll_timeout(), None);
-    c.handle_timeout(t0 + 2 * SEC);
+    assert!(c.send_close(t0 + 2 * SEC));
+    assert_eq!(c.poll_timeout(), Some(t0 + 7 * SEC));
+    c.handle_timeout(t0 + 6 * SEC);
+    assert_eq!(c.phase(), Phase::Open, "still waiting for the answer");
     assert_eq!(c.poll_timeout(), Some(t0 + 7 * SEC));
 }
 
@@ -183,7 +185,7 @@ fn a_close_sent_without_a_time_starts_its_timer_at_the_next_tick() {
 fn no_keepalive_ping_once_closing() {
     let t0 = Instant::now();
     let mut c = Connection::new(Role::Client, timers(), t0);
-    assert!(c.send_close(Some(t0)));
+    assert!(c.send_close(t0));
     c.handle_timeout(t0 + 3 * SEC);
     assert_eq!(drain(&mut c), []);
     c.handle_timeout(t0 + 5 * SEC);
@@ -199,9 +201,9 @@ fn transport_end_is_expected_only_after_our_close() {
         c.check_send(OpCode::Text, true),
         Err(Error::ConnectionClosed)
     );
-    assert!(!c.send_close(Some(t0)), "nobody to close to");
+    assert!(!c.send_close(t0), "nobody to close to");
     let mut c = Connection::new(Role::Client, Timers::default(), t0);
-    assert!(c.send_close(Some(t0)));
+    assert!(c.send_close(t0));
     assert!(c.handle_transport_end());
 }
 
@@ -241,7 +243,7 @@ impl Side {
     /// Encodes what this side sends: `msg` after what the core owes.
     fn send(&mut self, msg: Message, wire: &mut BytesMut, now: Instant) -> Result<(), Error> {
         if msg.is_close() {
-            if !self.conn.send_close(Some(now)) {
+            if !self.conn.send_close(now) {
                 return Ok(());
             }
         } else {
@@ -410,14 +412,14 @@ fn accessors_report_the_state() {
     assert!(!c.is_close_sent());
     assert!(!c.is_peer_gone());
     assert!(!c.is_transport_ended());
-    assert!(c.wants_input_times(), "keepalive wants to hear of input");
+    assert!(c.state().hears_input(), "keepalive wants to hear of input");
     assert_eq!(c.close_timeout(), 5 * SEC);
     assert_eq!(c.role(), Role::Server);
-    assert!(c.send_close(Some(t0)));
+    assert!(c.send_close(t0));
     assert!(c.is_close_sent());
     assert!(!c.is_peer_gone());
     let c = Connection::new(Role::Client, Timers::default(), t0);
-    assert!(!c.wants_input_times(), "no keepalive, no need");
+    assert!(!c.state().hears_input(), "no keepalive, no need");
 }
 
 #[test]
@@ -440,4 +442,132 @@ fn abandoning_drops_what_is_owed_and_ends_sending() {
     assert_eq!(c.poll_transmit(), None);
     assert!(c.is_close_sent());
     assert_eq!(c.check_send(OpCode::Text, true), Err(Error::AlreadyClosed));
+}
+
+fn budget_timers() -> Timers {
+    Timers::default()
+        .budget_wait(Some(5 * SEC))
+        .close_timeout(3 * SEC)
+}
+
+#[test]
+fn a_budget_wait_past_its_timeout_fails_with_1013() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Server, budget_timers(), t0);
+    assert!(!c.state().hears_input(), "no keepalive and no wait yet");
+    c.handle_budget_wait(t0 + SEC);
+    assert!(c.state().is_waiting_for_budget());
+    assert!(c.state().hears_input(), "input ends the wait");
+    assert_eq!(c.poll_timeout(), Some(t0 + 6 * SEC));
+    // Asking again does not move the deadline.
+    c.handle_budget_wait(t0 + 4 * SEC);
+    assert_eq!(c.poll_timeout(), Some(t0 + 6 * SEC));
+    c.handle_timeout(t0 + 5 * SEC);
+    assert_eq!(c.phase(), Phase::Open);
+    c.handle_timeout(t0 + 6 * SEC);
+    assert_eq!(c.phase(), Phase::Failing);
+    assert!(!c.state().is_waiting_for_budget());
+    let close = drain(&mut c);
+    assert_eq!(
+        close,
+        [Message::Close(Some(CloseFrame::new(
+            CloseCode::TRY_AGAIN_LATER,
+            ""
+        )))]
+    );
+    assert_eq!(c.take_error(), Some(Error::BudgetExhausted));
+    // Then only the close deadline is left.
+    assert_eq!(c.poll_timeout(), Some(t0 + 9 * SEC));
+}
+
+#[test]
+fn input_ends_the_budget_wait() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Server, budget_timers(), t0);
+    c.handle_budget_wait(t0);
+    c.handle_input(t0 + 4 * SEC);
+    assert!(!c.state().is_waiting_for_budget());
+    assert!(!c.state().hears_input());
+    assert_eq!(c.poll_timeout(), None);
+    c.handle_timeout(t0 + 10 * SEC);
+    assert_eq!(c.phase(), Phase::Open);
+    // A new wait runs from its own start.
+    c.handle_budget_wait(t0 + 10 * SEC);
+    assert_eq!(c.poll_timeout(), Some(t0 + 15 * SEC));
+}
+
+#[test]
+fn a_budget_wait_keeps_keepalive_listening_after_it_ends() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Server, timers().budget_wait(Some(SEC)), t0);
+    c.handle_budget_wait(t0);
+    assert_eq!(c.poll_timeout(), Some(t0 + SEC), "the earlier deadline");
+    c.handle_input(t0);
+    assert!(c.state().hears_input(), "keepalive still wants input");
+    assert_eq!(c.poll_timeout(), Some(t0 + 30 * SEC));
+}
+
+#[test]
+fn an_over_budget_refusal_closes_with_1009() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Server, budget_timers(), t0);
+    let err = Error::OverBudget {
+        size: 10,
+        budget: 5,
+    };
+    c.handle_error(err.clone(), t0);
+    assert_eq!(
+        drain(&mut c),
+        [Message::Close(Some(CloseFrame::new(
+            CloseCode::MESSAGE_TOO_BIG,
+            ""
+        )))]
+    );
+    assert_eq!(c.take_error(), Some(err));
+}
+
+#[test]
+fn no_budget_wait_without_a_budget_or_once_ending() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Server, Timers::default(), t0);
+    c.handle_budget_wait(t0);
+    assert!(!c.state().is_waiting_for_budget());
+    assert_eq!(c.poll_timeout(), None);
+    let mut c = Connection::new(Role::Server, budget_timers(), t0);
+    c.handle_frame(&Message::Close(None), t0);
+    c.handle_budget_wait(t0);
+    assert!(!c.state().is_waiting_for_budget());
+    assert_eq!(
+        c.poll_timeout(),
+        Some(t0 + 3 * SEC),
+        "the close deadline only"
+    );
+}
+
+#[test]
+fn state_round_trips_through_its_byte() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Client, budget_timers(), t0);
+    let mut seen = vec![c.state()];
+    c.handle_budget_wait(t0);
+    seen.push(c.state());
+    assert!(c.send_close(t0));
+    seen.push(c.state());
+    c.handle_frame(&Message::Close(None), t0);
+    seen.push(c.state());
+    c.handle_transport_end();
+    seen.push(c.state());
+    c.handle_timeout(t0 + 10 * SEC);
+    seen.push(c.state());
+    for s in &seen {
+        assert_eq!(State::from_bits(s.to_bits()), *s);
+    }
+    let last = seen.last().unwrap();
+    assert_eq!(last.phase(), Phase::TimedOut);
+    assert!(last.is_close_sent() && last.is_close_received());
+    assert!(last.is_peer_gone() && last.is_transport_ended());
+    // Each input above changed the byte an engine publishes.
+    for pair in seen.windows(2) {
+        assert_ne!(pair[0], pair[1], "{pair:?}");
+    }
 }

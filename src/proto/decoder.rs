@@ -173,13 +173,13 @@ impl MessageDecoder {
     }
 
     /// Accepts compressed messages (RSV1 on their first frame) from now on,
-    /// inflated by `inflater`.
-    pub(crate) fn set_inflater(&mut self, inflater: Inflater) {
+    /// inflated by `inflater` (from [`deflate::pair`](crate::proto::deflate::pair)).
+    pub fn set_inflater(&mut self, inflater: Inflater) {
         self.inflater = Some(Box::new(inflater));
     }
 
     /// The message limit, which inflated messages are held to as well.
-    pub(crate) fn max_message_size(&self) -> usize {
+    pub fn max_message_size(&self) -> usize {
         self.max_message_size
     }
 

@@ -1,6 +1,6 @@
 //! Frame encoding, with fresh masking keys for clients.
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -8,7 +8,7 @@ use crate::proto::Role;
 use crate::proto::close::CloseFrame;
 use crate::proto::deflate::Deflater;
 use crate::proto::error::Error;
-use crate::proto::header::{FrameHeader, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, OpCode};
+use crate::proto::header::{FrameHeader, MAX_HEADER_LEN, OpCode};
 use crate::proto::mask::{MaskKeys, apply_mask};
 use crate::proto::message::{Frame, Message, PreparedMessage};
 
@@ -52,6 +52,11 @@ impl KeySource {
 
 /// RSV1: "this message is compressed" under permessage-deflate.
 const RSV1: u8 = 0b100;
+
+/// Unmasked payloads at least this large are written from where they are
+/// (after their header, by a vectored write) rather than copied next to it:
+/// below it, a copy costs less than another slice to write.
+pub const SHARE_PAYLOAD_MIN: usize = 4 << 10;
 
 impl FrameEncoder {
     /// An encoder for `role` (the side that writes), masking with random
@@ -101,8 +106,9 @@ impl FrameEncoder {
         }
     }
 
-    /// Compresses text and binary messages from now on (permessage-deflate).
-    pub(crate) fn set_deflater(&mut self, deflater: Deflater) {
+    /// Compresses text and binary messages from now on (permessage-deflate),
+    /// with `deflater` (from [`deflate::pair`](crate::proto::deflate::pair)).
+    pub fn set_deflater(&mut self, deflater: Deflater) {
         self.deflater = Some(Box::new(deflater));
     }
 
@@ -190,16 +196,6 @@ impl FrameEncoder {
         len: usize,
         dst: &mut BytesMut,
     ) -> Result<Option<[u8; 4]>, Error> {
-        if opcode.is_control() {
-            if !fin {
-                return Err(Error::InvalidMessage("control frames cannot be fragmented"));
-            }
-            if len as u64 > MAX_CONTROL_PAYLOAD {
-                return Err(Error::InvalidMessage(
-                    "control frame payload over 125 bytes",
-                ));
-            }
-        }
         let mask = match self.role {
             Role::Server => None,
             Role::Client => Some(
@@ -215,10 +211,62 @@ impl FrameEncoder {
             mask,
             payload_len: len as u64,
         };
+        header.check_outgoing()?;
         let mut head = [0u8; MAX_HEADER_LEN];
         let n = header.encode(&mut head);
         dst.put_slice(&head[..n]);
         Ok(mask)
+    }
+
+    /// Encodes `msg` for a writer that can send bytes from where they are.
+    /// Returns `None` when the whole frame went into `dst`; or, when the
+    /// payload goes on the wire as it is (a server's, uncompressed, of at
+    /// least [`SHARE_PAYLOAD_MIN`] bytes), writes only the header into
+    /// `dst` and returns the payload, to be written right after it.
+    ///
+    /// ```
+    /// use bytes::BytesMut;
+    /// use wavesock::proto::encoder::{FrameEncoder, SHARE_PAYLOAD_MIN};
+    /// use wavesock::{Message, Role};
+    ///
+    /// let big = Message::binary(vec![7; SHARE_PAYLOAD_MIN]);
+    /// let mut head = BytesMut::new();
+    /// let payload = FrameEncoder::new(Role::Server).encode_owned(big.clone(), &mut head)?;
+    /// assert_eq!(head.len(), 4, "the header alone");
+    /// assert_eq!(payload.unwrap().len(), SHARE_PAYLOAD_MIN);
+    /// // A client masks every payload: nothing goes out as it was.
+    /// let mut frame = BytesMut::new();
+    /// assert!(FrameEncoder::new(Role::Client).encode_owned(big, &mut frame)?.is_none());
+    /// # Ok::<(), wavesock::Error>(())
+    /// ```
+    pub fn encode_owned(
+        &mut self,
+        msg: Message,
+        dst: &mut BytesMut,
+    ) -> Result<Option<Bytes>, Error> {
+        if self.role == Role::Client || msg.len() < SHARE_PAYLOAD_MIN || self.compresses(&msg) {
+            return self.encode_message(&msg, dst).map(|()| None);
+        }
+        let (fin, opcode, payload) = match msg {
+            Message::Text(t) => (true, OpCode::Text, t.into_bytes()),
+            Message::Binary(b) => (true, OpCode::Binary, b),
+            Message::Frame(f) => (f.fin, f.opcode, f.payload),
+            // Control frames are small: under the threshold above.
+            other => return self.encode_message(&other, dst).map(|()| None),
+        };
+        self.write_header(fin, 0, opcode, payload.len(), dst)?;
+        Ok(Some(payload))
+    }
+
+    /// The frame to send for `p` as it is, shared with every connection
+    /// that sends it alike; `None` when this side must encode it itself
+    /// ([`encode_prepared`](Self::encode_prepared)): a client masks each
+    /// frame with a key of its own.
+    pub fn shared_frame(&mut self, p: &PreparedMessage) -> Result<Option<Bytes>, Error> {
+        match self.role {
+            Role::Server => self.prepared_frame(p).map(Some),
+            Role::Client => Ok(None),
+        }
     }
 
     /// Encodes a prepared message into `dst`: its frame as it is for a
@@ -244,7 +292,7 @@ impl FrameEncoder {
     /// The frame a server sends for `p`, shared with every connection that
     /// sends it alike: compressed (once per window size) when this
     /// connection compresses a message of its size, as it is otherwise.
-    pub(crate) fn prepared_frame(&mut self, p: &PreparedMessage) -> Result<bytes::Bytes, Error> {
+    fn prepared_frame(&mut self, p: &PreparedMessage) -> Result<Bytes, Error> {
         debug_assert_eq!(self.role, Role::Server, "client frames are masked each");
         let Some(d) = self.deflater.as_deref_mut() else {
             return Ok(p.frame.clone());
@@ -426,15 +474,29 @@ mod prepared_deflate_tests {
     use crate::proto::decoder::MessageDecoder;
     use crate::proto::deflate::{self, DeflateConfig, DeflateParams};
 
+    /// Switches compression on for a decoder and encoder pair, as an
+    /// engine that owns both does.
+    fn enable_deflate(
+        d: &mut MessageDecoder,
+        e: &mut FrameEncoder,
+        params: &DeflateParams,
+        config: &DeflateConfig,
+    ) {
+        let (inflater, deflater) =
+            deflate::pair(d.role(), params, config, d.max_message_size()).unwrap();
+        d.set_inflater(inflater);
+        e.set_deflater(deflater);
+    }
+
     /// A server's encoder and its client's decoder under `params`.
     fn pair(params: &DeflateParams) -> (FrameEncoder, MessageDecoder) {
         let config = DeflateConfig::default();
         let mut server_dec = MessageDecoder::new(Role::Server, Limits::default());
         let mut server = FrameEncoder::new(Role::Server);
-        deflate::enable(&mut server_dec, &mut server, params, &config).unwrap();
+        enable_deflate(&mut server_dec, &mut server, params, &config);
         let mut client = MessageDecoder::new(Role::Client, Limits::default());
         let mut client_enc = FrameEncoder::new(Role::Client);
-        deflate::enable(&mut client, &mut client_enc, params, &config).unwrap();
+        enable_deflate(&mut client, &mut client_enc, params, &config);
         (server, client)
     }
 
@@ -534,10 +596,10 @@ mod prepared_deflate_tests {
         let config = DeflateConfig::default();
         let mut client_dec = MessageDecoder::new(Role::Client, Limits::default());
         let mut client = FrameEncoder::new(Role::Client);
-        deflate::enable(&mut client_dec, &mut client, &params, &config).unwrap();
+        enable_deflate(&mut client_dec, &mut client, &params, &config);
         let mut server = MessageDecoder::new(Role::Server, Limits::default());
         let mut server_enc = FrameEncoder::new(Role::Server);
-        deflate::enable(&mut server, &mut server_enc, &params, &config).unwrap();
+        enable_deflate(&mut server, &mut server_enc, &params, &config);
         let p = PreparedMessage::new(&text(7)).unwrap();
         let mut wire = BytesMut::new();
         client.encode_prepared(&p, &mut wire).unwrap();

@@ -2,7 +2,7 @@
 //! refused, what cannot be sent. Plain data (`Clone + PartialEq`), with no
 //! I/O inside: the layers above add their own failures and convert these.
 
-use crate::proto::close::CloseCode;
+use crate::proto::close_code::CloseCode;
 use crate::proto::utf8::InvalidUtf8;
 
 /// A failure of the WebSocket protocol itself, on either side of the wire.

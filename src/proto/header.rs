@@ -1,7 +1,7 @@
 //! Frame headers (RFC 6455 §5.2): parse, check and encode.
 
 use crate::proto::Role;
-use crate::proto::error::ProtocolError;
+use crate::proto::error::{Error, ProtocolError};
 
 /// The most bytes a frame header can take: 2 + 8 (length) + 4 (mask key).
 pub const MAX_HEADER_LEN: usize = 14;
@@ -156,6 +156,22 @@ impl FrameHeader {
             (Role::Client, true) => Err(ProtocolError::MaskedFrame),
             _ => Ok(()),
         }
+    }
+
+    /// Checks that a frame this side is about to send may have this header:
+    /// control frames are never fragmented and carry at most 125 bytes.
+    pub fn check_outgoing(&self) -> Result<(), Error> {
+        if self.opcode.is_control() {
+            if !self.fin {
+                return Err(Error::InvalidMessage("control frames cannot be fragmented"));
+            }
+            if self.payload_len > MAX_CONTROL_PAYLOAD {
+                return Err(Error::InvalidMessage(
+                    "control frame payload over 125 bytes",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Writes the header into `dst` and returns how many bytes it took.

@@ -5,12 +5,10 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::proto::Role;
-use crate::proto::encoder::FrameEncoder;
 use crate::proto::error::Error;
 
 use crate::proto::close::CloseFrame;
-use crate::proto::header::OpCode;
+use crate::proto::header::{FrameHeader, MAX_HEADER_LEN, OpCode};
 use crate::proto::text::Utf8Bytes;
 
 /// A WebSocket message, as received from [`WebSocketStream`](crate::WebSocketStream)
@@ -350,8 +348,21 @@ impl PreparedMessage {
                 return Err(Error::InvalidMessage("a raw frame cannot be prepared"));
             }
         };
-        let mut frame = BytesMut::new();
-        FrameEncoder::new(Role::Server).encode_frame(true, opcode, &payload, &mut frame)?;
+        // The frame a server sends: unmasked, so the same for every
+        // connection.
+        let header = FrameHeader {
+            fin: true,
+            rsv: 0,
+            opcode,
+            mask: None,
+            payload_len: payload.len() as u64,
+        };
+        header.check_outgoing()?;
+        let mut head = [0; MAX_HEADER_LEN];
+        let n = header.encode(&mut head);
+        let mut frame = BytesMut::with_capacity(n + payload.len());
+        frame.extend_from_slice(&head[..n]);
+        frame.extend_from_slice(&payload);
         let data = matches!(opcode, OpCode::Text | OpCode::Binary);
         Ok(PreparedMessage {
             opcode,

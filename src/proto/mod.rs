@@ -6,6 +6,7 @@
 
 pub mod budget;
 pub mod close;
+mod close_code;
 pub mod conn;
 pub mod decoder;
 pub mod deflate;
@@ -15,19 +16,11 @@ pub mod header;
 pub mod limits;
 pub mod mask;
 pub mod message;
+mod role;
 pub mod text;
 pub mod utf8;
 
 pub use budget::MemoryBudget;
 pub use error::{Error, ProtocolError};
 pub use limits::Limits;
-
-/// Which end of the connection this side is. Clients mask what they send and
-/// expect unmasked frames; servers the reverse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Role {
-    /// The side that sent the HTTP upgrade request.
-    Client,
-    /// The side that accepted it.
-    Server,
-}
+pub use role::Role;

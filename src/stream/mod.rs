@@ -1,12 +1,15 @@
 //! [`WebSocketStream`]: a [`Stream`] of received messages and a [`Sink`] of
 //! messages to send over any `AsyncRead + AsyncWrite`, and its split halves.
 
-#[cfg(feature = "deflate")]
-mod deflate;
+mod core;
+mod outbox;
 mod pieces;
+mod pool;
 mod read;
 mod read_buf;
 mod split;
+#[cfg(feature = "deflate")]
+mod uncompressed;
 mod write;
 
 use std::pin::Pin;
@@ -20,13 +23,14 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::proto::Role;
 use crate::proto::close::CloseFrame;
+use crate::proto::conn::State;
 use crate::proto::deflate::{DeflateConfig, DeflateParams};
 use crate::proto::mask::MaskKeys;
 use crate::proto::message::{Message, PreparedMessage};
 use crate::trace;
 
-use read::{ReadState, Transport};
-use write::WriteState;
+use core::Core;
+use read::{CoreLink, ReadState};
 
 pub use pieces::MessagePieces;
 pub use split::{WebSocketReceiver, WebSocketSender};
@@ -71,16 +75,17 @@ pub use split::{WebSocketReceiver, WebSocketSender};
 pub struct WebSocketStream<S> {
     io: S,
     reader: ReadState,
-    writer: WriteState,
+    core: Core,
 }
 
-/// The unsplit stream's transport: one `S` for both directions.
-struct Whole<'a, S> {
+/// How the unsplit stream's receiving side reaches the core: directly, with
+/// one `S` for both directions.
+struct UnsplitLink<'a, S> {
     io: &'a mut S,
-    writer: &'a mut WriteState,
+    core: &'a mut Core,
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> Transport for Whole<'_, S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> CoreLink for UnsplitLink<'_, S> {
     type Read = S;
     type Write = S;
     const FLUSHES_ALL_BEFORE_READ: bool = true;
@@ -89,16 +94,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Transport for Whole<'_, S> {
         self.io
     }
 
-    fn with_writer<T>(&mut self, f: impl FnOnce(&mut WriteState, &mut S) -> T) -> T {
-        f(self.writer, self.io)
+    fn with_core<T>(&mut self, f: impl FnOnce(&mut Core, &mut S) -> T) -> T {
+        f(self.core, self.io)
     }
 
-    fn close_sent(&self) -> bool {
-        self.writer.conn.is_close_sent()
-    }
-
-    fn transport_ended(&self) -> bool {
-        self.writer.conn.is_transport_ended()
+    fn state(&self) -> State {
+        self.core.conn.state()
     }
 }
 
@@ -132,11 +133,10 @@ where
                 "masking keys are predictable: for tests only (RFC 6455 §10.3)"
             );
         }
-        let writer = WriteState::new(role, &config);
         Ok(WebSocketStream {
             io,
-            reader: ReadState::new(role, &config, read, &writer),
-            writer,
+            reader: ReadState::new(role, &config, read),
+            core: Core::new(role, &config),
         })
     }
 
@@ -185,9 +185,9 @@ where
         if self.reader.is_terminated() {
             return Ok(());
         }
-        let timeout = self.writer.conn.close_timeout();
+        let timeout = self.core.conn.close_timeout();
         let send = async {
-            if !self.writer.conn.is_close_sent() {
+            if !self.core.conn.is_close_sent() {
                 self.feed(Message::Close(frame)).await?;
             }
             self.flush().await
@@ -195,11 +195,11 @@ where
         match tokio::time::timeout(timeout, send).await {
             Ok(r) => r,
             Err(_) => {
-                let mut t = Whole {
+                let mut link = UnsplitLink {
                     io: &mut self.io,
-                    writer: &mut self.writer,
+                    core: &mut self.core,
                 };
-                self.reader.give_up(&mut t);
+                self.reader.give_up(&mut link);
                 Err(Error::CloseTimeout)
             }
         }
@@ -224,8 +224,8 @@ where
     /// # Ok(()) }
     /// ```
     pub async fn feed_prepared(&mut self, msg: &PreparedMessage) -> Result<()> {
-        std::future::poll_fn(|cx| self.writer.poll_ready(&mut self.io, cx)).await?;
-        self.writer.start_send_prepared(msg)
+        std::future::poll_fn(|cx| self.core.poll_ready(&mut self.io, cx)).await?;
+        self.core.start_send_prepared(msg)
     }
 
     /// [`feed_prepared`](Self::feed_prepared), then a flush, like
@@ -259,7 +259,7 @@ where
     /// # }
     /// ```
     pub fn split(self) -> (WebSocketSender<S>, WebSocketReceiver<S>) {
-        split::split(self.io, self.reader, self.writer)
+        split::split(self.io, self.reader, self.core)
     }
 }
 
@@ -282,7 +282,7 @@ impl<S> WebSocketStream<S> {
 
     /// Whether a close frame has been sent.
     pub fn is_close_sent(&self) -> bool {
-        self.writer.conn.is_close_sent()
+        self.core.conn.is_close_sent()
     }
 
     /// Turns permessage-deflate on in both directions, as negotiated; fails
@@ -292,18 +292,46 @@ impl<S> WebSocketStream<S> {
         params: &DeflateParams,
         config: &DeflateConfig,
     ) -> Result<()> {
-        crate::proto::deflate::enable(
-            self.reader.decoder_mut(),
-            self.writer.encoder_mut(),
+        let decoder = self.reader.decoder_mut();
+        let (inflater, deflater) = crate::proto::deflate::pair(
+            decoder.role(),
             params,
             config,
+            decoder.max_message_size(),
         )?;
+        decoder.set_inflater(inflater);
+        self.core.write.encoder_mut().set_deflater(deflater);
         Ok(())
     }
 
     /// Whether the peer's close frame has been received.
     pub fn is_close_received(&self) -> bool {
-        self.reader.close_received
+        self.core.conn.is_close_received()
+    }
+}
+
+impl<S> WebSocketReceiver<S> {
+    /// Puts the two halves back together; fails (returning both) if they
+    /// came from different connections or other clones of the sender remain.
+    ///
+    /// ```
+    /// # use wavesock::{Config, Role, WebSocketStream};
+    /// let (io, _peer) = tokio::io::duplex(64);
+    /// let ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default())?;
+    /// let (tx, rx) = ws.split();
+    /// let ws = rx.reunite(tx).expect("same connection");
+    /// # Ok::<(), wavesock::Error>(())
+    /// ```
+    #[allow(clippy::result_large_err)]
+    pub fn reunite(
+        self,
+        other: WebSocketSender<S>,
+    ) -> std::result::Result<WebSocketStream<S>, (WebSocketSender<S>, WebSocketReceiver<S>)>
+    where
+        S: Unpin,
+    {
+        let (io, reader, core) = split::into_parts(self, other)?;
+        Ok(WebSocketStream { io, reader, core })
     }
 }
 
@@ -315,11 +343,11 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let mut t = Whole {
+        let mut link = UnsplitLink {
             io: &mut this.io,
-            writer: &mut this.writer,
+            core: &mut this.core,
         };
-        this.reader.poll_next(&mut t, cx)
+        this.reader.poll_next(&mut link, cx)
     }
 }
 
@@ -331,20 +359,20 @@ where
 
     fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
-        this.writer.poll_ready(&mut this.io, cx)
+        this.core.poll_ready(&mut this.io, cx)
     }
 
     fn start_send(self: Pin<&mut Self>, msg: Message) -> Result<()> {
-        self.get_mut().writer.start_send(msg)
+        self.get_mut().core.start_send(msg)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
-        this.writer.poll_flush(&mut this.io, cx)
+        this.core.poll_flush(&mut this.io, cx)
     }
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
-        this.writer.poll_close(&mut this.io, cx)
+        this.core.poll_close(&mut this.io, cx)
     }
 }

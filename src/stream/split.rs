@@ -2,7 +2,7 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
@@ -12,69 +12,67 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 
 use crate::error::{Error, Result};
 use crate::proto::Role;
+use crate::proto::conn::State;
 use crate::proto::message::{Message, PreparedMessage};
-use crate::stream::WebSocketStream;
-use crate::stream::read::{ReadState, Transport};
-use crate::stream::write::WriteState;
+use crate::stream::core::Core;
+use crate::stream::read::{CoreLink, ReadState};
 
-/// What both halves reach: the sending state with its half of the transport.
+/// What both halves reach: the core with the transport's writing half.
 #[derive(Debug)]
 struct Shared<S> {
-    writer: Mutex<Writer<S>>,
-    /// Mirrors the core's `is_close_sent`, so the receiver can ask without
-    /// taking the lock on every read.
-    close_sent: AtomicBool,
-    /// Mirrors the core's `is_transport_ended`, for the same reason.
-    transport_ended: AtomicBool,
-    /// The receiver waiting for input: a sender whose write fails wakes it,
-    /// as no input is coming either.
+    locked: Mutex<Locked<S>>,
+    /// The core's [`State`], published after every call under the lock.
+    /// The receiver reads it on every poll; an atomic byte spares it the
+    /// lock on the data path.
+    state: AtomicU8,
+    /// The receiver waiting for input: a sender that changes the core's
+    /// state (a failed write, our close frame) wakes it to act on that.
     reader: AtomicWaker,
 }
 
 #[derive(Debug)]
-struct Writer<S> {
-    state: WriteState,
+struct Locked<S> {
+    core: Core,
     io: WriteHalf<S>,
 }
 
 impl<S> Shared<S> {
-    fn lock(&self) -> MutexGuard<'_, Writer<S>> {
+    fn lock(&self) -> MutexGuard<'_, Locked<S>> {
         // A panic while holding the lock leaves the queue consistent (every
         // update is a whole frame), so a poisoned lock is still usable.
-        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+        self.locked.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `f` on the sending state, then publishes `close_sent`.
-    fn with<T>(&self, f: impl FnOnce(&mut WriteState, &mut WriteHalf<S>) -> T) -> T {
+    /// Runs `f` on the core, then publishes its state.
+    fn with<T>(&self, f: impl FnOnce(&mut Core, &mut WriteHalf<S>) -> T) -> T {
         let mut guard = self.lock();
-        let w = &mut *guard;
-        let r = f(&mut w.state, &mut w.io);
-        self.close_sent
-            .store(w.state.conn.is_close_sent(), Ordering::Release);
-        if w.state.conn.is_transport_ended() && !self.transport_ended.swap(true, Ordering::AcqRel) {
+        let locked = &mut *guard;
+        let r = f(&mut locked.core, &mut locked.io);
+        let state = locked.core.conn.state().to_bits();
+        if self.state.swap(state, Ordering::AcqRel) != state {
             self.reader.wake();
         }
         r
+    }
+
+    fn state(&self) -> State {
+        State::from_bits(self.state.load(Ordering::Acquire))
     }
 }
 
 pub(super) fn split<S>(
     io: S,
     reader: ReadState,
-    writer: WriteState,
+    core: Core,
 ) -> (WebSocketSender<S>, WebSocketReceiver<S>)
 where
     S: AsyncRead + AsyncWrite,
 {
     let (rd, wr) = tokio::io::split(io);
     let shared = Arc::new(Shared {
-        close_sent: AtomicBool::new(writer.conn.is_close_sent()),
-        transport_ended: AtomicBool::new(writer.conn.is_transport_ended()),
+        state: AtomicU8::new(core.conn.state().to_bits()),
         reader: AtomicWaker::new(),
-        writer: Mutex::new(Writer {
-            state: writer,
-            io: wr,
-        }),
+        locked: Mutex::new(Locked { core, io: wr }),
     });
     (
         WebSocketSender {
@@ -135,7 +133,7 @@ impl<S> Drop for WebSocketSender<S> {
     fn drop(&mut self) {
         // A send of this handle's, dropped while waiting, may have been the
         // one the transport would have woken: let the others ask again.
-        self.shared.with(|w, _| w.wake_writers());
+        self.shared.with(|c, _| c.write.wake_writers());
     }
 }
 
@@ -157,7 +155,7 @@ struct CancelGuard<'a, S> {
 impl<S> Drop for CancelGuard<'_, S> {
     fn drop(&mut self) {
         if !self.done {
-            self.shared.with(|w, _| w.wake_writers());
+            self.shared.with(|c, _| c.write.wake_writers());
         }
     }
 }
@@ -171,13 +169,14 @@ pub struct WebSocketReceiver<S> {
     shared: Arc<Shared<S>>,
 }
 
-/// The receiving half's transport.
-struct Half<'a, S> {
+/// How the receiving half reaches the core: through the lock it shares
+/// with the senders.
+struct SplitLink<'a, S> {
     rd: &'a mut ReadHalf<S>,
     shared: &'a Shared<S>,
 }
 
-impl<S: AsyncRead + AsyncWrite> Transport for Half<'_, S> {
+impl<S: AsyncRead + AsyncWrite> CoreLink for SplitLink<'_, S> {
     type Read = ReadHalf<S>;
     type Write = WriteHalf<S>;
     const FLUSHES_ALL_BEFORE_READ: bool = false;
@@ -186,16 +185,12 @@ impl<S: AsyncRead + AsyncWrite> Transport for Half<'_, S> {
         self.rd
     }
 
-    fn with_writer<T>(&mut self, f: impl FnOnce(&mut WriteState, &mut WriteHalf<S>) -> T) -> T {
+    fn with_core<T>(&mut self, f: impl FnOnce(&mut Core, &mut WriteHalf<S>) -> T) -> T {
         self.shared.with(f)
     }
 
-    fn close_sent(&self) -> bool {
-        self.shared.close_sent.load(Ordering::Acquire)
-    }
-
-    fn transport_ended(&self) -> bool {
-        self.shared.transport_ended.load(Ordering::Acquire)
+    fn state(&self) -> State {
+        self.shared.state()
     }
 
     fn wait_for_input(&mut self, cx: &Context<'_>) {
@@ -211,52 +206,40 @@ impl<S> WebSocketReceiver<S> {
 
     /// Whether the peer's close frame has been received.
     pub fn is_close_received(&self) -> bool {
-        self.reader.close_received
+        self.shared.state().is_close_received()
     }
+}
 
-    /// Puts the two halves back together; fails (returning both) if they
-    /// came from different connections or other clones of the sender remain.
-    ///
-    /// ```
-    /// # use wavesock::{Config, Role, WebSocketStream};
-    /// let (io, _peer) = tokio::io::duplex(64);
-    /// let ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default())?;
-    /// let (tx, rx) = ws.split();
-    /// let ws = rx.reunite(tx).expect("same connection");
-    /// # Ok::<(), wavesock::Error>(())
-    /// ```
-    #[allow(clippy::result_large_err)]
-    pub fn reunite(
-        self,
-        other: WebSocketSender<S>,
-    ) -> std::result::Result<WebSocketStream<S>, (WebSocketSender<S>, WebSocketReceiver<S>)>
-    where
-        S: Unpin,
-    {
-        // Clones of the sender still about would be left without a
-        // connection.
-        if !Arc::ptr_eq(&self.shared, &other.shared) || Arc::strong_count(&self.shared) > 2 {
-            return Err((other, self));
-        }
-        drop(other);
-        let shared = Arc::try_unwrap(self.shared)
-            .unwrap_or_else(|_| unreachable!("both halves were given back"));
-        let writer = shared
-            .writer
-            .into_inner()
-            .unwrap_or_else(PoisonError::into_inner);
-        Ok(WebSocketStream {
-            io: self.rd.unsplit(writer.io),
-            reader: self.reader,
-            writer: writer.state,
-        })
+/// The parts of the connection `rx` and `tx` were split from, to put back
+/// together; both back if they came from different connections or other
+/// clones of the sender remain.
+#[allow(clippy::result_large_err, clippy::type_complexity)]
+pub(super) fn into_parts<S>(
+    rx: WebSocketReceiver<S>,
+    tx: WebSocketSender<S>,
+) -> std::result::Result<(S, ReadState, Core), (WebSocketSender<S>, WebSocketReceiver<S>)>
+where
+    S: Unpin,
+{
+    // Clones of the sender still about would be left without a
+    // connection.
+    if !Arc::ptr_eq(&rx.shared, &tx.shared) || Arc::strong_count(&rx.shared) > 2 {
+        return Err((tx, rx));
     }
+    drop(tx);
+    let shared =
+        Arc::try_unwrap(rx.shared).unwrap_or_else(|_| unreachable!("both halves were given back"));
+    let locked = shared
+        .locked
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner);
+    Ok((rx.rd.unsplit(locked.io), rx.reader, locked.core))
 }
 
 impl<S> WebSocketSender<S> {
     /// Whether a close frame has been sent (by either half).
     pub fn is_close_sent(&self) -> bool {
-        self.shared.close_sent.load(Ordering::Acquire)
+        self.shared.state().is_close_sent()
     }
 }
 
@@ -304,7 +287,7 @@ where
         Ok(())
     }
 
-    async fn queue(&mut self, start: impl FnOnce(&mut WriteState) -> Result<()>) -> Result<()> {
+    async fn queue(&mut self, start: impl FnOnce(&mut Core) -> Result<()>) -> Result<()> {
         let shared = &*self.shared;
         let mut guard = CancelGuard {
             shared,
@@ -324,11 +307,11 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let mut t = Half {
+        let mut link = SplitLink {
             rd: &mut this.rd,
             shared: &this.shared,
         };
-        this.reader.poll_next(&mut t, cx)
+        this.reader.poll_next(&mut link, cx)
     }
 }
 

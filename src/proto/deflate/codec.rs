@@ -88,7 +88,7 @@ pub(crate) fn pair(
 
 /// Compresses the messages one side sends.
 #[derive(Debug)]
-pub(crate) struct Deflater {
+pub struct Deflater {
     compress: Compress,
     reset_after_message: bool,
     threshold: usize,
@@ -222,7 +222,7 @@ struct Inflating {
 
 /// Decompresses the messages one side receives.
 #[derive(Debug)]
-pub(crate) struct Inflater {
+pub struct Inflater {
     decompress: Decompress,
     reset_after_message: bool,
     max_message_size: usize,

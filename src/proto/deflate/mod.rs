@@ -5,7 +5,7 @@
 //! The parameter types are always here, so the handshake negotiates with
 //! them whatever the features. The compressor needs the `deflate` feature;
 //! without it this module compiles a stub whose compressor types cannot be
-//! made, and [`enable`] refuses.
+//! made, and [`pair`] refuses.
 //!
 //! [RFC 7692]: https://www.rfc-editor.org/rfc/rfc7692
 
@@ -17,20 +17,21 @@ mod codec;
 #[path = "stub.rs"]
 mod codec;
 
-pub use codec::AVAILABLE;
-pub(crate) use codec::{Deflater, Inflater};
+pub use codec::{AVAILABLE, Deflater, Inflater};
 pub use params::{DeflateConfig, DeflateParams};
 
-use crate::proto::decoder::MessageDecoder;
-use crate::proto::encoder::FrameEncoder;
+use crate::proto::Role;
 use crate::proto::error::Error;
 
-/// Sets both directions of a connection up for the negotiated `params`:
-/// each side compresses with its own window and context rule (and
-/// `config`'s level and threshold) and inflates with the peer's, holding
-/// inflated messages to the decoder's message limit. Call it before the
-/// first message either way. Fails only in a build without the `deflate`
-/// feature ([`AVAILABLE`] says).
+/// The compressor and decompressor for one side of a connection under the
+/// negotiated `params`: it compresses with its own window and context rule
+/// (and `config`'s level and threshold) and inflates with the peer's,
+/// holding inflated messages to `max_message_size`. Whoever owns both
+/// halves of the connection hands them to its
+/// [`MessageDecoder::set_inflater`](crate::proto::decoder::MessageDecoder::set_inflater)
+/// and [`FrameEncoder::set_deflater`](crate::proto::encoder::FrameEncoder::set_deflater)
+/// before the first message either way. Fails only in a build without the
+/// `deflate` feature ([`AVAILABLE`] says).
 ///
 /// ```
 /// use wavesock::Message;
@@ -39,19 +40,19 @@ use crate::proto::error::Error;
 ///
 /// let mut decoder = MessageDecoder::new(Role::Server, Limits::default());
 /// let mut encoder = FrameEncoder::new(Role::Server);
-/// let r = deflate::enable(&mut decoder, &mut encoder, &DeflateParams::default(), &DeflateConfig::default());
-/// assert_eq!(r.is_ok(), deflate::AVAILABLE);
+/// let pair = deflate::pair(Role::Server, &DeflateParams::default(), &DeflateConfig::default(), decoder.max_message_size());
+/// assert_eq!(pair.is_ok(), deflate::AVAILABLE);
+/// if let Ok((inflater, deflater)) = pair {
+///     decoder.set_inflater(inflater);
+///     encoder.set_deflater(deflater);
+/// }
 /// assert_eq!(encoder.compresses(&Message::text("x".repeat(100))), deflate::AVAILABLE);
 /// ```
-pub fn enable(
-    decoder: &mut MessageDecoder,
-    encoder: &mut FrameEncoder,
+pub fn pair(
+    role: Role,
     params: &DeflateParams,
     config: &DeflateConfig,
-) -> Result<(), Error> {
-    let (inflater, deflater) =
-        codec::pair(decoder.role(), params, config, decoder.max_message_size())?;
-    decoder.set_inflater(inflater);
-    encoder.set_deflater(deflater);
-    Ok(())
+    max_message_size: usize,
+) -> Result<(Inflater, Deflater), Error> {
+    codec::pair(role, params, config, max_message_size)
 }

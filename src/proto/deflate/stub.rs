@@ -23,8 +23,9 @@ pub(crate) fn pair(
     ))
 }
 
+/// A compressor: none can be made without the `deflate` feature.
 #[derive(Debug)]
-pub(crate) enum Deflater {}
+pub enum Deflater {}
 
 impl Deflater {
     pub(crate) fn wants(&self, _len: usize) -> bool {
@@ -59,8 +60,9 @@ pub(crate) struct Fed {
     pub(crate) wait: Option<usize>,
 }
 
+/// A decompressor: none can be made without the `deflate` feature.
 #[derive(Debug)]
-pub(crate) enum Inflater {}
+pub enum Inflater {}
 
 impl Inflater {
     pub(crate) fn in_message(&self) -> bool {

@@ -10,8 +10,8 @@ use std::task::{Context, Poll, ready};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::AsyncWrite;
 
-use crate::pool;
 use crate::retry::Retrying;
+use crate::stream::pool;
 
 /// At most this many slices go into one vectored write.
 const MAX_IOV: usize = 32;

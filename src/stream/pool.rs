@@ -9,9 +9,8 @@ use std::thread::LocalKey;
 use bytes::BytesMut;
 
 /// The size of every pooled buffer: room for a 64 KiB message with its
-/// header and what follows it, so messages of the common 64 KiB size are
-/// read in place (with 64 KiB buffers every such message outgrew its buffer
-/// by its header and was copied).
+/// header and what follows it, so that messages of the common 64 KiB size
+/// are read in place instead of outgrowing their buffer by a header.
 pub(crate) const BUF_LEN: usize = 96 << 10;
 /// Items kept per thread and per kind: one connection is polled at a time
 /// and needs at most one buffer to read into and one to write from; the
