@@ -12,7 +12,7 @@ use crate::config::Config;
 use crate::deadline::{after, within};
 use crate::error::ConnectError;
 use crate::error::{HandshakeError, Result};
-use crate::handshake::client::{is_secure, port_or_default, ws_scheme_is_secure};
+use crate::handshake::client::target::{is_secure, port_or_default, ws_scheme_is_secure};
 use crate::proxy;
 
 /// What secures `wss://`: with the `rustls` feature, the caller's connector

@@ -35,7 +35,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::error::{ConnectError, Error, Result};
-use crate::handshake::client::default_port;
+use crate::handshake::client::target::default_port;
 use crate::head::{HeadError, read_head};
 use crate::retry::Retrying;
 
