@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use http::Uri;
 
-use super::Proxy;
+use super::config::Proxy;
 use crate::handshake::client::target::{is_secure, port_or_default};
 
 /// The first variable among `names` that is set and not blank.
