@@ -8,7 +8,7 @@ use crate::proto::conn::Timers;
 use crate::proto::deflate::DeflateConfig;
 use crate::proto::limits::Limits;
 use crate::proto::mask::MaskKeys;
-use crate::proxy::Proxy;
+use crate::proxy::config::Proxy;
 
 /// Settings for one WebSocket connection.
 ///

@@ -12,8 +12,8 @@ use crate::config::Config;
 use crate::deadline::{after, within};
 use crate::error::ConnectError;
 use crate::error::{HandshakeError, Result};
-use crate::handshake::client::{is_secure, port_or_default, ws_scheme_is_secure};
-use crate::proxy;
+use crate::handshake::client::target::{is_secure, port_or_default, ws_scheme_is_secure};
+use crate::proxy::tunnel::tunnel;
 
 /// What secures `wss://`: with the `rustls` feature, the caller's connector
 /// or the built-in configuration.
@@ -82,7 +82,7 @@ pub(crate) async fn open(
         let tcp = match &proxy {
             Some(p) => {
                 let mut tcp = tcp_connect(&p.host, p.port).await?;
-                proxy::tunnel(&mut tcp, p, host, port, config.max_handshake_size).await?;
+                tunnel(&mut tcp, p, host, port, config.max_handshake_size).await?;
                 tcp
             }
             None => tcp_connect(host, port).await?,

@@ -21,8 +21,9 @@ use tokio::net::TcpStream;
 use crate::config::Config;
 use crate::deadline::{after, within};
 use crate::error::{Error, HandshakeError, Result};
+use crate::handshake::client::answer::with_body;
 use crate::handshake::client::{
-    IntoClientRequest, check_response, parse_response, prepare_request, with_body, write_request,
+    IntoClientRequest, check_response, parse_response, prepare_request, write_request,
 };
 use crate::head::{HeadError, read_head};
 use crate::negotiated::Negotiated;

@@ -46,9 +46,10 @@ use crate::client::{ClientResponse, MaybeTlsStream};
 use crate::config::Config;
 use crate::deadline::{after, within};
 use crate::error::{ConnectError, Error, HandshakeError, Result};
+use crate::handshake::client::answer::with_body;
+use crate::handshake::client::target::is_secure;
 use crate::handshake::client::{
-    IntoClientRequest, check_extended_connect_response, is_secure, prepare_extended_connect,
-    with_body,
+    IntoClientRequest, check_extended_connect_response, prepare_extended_connect,
 };
 use crate::negotiated::Negotiated;
 use crate::proto::Role;

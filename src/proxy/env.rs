@@ -5,8 +5,8 @@ use std::net::IpAddr;
 
 use http::Uri;
 
-use super::Proxy;
-use crate::handshake::client::{is_secure, port_or_default};
+use super::config::Proxy;
+use crate::handshake::client::target::{is_secure, port_or_default};
 
 /// The first variable among `names` that is set and not blank.
 fn first<F: Fn(&str) -> Option<String>>(var: &F, names: &[&str]) -> Option<String> {

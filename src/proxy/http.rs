@@ -4,7 +4,7 @@
 use base64::Engine;
 use http::StatusCode;
 
-use super::{Credentials, bracket};
+use super::config::{Credentials, bracket};
 use crate::error::{ConnectError, Result};
 
 /// Most header lines accepted in the proxy's answer.

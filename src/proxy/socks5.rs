@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use super::Credentials;
+use super::config::Credentials;
 use crate::error::{ConnectError, Result};
 
 const VERSION: u8 = 5;
