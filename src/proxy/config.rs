@@ -184,7 +184,7 @@ impl Proxy {
     where
         F: Fn(&str) -> Option<String>,
     {
-        env::select(target, var)
+        env::select(target, var).map_or_else(Proxy::none, |url| Proxy::from_url(&url))
     }
 
     /// The proxy to tunnel through for `target`, with `FromEnv` resolved.
@@ -192,7 +192,7 @@ impl Proxy {
         let resolved;
         let proxy = match self.0 {
             Kind::FromEnv => {
-                resolved = env::select(target, |name| std::env::var(name).ok());
+                resolved = Proxy::from_env_vars(target, |name| std::env::var(name).ok());
                 &resolved
             }
             _ => self,

@@ -5,7 +5,6 @@ use std::net::IpAddr;
 
 use http::Uri;
 
-use super::config::Proxy;
 use crate::handshake::client::target::{is_secure, port_or_default};
 
 /// The first variable among `names` that is set and not blank.
@@ -17,30 +16,27 @@ fn first<F: Fn(&str) -> Option<String>>(var: &F, names: &[&str]) -> Option<Strin
         .find(|v| !v.is_empty())
 }
 
-pub(super) fn select<F: Fn(&str) -> Option<String>>(target: &Uri, var: F) -> Proxy {
+/// The proxy URL the environment names for `target`, if any: the scheme's
+/// variable (`https_proxy` for `wss://`, `http_proxy` for `ws://`) or
+/// `all_proxy`, lowercase first, unless `no_proxy` matches the target.
+pub(super) fn select<F: Fn(&str) -> Option<String>>(target: &Uri, var: F) -> Option<String> {
     let secure = is_secure(target);
     let names: &[&str] = if secure {
         &["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
     } else {
         &["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
     };
-    let Some(url) = first(&var, names) else {
-        return Proxy::none();
-    };
-    let Some(host) = target.host() else {
-        return Proxy::none();
-    };
+    let url = first(&var, names)?;
+    let host = target.host()?;
     // A bad port is refused (InvalidUrl) before any proxy is asked for; here
     // it only means there is no port to match NO_PROXY entries against.
-    let Ok(port) = port_or_default(target) else {
-        return Proxy::none();
-    };
+    let port = port_or_default(target).ok()?;
     if let Some(list) = first(&var, &["no_proxy", "NO_PROXY"]) {
         if no_proxy_matches(&list, host, port) {
-            return Proxy::none();
+            return None;
         }
     }
-    Proxy::from_url(&url)
+    Some(url)
 }
 
 /// Whether `host:port` is exempt under a `NO_PROXY` list.
@@ -127,6 +123,7 @@ fn in_range(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxy::config::Proxy;
     use std::collections::HashMap;
 
     fn pick(vars: &[(&str, &str)], url: &str) -> Proxy {
@@ -134,7 +131,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        select(&url.parse().unwrap(), |k| env.get(k).cloned())
+        Proxy::from_env_vars(&url.parse().unwrap(), |k| env.get(k).cloned())
     }
 
     #[test]

@@ -6,7 +6,6 @@
 
 use http::{Method, Uri};
 
-use super::request::Request;
 use crate::handshake::HandshakeError;
 
 /// Whether the URI asks for TLS (`wss://`).
@@ -108,7 +107,10 @@ pub(crate) struct Target {
 /// (each [`HandshakeError::InvalidUrl`]). The port is checked even when the
 /// caller gives its own `Host`: the URL is also what `connect_async`
 /// connects to.
-pub(crate) fn check(request: &Request, handshake: Handshake) -> Result<Target, HandshakeError> {
+pub(crate) fn check(
+    request: &http::Request<()>,
+    handshake: Handshake,
+) -> Result<Target, HandshakeError> {
     if request.method() != Method::GET {
         return Err(HandshakeError::MethodNotAllowed(
             request.method().to_string(),
@@ -148,7 +150,7 @@ pub(crate) fn check(request: &Request, handshake: Handshake) -> Result<Target, H
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handshake::client::{IntoClientRequest, prepare_request};
+    use crate::handshake::client::{IntoClientRequest, Request, prepare_request};
 
     fn check_uri(method: Method, uri: &str, handshake: Handshake) -> Result<Target, String> {
         let request = Request::builder().method(method).uri(uri).body(()).unwrap();
