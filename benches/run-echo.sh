@@ -20,6 +20,12 @@
 #                     start takes the next one
 #   --out DIR         where results go (default target/echo-bench)
 #   --no-build        use the binaries already built
+#   --base BIN        an A/B run: BIN is an echo_peer built from another
+#                     commit, run as the implementation `wavesock-base`
+#                     right before `wavesock` in every row (add it to
+#                     --impls yourself to choose the order; by default it
+#                     is put first). Compare with
+#                     `loadgen table FILE --baseline wavesock-base`.
 #
 # Each run starts a fresh `echo_peer IMPL 127.0.0.1:PORT` (pinned to CPU 1
 # with taskset when there are at least two CPUs; the load generator is
@@ -38,6 +44,7 @@ only="pingpong16 pingpong throughput64k throughput16m pipelined idle"
 port=19300
 out=target/echo-bench
 build=1
+base=
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -51,7 +58,8 @@ while [[ $# -gt 0 ]]; do
         --port) port=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --no-build) build=0; shift ;;
-        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+        --base) base=$2; shift 2 ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -68,6 +76,10 @@ uws=${UWS_ECHO:-$(pwd)/../shared/peers/uws-echo}
 if [[ " $impls " == *" uws "* && ! -x $uws ]]; then
     echo "note: $uws not found; running without uWebSockets" >&2
     impls=${impls//uws/}
+fi
+if [[ -n $base ]]; then
+    base=$(realpath "$base")
+    [[ " $impls " == *" wavesock-base "* ]] || impls="wavesock-base $impls"
 fi
 mkdir -p "$out"
 results="$out/results.jsonl"
@@ -99,6 +111,8 @@ start_server() { # IMPL PORT
     if [[ $1 == uws ]]; then
         # It prints "listening on PORT" to stdout.
         "${server_pin[@]}" "$uws" "$2" > "$log" 2>&1 &
+    elif [[ $1 == wavesock-base ]]; then
+        "${server_pin[@]}" "$base" wavesock "127.0.0.1:$2" 2> "$log" &
     else
         "${server_pin[@]}" "$bin/echo_peer" "$1" "127.0.0.1:$2" 2> "$log" &
     fi

@@ -180,3 +180,33 @@ async fn split_sender_close_leaves_the_receiver_reading() {
     assert!(rx.next().await.is_none());
     server.await.unwrap();
 }
+
+/// A split receiver already waiting for input when a sender sends our
+/// close frame learns of it and runs the close timer: a peer that never
+/// answers (nor hangs up) ends the receiver with `CloseTimeout`, not a
+/// wait for ever.
+#[tokio::test]
+async fn a_waiting_split_receiver_times_out_a_close_its_sender_sent() {
+    let (l, addr) = listener().await;
+    let peer = tokio::spawn(async move {
+        // Upgrades, then reads nothing and answers nothing.
+        let (tcp, _) = raw_upgrade(addr).await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(tcp);
+    });
+    let config = Config::default().close_timeout(Duration::from_millis(200));
+    let (mut tx, mut rx) = accept(&l, config).await.split();
+    let receiving = tokio::spawn(async move { rx.next().await });
+    // The receiver is parked on the socket before the close goes out.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    tx.send(Message::Close(None)).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), receiving)
+        .await
+        .expect("the receiver never ran the close timer")
+        .unwrap();
+    assert!(
+        matches!(got, Some(Err(Error::CloseTimeout))),
+        "{got:?}"
+    );
+    peer.abort();
+}

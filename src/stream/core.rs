@@ -76,7 +76,7 @@ impl Core {
     /// A write failed, or the receiving side saw the transport end: the
     /// connection is over for every task, which may be waiting for input
     /// or for room that will never come.
-    pub(crate) fn transport_ended(&mut self) {
+    pub(crate) fn end_transport(&mut self) {
         self.conn.handle_transport_end();
         self.write.wake_writers();
         self.write.wake_reader();
@@ -96,7 +96,7 @@ impl Core {
             // on. Only when no other task waits to write: polling the
             // transport takes over its single write waker slot.
             if let Poll::Ready(Err(e)) = self.write.poll_drain(io, cx, Task::Sending) {
-                self.transport_ended();
+                self.end_transport();
                 return Poll::Ready(Err(e.into()));
             }
         }
@@ -149,7 +149,7 @@ impl Core {
         match self.write.poll_drain(io, cx, Task::Sending) {
             Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
             Poll::Ready(Err(e)) => {
-                self.transport_ended();
+                self.end_transport();
                 Poll::Ready(Err(e.into()))
             }
             Poll::Pending => {
@@ -166,7 +166,7 @@ impl Core {
         ready!(self.poll_send_buffered(io, cx))?;
         let r = ready!(self.write.poll_flush_io(io, cx, Task::Sending));
         if r.is_err() {
-            self.transport_ended();
+            self.end_transport();
         }
         Poll::Ready(r.map_err(Error::from))
     }
@@ -215,7 +215,7 @@ impl Core {
             Poll::Pending => Ok(()),
         };
         if r.is_err() {
-            self.transport_ended();
+            self.end_transport();
         }
         let w = &self.write;
         Poll::Ready(r.map(|()| !w.outbox.is_empty() || w.unflushed))

@@ -238,12 +238,15 @@ where
     /// Splits the connection into a receiving half and a sending half for
     /// two tasks.
     ///
-    /// The halves share no lock on the data path: the receiver owns the
-    /// decoder and read buffer, the sender the encoder and write queue. The
+    /// The receiver owns the decoder and read buffer and reads without
+    /// taking a lock: it learns where the connection stands from one atomic
+    /// byte. The protocol state and the write queue are shared behind a
+    /// lock, held only while a frame is queued or a write call is made,
+    /// never while waiting; the receiver takes it only to hand the protocol
+    /// a control frame or an error and to write a pong or a close reply
+    /// itself, so pings are answered while the sender is idle. The
     /// transport is split with [`tokio::io::split`] (a short critical
-    /// section around each read or write call), and the receiver touches the
-    /// sender's queue only to add a pong or a close reply, which it then
-    /// writes itself, so pings are answered while the sender is idle.
+    /// section around each read or write call).
     ///
     /// The sending half can be cloned, one clone per task that sends; see
     /// [`WebSocketSender`].

@@ -440,7 +440,7 @@ impl ReadState {
         self.terminated = true;
         // Senders waiting on the transport learn it has ended.
         let expected = link.with_core(|c, _| {
-            c.transport_ended();
+            c.end_transport();
             c.conn.is_close_sent()
         });
         // After our close frame, a peer that hangs up (or resets) instead
