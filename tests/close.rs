@@ -204,9 +204,6 @@ async fn a_waiting_split_receiver_times_out_a_close_its_sender_sent() {
         .await
         .expect("the receiver never ran the close timer")
         .unwrap();
-    assert!(
-        matches!(got, Some(Err(Error::CloseTimeout))),
-        "{got:?}"
-    );
+    assert!(matches!(got, Some(Err(Error::CloseTimeout))), "{got:?}");
     peer.abort();
 }

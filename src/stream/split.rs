@@ -82,7 +82,7 @@ where
     )
 }
 
-/// The sending half of a split [`WebSocketStream`]: a [`Sink`] of messages,
+/// The sending half of a split [`WebSocketStream`](crate::WebSocketStream): a [`Sink`] of messages,
 /// and a handle that can be cloned to send from many tasks.
 ///
 /// Clones share one connection and one write queue; no lock is held while
@@ -160,7 +160,7 @@ impl<S> Drop for CancelGuard<'_, S> {
     }
 }
 
-/// The receiving half of a split [`WebSocketStream`]: a [`Stream`] of
+/// The receiving half of a split [`WebSocketStream`](crate::WebSocketStream): a [`Stream`] of
 /// messages. It answers pings and close frames itself.
 #[derive(Debug)]
 pub struct WebSocketReceiver<S> {
