@@ -15,6 +15,7 @@
 //! - [Streaming large messages](#streaming-large-messages)
 //! - [Broadcast](#broadcast)
 //! - [Errors](#errors)
+//! - [Reconnecting](#reconnecting)
 //! - [Testing with tokio-test](#testing-with-tokio-test)
 //!
 //! # Limits
@@ -132,8 +133,10 @@
 //! [`WebSocketSender`](crate::WebSocketSender);
 //! [`reunite`](crate::WebSocketReceiver::reunite) puts them back together.
 //!
-//! - The halves share the connection behind a lock held only for the
-//!   duration of one poll, so neither blocks the other for longer than that.
+//! - The receiver reads and decodes without a lock. The protocol state and
+//!   the write queue are shared behind a lock held only while a frame is
+//!   queued or a write call is made, never while waiting for the network,
+//!   so neither half blocks the other for longer than that.
 //! - Pongs and the reply to the peer's close frame are written by whichever
 //!   half is being polled. A task that only reads keeps the protocol going;
 //!   **keep polling the receiver**, even if you ignore what it yields, or
@@ -447,11 +450,16 @@
 //! | [`Error::InvalidMessage`](crate::Error::InvalidMessage) | the message cannot be sent (a control frame over 125 bytes, a close code not allowed on the wire) | none |
 //! | [`Error::InvalidConfig`](crate::Error::InvalidConfig) | [`Config::validate`](crate::Config::validate) refused the settings | none |
 //!
-//! [`Error::close_code`](crate::Error::close_code) returns the code for the first three rows: the
-//! errors that are the peer's data's fault, for which the close frame has
-//! already been written (if the transport still took it) by the time you
-//! see the error. Use it to tell a
-//! misbehaving peer from a network failure:
+//! [`Error::close_code`](crate::Error::close_code) returns the code for the first three rows (and
+//! the memory budget's 1009 and 1013): the errors that are the peer's data's
+//! fault, for which the close frame has already been written (if the
+//! transport still took it) by the time you see the error. Its reason says
+//! which rule or limit, in a few fixed words with nothing of the peer's
+//! data in them (`"unmasked frame from a client"`, `"invalid UTF-8"`,
+//! `"frame over max_frame_size"`, `"message over max_message_size"`; see
+//! [`proto::Error::close_reason`](crate::proto::Error::close_reason)), so
+//! the peer can log it and a browser shows it as `CloseEvent.reason`. Use
+//! `close_code` to tell a misbehaving peer from a network failure:
 //!
 //! ```no_run
 //! use futures_util::StreamExt;
@@ -473,6 +481,41 @@
 //!
 //! `Error` and [`ProtocolError`](crate::ProtocolError) are
 //! `#[non_exhaustive]`: match the cases you handle and keep a catch-all.
+//!
+//! # Reconnecting
+//!
+//! A client that must stay connected reconnects itself: wavesock does not
+//! hide a dropped connection, so that you decide what is lost and what is
+//! sent again. Which endings are worth another attempt:
+//!
+//! | how the connection ended | retry? |
+//! | --- | --- |
+//! | [`Error::Connect`](crate::Error::Connect): DNS, TCP refused or reset, a proxy, the connect timeout | yes, with backoff; not for a certificate the client does not trust or an unsupported URL scheme, which another attempt will not change |
+//! | [`Error::Handshake`](crate::Error::Handshake) with a `5xx` status (the server, or a proxy in front of it, is restarting) | yes, with backoff; a `4xx` (wrong URL, refused credentials, no common subprotocol) will be refused again |
+//! | [`Error::Io`](crate::Error::Io): `UnexpectedEof` (the peer went away without a close frame), `ConnectionReset`, `BrokenPipe` | yes |
+//! | [`Error::KeepaliveTimeout`](crate::Error::KeepaliveTimeout) (the peer, or the path to it, stopped answering) | yes |
+//! | the server's close frame with 1001 (going away), 1012 (service restart) or 1013 (try again later) | yes, with backoff: the server asked for it |
+//! | the server's close frame with 1000 (normal closure) | as your protocol says: often the end |
+//! | 1002, 1003, 1007, 1008, 1009 or 1010 either way, or [`Error::InvalidMessage`](crate::Error::InvalidMessage) | no: one side sent what the other will not take, and reconnecting sends it again; fix the cause |
+//!
+//! Wait between attempts with exponential backoff and jitter: double the
+//! delay after each failure up to a cap (say from 100 ms to 30 s), and wait
+//! a random part of it (its upper half, or all of it), so that clients
+//! dropped together by a server restart do not all come back in the same
+//! instant. Reset the delay once the new connection has proved itself
+//! (data has flowed, or it stayed up for some seconds), not as soon as the
+//! handshake succeeds: against a server that accepts and then drops every
+//! connection, the delay should still grow. What was sent into a connection
+//! that then died may or may not have arrived: keep what the peer has not
+//! acknowledged and send it again after reconnecting, or make messages
+//! that are harmless to repeat.
+//!
+//! The repository's `examples/reconnect.rs` does all of this: jittered,
+//! capped backoff, reset after a healthy connection, and lines kept until
+//! the echo server acknowledges them. Run `cargo run --example echo_server
+//! -- 127.0.0.1:9001` and `cargo run --example reconnect --
+//! ws://127.0.0.1:9001/`, then restart the server to watch the client back
+//! off and resume.
 //!
 //! # Testing with tokio-test
 //!
@@ -506,13 +549,14 @@
 //! feature a client connection made with predictable keys logs a warning.
 //!
 //! ```
+//! // Needs tokio-test (a dev-dependency for your tests).
 //! use futures_util::{SinkExt, StreamExt};
 //! use tokio_test::io::Builder;
 //! use wavesock::{Config, MaskKeys, Message};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> wavesock::Result<()> {
-//! let request = http::Request::builder()
+//! let request = wavesock::http::Request::builder()
 //!     .uri("ws://localhost/")
 //!     .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
 //!     .body(())
@@ -541,9 +585,73 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The repository's `tests/scripted.rs` scripts a longer exchange with
-//! counting keys: a text frame, the pong to a server's ping and the close
-//! handshake.
+//! ## The frames wavesock sends on its own
+//!
+//! A script must expect these too. A client masks each of them like any
+//! frame (with the next key of [`MaskKeys`](crate::MaskKeys)); a server
+//! sends them unmasked.
+//!
+//! | when | frame | bytes after the header |
+//! | --- | --- | --- |
+//! | a ping arrives (unless our close went out) | pong, opcode `0xA` | the ping's payload |
+//! | the peer's close frame arrives first | close, opcode `0x8` | the peer's code and reason, as they came (nothing if its close had no payload) |
+//! | the peer's data breaks a rule or a limit | close | code 1002, 1007 or 1009 (under a memory budget 1009 or 1013) and a fixed reason naming the rule or limit ([`proto::Error::close_reason`](crate::proto::Error::close_reason)), e.g. `03 f1` `"frame over max_frame_size"` |
+//! | `ping_interval` passes with nothing heard (keepalive) | ping, opcode `0x9` | nothing |
+//! | `pong_timeout` passes after that ping with nothing heard | close | code 1011 and `"keepalive timeout"`; then the connection is dropped without waiting for an answer |
+//! | [`SinkExt::close`](futures_util::SinkExt::close) | close | code 1000, no reason |
+//! | [`WebSocketStream::close`](crate::WebSocketStream::close) | close | the frame you give; `None` sends a close with no payload |
+//!
+//! After our close frame nothing else is sent, pongs included. A server
+//! ends the TCP connection once the closing handshake is done; a client
+//! waits for the server to end it (RFC 6455 §7.1.1), within
+//! `close_timeout`, so a script of a client ends with the server's last
+//! frame and then nothing: the end of the script reads as the end of the
+//! connection.
+//!
+//! A close the server starts, answered by the client with the same code
+//! and reason:
+//!
+//! ```
+//! // Needs tokio-test (a dev-dependency for your tests).
+//! use futures_util::StreamExt;
+//! use tokio_test::io::Builder;
+//! use wavesock::{CloseCode, CloseFrame, Config, MaskKeys, Message};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> wavesock::Result<()> {
+//! # let request = wavesock::http::Request::builder()
+//! #     .uri("ws://localhost/")
+//! #     .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+//! #     .body(())
+//! #     .unwrap();
+//! let server = Builder::new()
+//! #   .write(
+//! #       b"GET / HTTP/1.1\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+//! #         host: localhost\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\
+//! #         sec-websocket-version: 13\r\n\r\n",
+//! #   )
+//! #   .read(
+//! #       b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+//! #         Connection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+//! #   )
+//!     // (The handshake as above.) The server closes: 1001 (03 e9), "bye".
+//!     .read(&[0x88, 0x05, 0x03, 0xe9, b'b', b'y', b'e'])
+//!     // The client's echo: the same payload, masked with the zero key.
+//!     .write(&[0x88, 0x85, 0, 0, 0, 0, 0x03, 0xe9, b'b', b'y', b'e'])
+//!     // Then the server ends the connection: the script ends here.
+//!     .build();
+//!
+//! let config = Config::default().mask_keys(MaskKeys::FixedForTesting([0; 4]));
+//! let (mut ws, _) = wavesock::client_async_with_config(request, server, config).await?;
+//! let bye = CloseFrame::new(CloseCode::GOING_AWAY, "bye");
+//! assert_eq!(ws.next().await.transpose()?, Some(Message::Close(Some(bye))));
+//! assert!(ws.next().await.is_none()); // echoed, and the server ended TCP
+//! # Ok(()) }
+//! ```
+//!
+//! The repository's `tests/scripted.rs` scripts longer exchanges with
+//! counting keys: a text frame, the pong to a server's ping, and the close
+//! handshake started by either side.
 //!
 //! [`WebSocketStream`]: crate::WebSocketStream
 //! [`WebSocketSender`]: crate::WebSocketSender

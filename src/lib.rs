@@ -94,8 +94,8 @@ mod trace;
 pub mod upgrade;
 
 pub use client::{
-    ClientResponse, MaybeTlsStream, client_async, client_async_with_config, connect_async,
-    connect_async_with_config,
+    ClientReceiver, ClientResponse, ClientSender, ClientStream, MaybeTlsStream, client_async,
+    client_async_with_config, connect_async, connect_async_with_config,
 };
 pub use codec::WebSocketCodec;
 pub use config::Config;
@@ -129,6 +129,11 @@ pub use tokio_rustls;
 
 /// The bytes crate's `Bytes`, which binary payloads are (as `tungstenite::Bytes`).
 pub use bytes::Bytes;
+/// The http crate wavesock is built with (as `tungstenite::http`): build a
+/// client's request with `wavesock::http::Request::builder()`, read a
+/// response's headers, or answer a server callback, without adding `http`
+/// to your own dependencies.
+pub use http;
 
 // The README's and the migration guide's examples are compiled as doc tests
 // so that they stay true.

@@ -106,7 +106,8 @@ async fn upgrade(addr: SocketAddr, deflate: bool) -> (TcpStream, BytesMut) {
 }
 
 /// Sends `head` then `body`, then never finishes the message; returns the
-/// close code the server sent (0 if none came).
+/// close code the server sent (0 if none came), checking that its reason
+/// names the budget.
 async fn hostile(addr: SocketAddr, deflate: bool, head: Vec<u8>, body: Arc<Vec<u8>>) -> u16 {
     let (tcp, mut buf) = upgrade(addr, deflate).await;
     let (mut rd, mut wr) = tcp.into_split();
@@ -126,6 +127,13 @@ async fn hostile(addr: SocketAddr, deflate: bool, head: Vec<u8>, body: Arc<Vec<u
     while let Some((b0, payload)) = support::read_frame(&mut rd, &mut buf).await {
         if b0 & 0x0F == 0x8 {
             code = u16::from_be_bytes([payload[0], payload[1]]);
+            let reason = std::str::from_utf8(&payload[2..]).unwrap();
+            let expected = match code {
+                1009 => "message over the memory budget",
+                1013 => "memory budget exhausted, try again later",
+                _ => "",
+            };
+            assert_eq!(reason, expected, "close code {code}");
             break;
         }
     }

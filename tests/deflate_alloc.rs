@@ -168,10 +168,12 @@ fn a_gigabyte_bomb_costs_the_limit_not_a_gigabyte() {
                 assert_eq!(err.close_code().map(|c| c.0), Some(1009));
             })
             .await;
-            // The close frame on the wire says 1009.
-            let mut head = [0u8; 4];
-            rd.read_exact(&mut head).await.unwrap();
-            assert_eq!(head, [0x88, 0x02, 0x03, 0xF1]);
+            // The close frame on the wire says 1009, and which limit.
+            let reason = b"message over max_message_size";
+            let mut frame = vec![0u8; 4 + reason.len()];
+            rd.read_exact(&mut frame).await.unwrap();
+            assert_eq!(frame[..4], [0x88, 2 + reason.len() as u8, 0x03, 0xF1]);
+            assert_eq!(&frame[4..], reason);
             drop(ws);
             writer.await.unwrap();
             eprintln!("limit {limit}: peak growth {grew} bytes for a 1 GiB bomb");

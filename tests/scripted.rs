@@ -85,6 +85,44 @@ async fn client_handshake_and_frames_are_scripted_byte_for_byte() {
     // Dropping the mock checks that every scripted byte was read and written.
 }
 
+/// The server starts the closing handshake: the client delivers its close
+/// frame, echoes code and reason (masked, key 37 fa 21 3d), writes nothing
+/// after it, and waits for the server to end the connection (RFC 6455
+/// §7.1.1), which the end of the script is.
+#[tokio::test]
+async fn a_close_the_server_starts_is_echoed_with_its_code_and_reason() {
+    let config = Config::default().mask_keys(MaskKeys::CountingForTesting(0x37fa_213d));
+    let server = Builder::new()
+        .write(REQUEST)
+        .read(RESPONSE)
+        // The server says 1001 "restart" (03 e9 + 7 bytes).
+        .read(&[
+            0x88, 0x09, 0x03, 0xe9, b'r', b'e', b's', b't', b'a', b'r', b't',
+        ])
+        // The echo: the same 9 bytes, masked with 37 fa 21 3d.
+        .write(&[
+            0x88, 0x89, 0x37, 0xfa, 0x21, 0x3d, 0x34, 0x13, 0x53, 0x58, 0x44, 0x8e, 0x40, 0x4f,
+            0x43,
+        ])
+        .build();
+    let (mut ws, _) = wavesock::client_async_with_config(request(KEY), server, config)
+        .await
+        .unwrap();
+    assert_eq!(
+        ws.next().await.unwrap().unwrap(),
+        Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "restart")))
+    );
+    assert!(ws.is_close_received());
+    assert!(ws.is_close_sent(), "the echo counts as our close");
+    // The echo is written, then the end of the script reads as the server
+    // ending TCP.
+    assert!(ws.next().await.is_none());
+    assert!(matches!(
+        ws.send(Message::text("late")).await,
+        Err(Error::ConnectionClosed)
+    ));
+}
+
 #[tokio::test]
 async fn a_bad_given_key_fails_before_anything_is_written() {
     // A mock with no actions panics on any write.

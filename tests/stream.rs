@@ -92,18 +92,47 @@ async fn server_answers_pings_and_reports_them() {
 
 #[tokio::test]
 async fn protocol_violations_close_with_the_right_code() {
-    let cases: Vec<(Vec<u8>, u16)> = vec![
-        (vec![0x81, 0x02, b'h', b'i'], 1002), // unmasked client frame
-        (masked(0xA1, b"x"), 1002),           // RSV2
-        (masked(0x8B, b""), 1002),            // reserved control opcode
-        (masked(0x80, b"x"), 1002),           // continuation out of nowhere
-        (masked(0x89, &[0; 126]), 1002),      // ping > 125
-        (masked(0x88, &[0x03]), 1002),        // 1-byte close
-        (masked(0x88, &close_payload(999, "")), 1002), // invalid close code
-        (masked(0x81, &[0xC0, 0xAF]), 1007),  // overlong UTF-8
-        (masked(0x82, &[0; 2000]), 1009),     // over max_frame_size
+    // The reason names the rule or limit, and nothing of the peer's data.
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (
+            vec![0x81, 0x02, b'h', b'i'],
+            1002,
+            "unmasked frame from a client",
+        ),
+        (masked(0xA1, b"x"), 1002, "reserved bits set"),
+        (masked(0x8B, b""), 1002, "reserved opcode"),
+        (
+            masked(0x80, b"x"),
+            1002,
+            "continuation frame without a message",
+        ),
+        (
+            masked(0x89, &[0; 126]),
+            1002,
+            "control frame over 125 bytes",
+        ),
+        (
+            masked(0x88, &[0x03]),
+            1002,
+            "close frame with a one-byte payload",
+        ),
+        (
+            masked(0x88, &close_payload(999, "")),
+            1002,
+            "invalid close code",
+        ),
+        (masked(0x81, &[0xC0, 0xAF]), 1007, "invalid UTF-8"),
+        (masked(0x82, &[0; 2000]), 1009, "frame over max_frame_size"),
+        (
+            masked(0x02, &[0; 600])
+                .into_iter()
+                .chain(masked(0x80, &[0; 600]))
+                .collect(),
+            1009,
+            "message over max_message_size",
+        ),
     ];
-    for (frame, code) in cases {
+    for (frame, code, reason) in cases {
         let (l, addr) = listener().await;
         let server = tokio::spawn(echo_server(
             l,
@@ -120,6 +149,7 @@ async fn protocol_violations_close_with_the_right_code() {
             code,
             "{frame:x?}"
         );
+        assert_eq!(std::str::from_utf8(&payload[2..]), Ok(reason), "{frame:x?}");
         assert_eq!(
             read_frame(&mut tcp, &mut buf).await,
             None,
@@ -563,6 +593,7 @@ async fn keepalive_detects_a_silent_peer() {
     assert_eq!(started.elapsed(), Duration::from_secs(7));
     let (b0, payload) = read_frame(&mut peer, &mut buf).await.unwrap();
     assert_eq!((b0, &payload[..2]), (0x88, &1011u16.to_be_bytes()[..]));
+    assert_eq!(&payload[2..], b"keepalive timeout");
 }
 
 #[tokio::test(start_paused = true)]

@@ -57,7 +57,10 @@ async fn frames_after_the_peer_close_are_ignored() {
 async fn protocol_error_sends_1002_before_the_error() {
     let io = Builder::new()
         .read(&[0x81, 0x01, b'x']) // unmasked from a client
-        .write(&unmasked(0x88, &close_payload(1002, "")))
+        .write(&unmasked(
+            0x88,
+            &close_payload(1002, "unmasked frame from a client"),
+        ))
         .build();
     let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default()).unwrap();
     let err = ws.next().await.unwrap().unwrap_err();
@@ -76,7 +79,10 @@ async fn oversized_frame_sends_1009_from_the_header_alone() {
         .read(&[
             0x82, 0xFF, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 3, 4,
         ])
-        .write(&unmasked(0x88, &close_payload(1009, "")))
+        .write(&unmasked(
+            0x88,
+            &close_payload(1009, "frame over max_frame_size"),
+        ))
         .build();
     let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default()).unwrap();
     let err = ws.next().await.unwrap().unwrap_err();
@@ -88,7 +94,7 @@ async fn oversized_frame_sends_1009_from_the_header_alone() {
 async fn invalid_utf8_sends_1007() {
     let io = Builder::new()
         .read(&masked(0x81, &[b'a', 0xFF]))
-        .write(&unmasked(0x88, &close_payload(1007, "")))
+        .write(&unmasked(0x88, &close_payload(1007, "invalid UTF-8")))
         .build();
     let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default()).unwrap();
     assert!(matches!(ws.next().await.unwrap(), Err(Error::InvalidUtf8)));

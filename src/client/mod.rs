@@ -13,6 +13,32 @@ mod transport;
 
 pub use transport::MaybeTlsStream;
 
+/// The connection [`connect_async`] makes: a [`WebSocketStream`] over TCP,
+/// with TLS for `wss://` URLs. A name to write in your own signatures
+/// instead of `WebSocketStream<MaybeTlsStream<TcpStream>>`.
+///
+/// ```no_run
+/// use futures_util::SinkExt;
+/// use wavesock::{ClientSender, ClientStream, Message};
+///
+/// async fn greet(tx: &mut ClientSender) -> wavesock::Result<()> {
+///     tx.send(Message::text("hello")).await
+/// }
+///
+/// # async fn run() -> wavesock::Result<()> {
+/// let (ws, _): (ClientStream, _) = wavesock::connect_async("wss://example.com/").await?;
+/// let (mut tx, _rx) = ws.split();
+/// greet(&mut tx).await?;
+/// # Ok(()) }
+/// ```
+pub type ClientStream = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// The sending half of a split [`ClientStream`].
+pub type ClientSender = WebSocketSender<MaybeTlsStream<TcpStream>>;
+
+/// The receiving half of a split [`ClientStream`].
+pub type ClientReceiver = WebSocketReceiver<MaybeTlsStream<TcpStream>>;
+
 use bytes::BytesMut;
 use http::{Request, Response, StatusCode, header};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -29,7 +55,7 @@ use crate::head::{HeadError, read_head};
 use crate::negotiated::Negotiated;
 use crate::proto::Role;
 use crate::retry::Retrying;
-use crate::stream::WebSocketStream;
+use crate::stream::{WebSocketReceiver, WebSocketSender, WebSocketStream};
 
 /// The server's answer to a successful handshake: status `101`, its headers
 /// (`Sec-WebSocket-Protocol` names the chosen subprotocol, if any), no body.
@@ -61,9 +87,7 @@ pub type ClientResponse = Response<Option<Vec<u8>>>;
 /// ws.close(None).await?;
 /// # Ok(()) }
 /// ```
-pub async fn connect_async<R>(
-    request: R,
-) -> Result<(WebSocketStream<MaybeTlsStream<TcpStream>>, ClientResponse)>
+pub async fn connect_async<R>(request: R) -> Result<(ClientStream, ClientResponse)>
 where
     R: IntoClientRequest,
 {
@@ -92,7 +116,7 @@ where
 pub async fn connect_async_with_config<R>(
     request: R,
     config: Config,
-) -> Result<(WebSocketStream<MaybeTlsStream<TcpStream>>, ClientResponse)>
+) -> Result<(ClientStream, ClientResponse)>
 where
     R: IntoClientRequest,
 {
@@ -126,7 +150,7 @@ pub async fn connect_async_tls_with_config<R>(
     request: R,
     config: Config,
     connector: Option<tls::Connector>,
-) -> Result<(WebSocketStream<MaybeTlsStream<TcpStream>>, ClientResponse)>
+) -> Result<(ClientStream, ClientResponse)>
 where
     R: IntoClientRequest,
 {

@@ -395,7 +395,7 @@ impl Connection {
             return;
         }
         if let Some(code) = err.close_code() {
-            self.owe_close(code, "");
+            self.owe_close(code, err.close_reason());
         }
         self.state.set_phase(Phase::Failing);
         self.stop_budget_wait();

@@ -371,6 +371,7 @@ fn pair_oversized_message_gets_1009_before_its_payload() {
         panic!("{:?}", p.client.received)
     };
     assert_eq!(f.code, CloseCode::MESSAGE_TOO_BIG);
+    assert_eq!(f.reason.as_str(), "message over max_message_size");
     assert!(matches!(
         p.server.conn.take_error(),
         Some(Error::MessageTooLarge {
@@ -472,7 +473,7 @@ fn a_budget_wait_past_its_timeout_fails_with_1013() {
         close,
         [Message::Close(Some(CloseFrame::new(
             CloseCode::TRY_AGAIN_LATER,
-            ""
+            "memory budget exhausted, try again later"
         )))]
     );
     assert_eq!(c.take_error(), Some(Error::BudgetExhausted));
@@ -520,7 +521,7 @@ fn an_over_budget_refusal_closes_with_1009() {
         drain(&mut c),
         [Message::Close(Some(CloseFrame::new(
             CloseCode::MESSAGE_TOO_BIG,
-            ""
+            "message over the memory budget"
         )))]
     );
     assert_eq!(c.take_error(), Some(err));

@@ -196,26 +196,25 @@ impl FrameEncoder {
         len: usize,
         dst: &mut BytesMut,
     ) -> Result<Option<[u8; 4]>, Error> {
-        let mask = match self.role {
-            Role::Server => None,
-            Role::Client => Some(
-                self.keys
-                    .get_or_insert_with(|| Box::new(KeySource::Random(SmallRng::from_os_rng())))
-                    .next_key(),
-            ),
-        };
-        let header = FrameHeader {
+        let mut header = FrameHeader {
             fin,
             rsv,
             opcode,
-            mask,
+            mask: None,
             payload_len: len as u64,
         };
         header.check_outgoing()?;
+        if self.role == Role::Client {
+            header.mask = Some(
+                self.keys
+                    .get_or_insert_with(|| Box::new(KeySource::Random(SmallRng::from_os_rng())))
+                    .next_key(),
+            );
+        }
         let mut head = [0u8; MAX_HEADER_LEN];
         let n = header.encode(&mut head);
         dst.put_slice(&head[..n]);
-        Ok(mask)
+        Ok(header.mask)
     }
 
     /// Encodes `msg` for a writer that can send bytes from where they are.
@@ -239,6 +238,7 @@ impl FrameEncoder {
     /// assert!(FrameEncoder::new(Role::Client).encode_owned(big, &mut frame)?.is_none());
     /// # Ok::<(), wavesock::Error>(())
     /// ```
+    #[inline]
     pub fn encode_owned(
         &mut self,
         msg: Message,

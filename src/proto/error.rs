@@ -105,6 +105,30 @@ impl Error {
             _ => None,
         }
     }
+
+    /// The reason sent with [`close_code`](Self::close_code): which rule or
+    /// limit the peer's data broke, short and fixed (nothing of the peer's
+    /// data is echoed into it), for the peer to log or show (browsers give
+    /// it as `CloseEvent.reason`). Empty when the error has no close code.
+    ///
+    /// ```
+    /// use wavesock::proto::Error;
+    ///
+    /// let err = Error::MessageTooLarge { size: 1 << 30, max: 64 << 20 };
+    /// assert_eq!(err.close_code().map(|c| c.0), Some(1009));
+    /// assert_eq!(err.close_reason(), "message over max_message_size");
+    /// ```
+    pub fn close_reason(&self) -> &'static str {
+        match self {
+            Error::Protocol(p) => p.close_reason(),
+            Error::InvalidUtf8 => "invalid UTF-8",
+            Error::FrameTooLarge { .. } => "frame over max_frame_size",
+            Error::MessageTooLarge { .. } => "message over max_message_size",
+            Error::OverBudget { .. } => "message over the memory budget",
+            Error::BudgetExhausted => "memory budget exhausted, try again later",
+            _ => "",
+        }
+    }
 }
 
 impl From<InvalidUtf8> for Error {
@@ -164,6 +188,28 @@ pub enum ProtocolError {
     InvalidCompressedData,
 }
 
+impl ProtocolError {
+    /// The rule broken, as [`Error::close_reason`] sends it: like the
+    /// `Display` text, without the peer's values.
+    pub fn close_reason(&self) -> &'static str {
+        match self {
+            ProtocolError::ReservedBits => "reserved bits set",
+            ProtocolError::ReservedOpcode(_) => "reserved opcode",
+            ProtocolError::FragmentedControlFrame => "fragmented control frame",
+            ProtocolError::ControlFrameTooLong(_) => "control frame over 125 bytes",
+            ProtocolError::InvalidLength => "invalid payload length",
+            ProtocolError::UnmaskedFrame => "unmasked frame from a client",
+            ProtocolError::MaskedFrame => "masked frame from a server",
+            ProtocolError::UnexpectedContinuation => "continuation frame without a message",
+            ProtocolError::ExpectedContinuation => "new message inside a fragmented one",
+            ProtocolError::CloseTooShort => "close frame with a one-byte payload",
+            ProtocolError::InvalidCloseCode(_) => "invalid close code",
+            ProtocolError::FrameAfterClose => "frame after the close frame",
+            ProtocolError::InvalidCompressedData => "invalid permessage-deflate data",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +230,53 @@ mod tests {
         ];
         for (e, code) in cases {
             assert_eq!(e.close_code().map(|c| c.0), code, "{e}");
+            // A reason exactly when there is a code to send it with.
+            assert_eq!(e.close_reason().is_empty(), code.is_none(), "{e}");
+        }
+    }
+
+    #[test]
+    fn close_reasons_fit_a_close_frame_and_echo_nothing_of_the_peer() {
+        let protocol = [
+            ProtocolError::ReservedBits,
+            ProtocolError::ReservedOpcode(0xb),
+            ProtocolError::FragmentedControlFrame,
+            ProtocolError::ControlFrameTooLong(4242),
+            ProtocolError::InvalidLength,
+            ProtocolError::UnmaskedFrame,
+            ProtocolError::MaskedFrame,
+            ProtocolError::UnexpectedContinuation,
+            ProtocolError::ExpectedContinuation,
+            ProtocolError::CloseTooShort,
+            ProtocolError::InvalidCloseCode(4242),
+            ProtocolError::FrameAfterClose,
+            ProtocolError::InvalidCompressedData,
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for p in protocol {
+            let reason = Error::Protocol(p.clone()).close_reason();
+            assert!(!reason.is_empty() && reason.len() <= 123, "{p}: {reason:?}");
+            assert!(
+                !reason.contains("4242") && !reason.contains("0xb"),
+                "{reason}"
+            );
+            assert!(seen.insert(reason), "two rules share {reason:?}");
+        }
+        let limits = [
+            Error::FrameTooLarge { size: 4242, max: 1 },
+            Error::MessageTooLarge { size: 4242, max: 1 },
+            Error::OverBudget {
+                size: 4242,
+                budget: 1,
+            },
+            Error::BudgetExhausted,
+            Error::InvalidUtf8,
+        ];
+        for e in limits {
+            let reason = e.close_reason();
+            assert!(!reason.is_empty() && reason.len() <= 123, "{e}: {reason:?}");
+            assert!(!reason.contains("4242"), "{reason}");
+            assert!(seen.insert(reason), "two errors share {reason:?}");
         }
     }
 

@@ -160,6 +160,7 @@ impl FrameHeader {
 
     /// Checks that a frame this side is about to send may have this header:
     /// control frames are never fragmented and carry at most 125 bytes.
+    #[inline]
     pub fn check_outgoing(&self) -> Result<(), Error> {
         if self.opcode.is_control() {
             if !self.fin {

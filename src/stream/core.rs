@@ -103,6 +103,7 @@ impl Core {
         Poll::Ready(Ok(()))
     }
 
+    #[inline]
     pub(crate) fn start_send(&mut self, msg: Message) -> Result<()> {
         if let Message::Close(frame) = &msg {
             // Refused before the core records the close as sent.
@@ -118,6 +119,7 @@ impl Core {
 
     /// What the user sends, whatever it is made from, passes the core's
     /// rules first: nothing after a close, fragments not interrupted.
+    #[inline]
     fn start_frame(
         &mut self,
         opcode: OpCode,
@@ -186,6 +188,7 @@ impl Core {
     /// is owed than the write buffer holds: the caller then stops reading
     /// until the peer takes it. `Ok(true)` when something is still owed
     /// (the transport was not ready; this task is woken when it is).
+    #[inline]
     pub(crate) fn poll_write_owed<W>(
         &mut self,
         io: &mut W,

@@ -56,10 +56,11 @@ impl Outbox {
     }
 
     /// Appends whatever `f` writes into the copy buffer.
-    pub(crate) fn encode<E>(
+    #[inline]
+    pub(crate) fn encode<T, E>(
         &mut self,
-        f: impl FnOnce(&mut BytesMut) -> Result<(), E>,
-    ) -> Result<(), E> {
+        f: impl FnOnce(&mut BytesMut) -> Result<T, E>,
+    ) -> Result<T, E> {
         if self.tail.capacity() == 0 {
             self.tail = pool::take();
         }

@@ -186,6 +186,7 @@ impl ReadState {
     }
 
     /// Ready once the core's next deadline has passed.
+    #[inline]
     fn poll_timer<L: CoreLink>(&mut self, link: &mut L, cx: &mut Context<'_>) -> Poll<()> {
         let state = link.state();
         if self.timer.set_for != Some(state) {
@@ -372,7 +373,8 @@ impl ReadState {
                     return Poll::Pending;
                 }
             }
-            if self.poll_deadline(link, cx).is_ready() {
+            if self.poll_timer(link, cx).is_ready() {
+                self.feed(link, |c| c.handle_timeout(now()))?;
                 continue;
             }
             if link.state().is_transport_ended() {

@@ -142,12 +142,7 @@ impl WriteState {
     /// as it is goes in by reference.
     pub(crate) fn queue(&mut self, msg: Message) -> Result<()> {
         let encoder = &mut self.encoder;
-        let mut shared = None;
-        self.outbox.encode(|b| {
-            shared = encoder.encode_owned(msg, b)?;
-            Ok::<_, crate::proto::Error>(())
-        })?;
-        if let Some(payload) = shared {
+        if let Some(payload) = self.outbox.encode(|b| encoder.encode_owned(msg, b))? {
             self.outbox.push_shared(payload);
         }
         Ok(())
