@@ -9,6 +9,7 @@
 //! negotiated as by [`accept_async`](crate::accept_async).
 //!
 //! ```no_run
+//! // Needs axum.
 //! use axum::{Router, routing::any, response::Response};
 //! use wavesock::axum::{Message, WebSocket, WebSocketUpgrade};
 //!

@@ -22,6 +22,7 @@ use crate::proto::message::{Message, PreparedMessage};
 /// with automatic pongs, the close handshake and write coalescing.
 ///
 /// ```
+/// // Needs bytes, tokio-util.
 /// use bytes::BytesMut;
 /// use tokio_util::codec::Decoder;
 /// use wavesock::{Config, Message, Role, WebSocketCodec};

@@ -374,6 +374,7 @@
 //! connection can send no other data message: close it.
 //!
 //! ```no_run
+//! // Needs tokio-util.
 //! use tokio_util::io::StreamReader;
 //! use wavesock::{Config, OpCode};
 //!

@@ -85,7 +85,7 @@ where
 /// requests that are valid WebSocket upgrades.
 ///
 /// ```no_run
-/// use http::{Request, Response, StatusCode};
+/// use wavesock::http::{Request, Response, StatusCode};
 /// use wavesock::handshake::server::ErrorResponse;
 ///
 /// # async fn run(tcp: tokio::net::TcpStream) -> wavesock::Result<()> {
@@ -140,7 +140,7 @@ where
 /// handshake, callback included.
 ///
 /// ```no_run
-/// use http::{Request, Response, StatusCode};
+/// use wavesock::http::{Request, Response, StatusCode};
 ///
 /// # async fn token_is_valid(_: &str) -> bool { true }
 /// # async fn run(tcp: tokio::net::TcpStream) -> wavesock::Result<()> {

@@ -15,9 +15,10 @@
 //! does both).
 //!
 //! ```no_run
+//! // Needs hyper.
 //! use futures_util::{SinkExt, StreamExt};
-//! use http::{Request, Response};
 //! use hyper::body::Incoming;
+//! use wavesock::http::{Request, Response};
 //! use wavesock::upgrade::{self, Body};
 //!
 //! async fn handle(mut req: Request<Incoming>) -> Result<Response<Body>, std::convert::Infallible> {
@@ -81,15 +82,16 @@ pub type HyperWebSocket = WebSocketStream<TokioIo<Upgraded>>;
 /// full check.
 ///
 /// ```
-/// let h1 = http::Request::get("/ws")
+/// // Needs hyper.
+/// let h1 = wavesock::http::Request::get("/ws")
 ///     .header("upgrade", "websocket")
 ///     .header("connection", "upgrade")
 ///     .body(())
 ///     .unwrap();
 /// assert!(wavesock::upgrade::is_upgrade_request(&h1));
 ///
-/// let mut h2 = http::Request::connect("https://example.com/ws")
-///     .version(http::Version::HTTP_2)
+/// let mut h2 = wavesock::http::Request::connect("https://example.com/ws")
+///     .version(wavesock::http::Version::HTTP_2)
 ///     .body(())
 ///     .unwrap();
 /// assert!(!wavesock::upgrade::is_upgrade_request(&h2));
@@ -212,7 +214,7 @@ pub fn upgrade_hdr<B, C: Callback>(
 /// ```no_run
 /// use wavesock::Subprotocols;
 ///
-/// # fn run(mut req: http::Request<hyper::body::Incoming>) {
+/// # fn run<B>(mut req: wavesock::http::Request<B>) {
 /// let protocols = Subprotocols::new(["chat.v2", "chat.v1"]);
 /// let config = wavesock::Config::default().max_message_size(1 << 20);
 /// let (response, websocket) =

@@ -102,7 +102,7 @@ where
 /// use wavesock::Config;
 ///
 /// # async fn run() -> wavesock::Result<()> {
-/// let request = http::Request::builder()
+/// let request = wavesock::http::Request::builder()
 ///     .uri("ws://127.0.0.1:9001/chat")
 ///     .header("Authorization", "Bearer secret")
 ///     .header("Sec-WebSocket-Protocol", "chat.v2, chat.v1")
@@ -204,7 +204,7 @@ where
 /// # });
 /// // Any stream you opened: TCP here, a Unix socket or a tunnel alike.
 /// let tcp = tokio::net::TcpStream::connect(addr).await?;
-/// let request = http::Request::builder()
+/// let request = wavesock::http::Request::builder()
 ///     .uri("/events")
 ///     .header("Host", "localhost")
 ///     .body(())

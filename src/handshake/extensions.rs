@@ -8,7 +8,7 @@
 //!   it answers without the extension (a polite decline, not an error).
 //!
 //! ```
-//! use http::HeaderMap;
+//! use wavesock::http::HeaderMap;
 //! use wavesock::DeflateConfig;
 //! use wavesock::handshake::extensions::{check_response, negotiate, offer};
 //!

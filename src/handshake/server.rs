@@ -29,7 +29,7 @@ use crate::handshake::{derive_accept_key, is_valid_key, list_values};
 /// fn callback(req: &Request, mut resp: Response) -> Result<Response, ErrorResponse> {
 ///     if req.uri().path() != "/chat" {
 ///         let mut refusal = ErrorResponse::new(Some("no such room".into()));
-///         *refusal.status_mut() = http::StatusCode::NOT_FOUND;
+///         *refusal.status_mut() = wavesock::http::StatusCode::NOT_FOUND;
 ///         return Err(refusal);
 ///     }
 ///     resp.headers_mut().insert("x-room", "chat".parse().unwrap());
@@ -74,7 +74,7 @@ pub type ErrorResponse = http::Response<Option<String>>;
 /// requires. Refuse with an error status (4xx or 5xx).
 ///
 /// ```
-/// use http::{Request, Response, StatusCode};
+/// use wavesock::http::{Request, Response, StatusCode};
 /// use wavesock::handshake::server::{Callback, ErrorResponse};
 ///
 /// let check = |req: &Request<()>, resp: Response<()>| -> Result<Response<()>, ErrorResponse> {
@@ -152,7 +152,7 @@ where
 /// ```
 /// use wavesock::handshake::server::select_subprotocol;
 ///
-/// let req = http::Request::get("/")
+/// let req = wavesock::http::Request::get("/")
 ///     .header("Sec-WebSocket-Protocol", "chat.v1, chat.v2")
 ///     .body(())
 ///     .unwrap();
@@ -339,8 +339,8 @@ pub fn check_request<B>(req: &http::Request<B>) -> Result<String, HandshakeError
 /// use wavesock::HandshakeError;
 /// use wavesock::handshake::server::check_extended_connect;
 ///
-/// let req = http::Request::connect("https://example.com/chat")
-///     .version(http::Version::HTTP_2)
+/// let req = wavesock::http::Request::connect("https://example.com/chat")
+///     .version(wavesock::http::Version::HTTP_2)
 ///     .header("sec-websocket-version", "13")
 ///     .body(())
 ///     .unwrap();
@@ -482,7 +482,7 @@ pub fn write_response<B>(resp: &http::Response<B>, body: &[u8], out: &mut Vec<u8
 /// use wavesock::handshake::server::error_response;
 ///
 /// let resp = error_response(&HandshakeError::MethodNotAllowed("POST".into())).unwrap();
-/// assert_eq!(resp.status(), http::StatusCode::METHOD_NOT_ALLOWED);
+/// assert_eq!(resp.status(), wavesock::http::StatusCode::METHOD_NOT_ALLOWED);
 /// assert_eq!(resp.headers()["allow"], "GET");
 /// assert!(error_response(&HandshakeError::Timeout).is_none());
 /// ```

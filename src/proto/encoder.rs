@@ -63,6 +63,7 @@ impl FrameEncoder {
     /// keys if it is a client.
     ///
     /// ```
+    /// // Needs bytes.
     /// use bytes::BytesMut;
     /// use wavesock::proto::encoder::FrameEncoder;
     /// use wavesock::{OpCode, Role};
@@ -81,6 +82,7 @@ impl FrameEncoder {
     /// see [`MaskKeys`] for what it gives up.
     ///
     /// ```
+    /// // Needs bytes.
     /// use bytes::BytesMut;
     /// use wavesock::proto::encoder::FrameEncoder;
     /// use wavesock::{MaskKeys, OpCode, Role};
@@ -224,6 +226,7 @@ impl FrameEncoder {
     /// `dst` and returns the payload, to be written right after it.
     ///
     /// ```
+    /// // Needs bytes.
     /// use bytes::BytesMut;
     /// use wavesock::proto::encoder::{FrameEncoder, SHARE_PAYLOAD_MIN};
     /// use wavesock::{Message, Role};

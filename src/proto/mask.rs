@@ -66,6 +66,7 @@ fn mask_words(buf: &mut [u8], key: [u8; 4]) {
 /// replies, keepalive pings and each fragment of a message take one too.
 ///
 /// ```
+/// // Needs bytes.
 /// use bytes::BytesMut;
 /// use wavesock::proto::encoder::FrameEncoder;
 /// use wavesock::{MaskKeys, OpCode, Role};

@@ -17,7 +17,7 @@ use bytes::Bytes;
 ///
 /// let text = Utf8Bytes::from("hello");
 /// assert_eq!(text.as_str(), "hello");
-/// assert!(Utf8Bytes::try_from(bytes::Bytes::from_static(b"\xff")).is_err());
+/// assert!(Utf8Bytes::try_from(wavesock::Bytes::from_static(b"\xff")).is_err());
 /// ```
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Utf8Bytes(Bytes);

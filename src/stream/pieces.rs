@@ -43,6 +43,7 @@ use crate::stream::{WebSocketReceiver, WebSocketSender, WebSocketStream};
 ///   rest of the message comes from the connection as [`Message::Frame`]s.
 ///
 /// ```no_run
+/// // Needs tokio-util.
 /// use futures_util::StreamExt;
 /// use tokio_util::io::StreamReader;
 ///
@@ -55,7 +56,7 @@ use crate::stream::{WebSocketReceiver, WebSocketSender, WebSocketStream};
 /// // Or piece by piece:
 /// let mut pieces = ws.next_message_pieces();
 /// while let Some(piece) = pieces.next().await {
-///     let piece: bytes::Bytes = piece?;
+///     let piece: wavesock::Bytes = piece?;
 ///     // ...
 /// }
 /// # Ok(()) }
@@ -225,9 +226,8 @@ where
     /// no other data message can follow, so close the connection.
     ///
     /// ```no_run
-    /// use bytes::Bytes;
     /// use futures_util::stream;
-    /// use wavesock::OpCode;
+    /// use wavesock::{Bytes, OpCode};
     ///
     /// # async fn run(mut ws: wavesock::WebSocketStream<tokio::net::TcpStream>) -> wavesock::Result<()> {
     /// let chunks = (0..1000).map(|i| Ok::<_, std::io::Error>(Bytes::from(format!("line {i}\n"))));

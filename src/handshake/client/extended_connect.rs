@@ -24,7 +24,7 @@ use crate::handshake::HandshakeError;
 /// use wavesock::handshake::client::prepare_extended_connect;
 ///
 /// let req = prepare_extended_connect("wss://example.com/chat?room=1".into_client_request()?)?;
-/// assert_eq!(req.method(), http::Method::CONNECT);
+/// assert_eq!(req.method(), wavesock::http::Method::CONNECT);
 /// assert_eq!(req.uri(), "https://example.com/chat?room=1");
 /// assert_eq!(req.headers()["sec-websocket-version"], "13");
 /// assert!(!req.headers().contains_key("sec-websocket-key"));

@@ -32,7 +32,7 @@ use crate::handshake::{derive_accept_key, generate_key, is_valid_key};
 /// assert_eq!(req.headers()["sec-websocket-version"], "13");
 /// assert!(req.headers().contains_key("sec-websocket-key"));
 ///
-/// let hand_built = http::Request::get("ws://example.com:99999/").body(()).unwrap();
+/// let hand_built = wavesock::http::Request::get("ws://example.com:99999/").body(()).unwrap();
 /// let bad_port = prepare_request(hand_built);
 /// assert!(matches!(bad_port, Err(HandshakeError::InvalidUrl(_))));
 /// # Ok::<(), wavesock::HandshakeError>(())

@@ -41,7 +41,7 @@ pub type Request = http::Request<()>;
 ///     wavesock::accept_async(server_io),
 /// );
 /// let (_ws, response): (_, Response) = client?;
-/// assert_eq!(response.status(), http::StatusCode::SWITCHING_PROTOCOLS);
+/// assert_eq!(response.status(), wavesock::http::StatusCode::SWITCHING_PROTOCOLS);
 /// assert!(response.body().is_none());
 /// # server?;
 /// # Ok(()) }
@@ -71,7 +71,7 @@ pub type Response = http::Response<Option<Vec<u8>>>;
 /// let req = "ws://example.com/chat?room=1".into_client_request()?;
 /// assert_eq!(req.uri().path(), "/chat");
 ///
-/// let req = http::Request::builder()
+/// let req = wavesock::http::Request::builder()
 ///     .uri("ws://example.com/chat")
 ///     .header("Authorization", "Bearer secret")
 ///     .header("Sec-WebSocket-Protocol", "chat.v2, chat.v1")
@@ -128,6 +128,7 @@ impl IntoClientRequest for &Uri {
 /// WebSocket URLs, is not sent.
 ///
 /// ```
+/// // Needs url.
 /// use wavesock::IntoClientRequest;
 ///
 /// let url = url::Url::parse("ws://localhost:9001/chat?room=1").unwrap();
@@ -145,6 +146,7 @@ impl IntoClientRequest for url::Url {
 /// With the `url` feature: a borrowed [`url::Url`], like an owned one.
 ///
 /// ```
+/// // Needs url.
 /// use wavesock::IntoClientRequest;
 ///
 /// let url = url::Url::parse("wss://example.com/feed").unwrap();
