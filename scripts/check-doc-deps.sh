@@ -1,0 +1,673 @@
+#!/usr/bin/env bash
+# Checks that every doc example builds with only the three crates a new user
+# has: wavesock, tokio and futures-util (issue "What a new user trips on in
+# the first hour"). `cargo test --doc` cannot tell: rustdoc gives examples
+# every dependency and dev-dependency of the crate (bytes, http, tokio-test,
+# hyper, axum, ...), so `bytes::Bytes` in an example passes there and fails
+# in a user's project, where `wavesock::Bytes` works.
+#
+# Usage: scripts/check-doc-deps.sh              check, exit 1 on a failure
+#        scripts/check-doc-deps.sh --list       list the examples found, with
+#                                               their origin and extra crates
+#        scripts/check-doc-deps.sh --self-test  check the checker on a fake
+#                                               set of examples
+#
+# 1. Examples are the fenced code blocks rustdoc tests: in `///` and `//!`
+#    doc comments of src/**/*.rs, and in the markdown files src/ includes as
+#    docs (`#[doc = include_str!("../README.md")]`: README.md and
+#    MIGRATING.md). A block is Rust when its info string is empty or made of
+#    rustdoc's attributes only (`rust`, `no_run`, `should_panic`,
+#    `edition2021`, `ignore-<target>`, ...), or says `rust`; `ignore`,
+#    `compile_fail` and other languages (`text`, `sh`, `toml`, ...) are
+#    skipped. A fence indented in a list item has that indentation removed
+#    from its lines, as markdown does.
+# 2. Each becomes what rustdoc compiles: hidden lines (`# code`, `#`) shown,
+#    `##` as a literal `#`; without a `fn main`, crate attributes and
+#    `extern crate` lines go on top and the rest into `fn main() { .. }`,
+#    inside a function returning `Result<(), impl Debug>` when the code ends
+#    with `(())` (rustdoc's rule for `?` in examples: `Ok::<(), E>(())`).
+#    It is written to target/doc-deps/<package>/examples/ex_NNN.rs, whose
+#    first line names the fence it came from (`// src/stream/pieces.rs:45`).
+# 3. An example whose first line is `// Needs <crate>[, <crate>...]` (then
+#    anything: `// Needs tokio-test (a dev-dependency for your tests).`) may
+#    use those crates too, with the version and features of wavesock's own
+#    [dev-dependencies] entry, else its [dependencies] one. Examples go to
+#    one package per set of extra crates, all in a workspace with a copy of
+#    Cargo.lock (same versions as the crate's own builds), and
+#    `cargo check --workspace --examples --keep-going` runs there with
+#    CARGO_TARGET_DIR=target/doc-deps/target (its own: features differ from
+#    the crate's builds). Every package depends on exactly
+#        wavesock     = { path = <repo>, features = <all but "default"> }
+#        tokio        = { version = "1", features = ["full"] }
+#        futures-util = "0.3"
+#    plus its extra crates. Files are rewritten only when they change, so a
+#    second run re-checks only what changed.
+# Prints each compiler error with the example's origin (`file:line` of the
+# fence, and the line in it) and exits 1 if any example fails.
+#
+# One file, like check-layers.sh: bash only starts the embedded Python 3
+# program. (Python tracebacks count lines from the `<<'PY'` line.)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+exec python3 - "$@" <<'PY'
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+
+ROOT = os.getcwd()
+OUT = os.path.join("target", "doc-deps")
+TARGET_DIR = os.path.join(OUT, "target")
+BASE_CRATES = ("wavesock", "tokio", "futures-util")
+
+# ------------------------------------------------------------ extraction
+
+# rustdoc's attributes of a Rust code block (LangString::parse).
+RUST_ATTRS = {"rust", "no_run", "should_panic", "test_harness",
+              "standalone_crate", "allow_fail"}
+SKIP_ATTRS = {"ignore", "compile_fail"}
+
+
+def block_kind(info):
+    """'rust', or why the block is not compiled: 'ignore', 'compile_fail',
+    'other' (another language)."""
+    tokens = [t for t in re.split(r"[,\s{}]+", info.strip()) if t]
+    seen_rust, seen_other, skip = False, False, None
+    for t in tokens:
+        if t in SKIP_ATTRS:
+            skip = skip or t
+        elif t == "rust":
+            seen_rust = True
+        elif (t in RUST_ATTRS or re.fullmatch(r"edition\d{4}", t)
+              or t.startswith("ignore-") or re.fullmatch(r"E\d{4}", t)
+              or t.startswith(".")):
+            pass
+        else:
+            seen_other = True
+    if seen_other and not seen_rust:
+        return "other"
+    return skip or "rust"
+
+
+# A fence, maybe after list markers (`- ```toml`, `1. ````): its content is
+# indented as far as the fence.
+FENCE_OPEN = re.compile(r"^((?:\s*(?:[-*+]|\d{1,9}[.)])(?=\s))*\s*)(`{3,}|~{3,})(.*)$")
+
+
+def fenced_blocks(lines):
+    """Fenced code blocks of markdown given as [(lineno, text)]: yields
+    (fence lineno, info, [(lineno, text)]) with the fence's indentation
+    removed from the content lines (up to that many spaces, as CommonMark
+    does), so blocks in list items come out flush."""
+    i = 0
+    while i < len(lines):
+        lineno, text = lines[i]
+        m = FENCE_OPEN.match(text)
+        if not m or (m.group(2)[0] == "`" and "`" in m.group(3)):
+            i += 1
+            continue
+        indent, fence, info = len(m.group(1).expandtabs(4)), m.group(2), m.group(3)
+        close = re.compile(r"^\s*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}\s*$")
+        body = []
+        i += 1
+        while i < len(lines) and not close.match(lines[i][1]):
+            n, t = lines[i]
+            t = t.expandtabs(4)
+            strip = len(t) - len(t.lstrip(" "))
+            body.append((n, t[min(strip, indent):]))
+            i += 1
+        i += 1  # the closing fence (or the end: rustdoc ends the block there)
+        yield lineno, info.strip(), body
+
+
+def unindent(lines):
+    """rustdoc's unindent: the least indentation of non-blank lines off all."""
+    ws = [len(t) - len(t.lstrip()) for _, t in lines if t.strip()]
+    cut = min(ws) if ws else 0
+    return [(n, t[cut:] if t.strip() else "") for n, t in lines]
+
+
+DOC_LINE = re.compile(r"^\s*(///(?!/)|//!)(.*)$")
+
+
+def doc_runs(text):
+    """Runs of consecutive `///` lines, or of `//!` lines, as markdown
+    [(lineno, text)]."""
+    runs, run, kind = [], [], None
+    for n, line in enumerate(text.split("\n"), 1):
+        m = DOC_LINE.match(line)
+        if m and m.group(1) == kind:
+            run.append((n, m.group(2)))
+            continue
+        if run:
+            runs.append(unindent(run))
+        run, kind = ([(n, m.group(2))], m.group(1)) if m else ([], None)
+    if run:
+        runs.append(unindent(run))
+    return runs
+
+
+INCLUDED_DOC = re.compile(r'#\[doc\s*=\s*include_str!\(\s*"([^"]+)"\s*\)\s*\]')
+
+
+def sources(root):
+    """(display path, [markdown runs]) of every file whose docs rustdoc
+    tests: src/**/*.rs, then markdown files included as docs."""
+    out, md = [], []
+    src = os.path.join(root, "src")
+    for d, dirs, files in os.walk(src):
+        dirs.sort()
+        for f in sorted(files):
+            if not f.endswith(".rs"):
+                continue
+            path = os.path.join(d, f)
+            text = open(path, encoding="utf-8").read()
+            out.append((os.path.relpath(path, root), doc_runs(text)))
+            for m in INCLUDED_DOC.finditer(text):
+                inc = os.path.normpath(os.path.join(d, m.group(1)))
+                if inc.endswith(".md") and inc not in md:
+                    md.append(inc)
+    for path in md:
+        lines = open(path, encoding="utf-8").read().split("\n")
+        out.append((os.path.relpath(path, root), [list(enumerate(lines, 1))]))
+    return out
+
+
+class Example:
+    def __init__(self, origin, line, info, body):
+        self.origin, self.line, self.info, self.body = origin, line, info, body
+        self.needs = ()
+        self.name = self.package = None
+        self.map = {}  # generated line -> source line
+
+    def where(self):
+        return f"{self.origin}:{self.line}"
+
+
+def extract(root):
+    """Every Rust example rustdoc compiles, in source order."""
+    examples = []
+    for origin, runs in sources(root):
+        for run in runs:
+            for line, info, body in fenced_blocks(run):
+                if block_kind(info) == "rust":
+                    examples.append(Example(origin, line, info, body))
+    return examples
+
+
+# ------------------------------------------------------------ rustdoc's test
+
+def map_line(s):
+    """rustdoc's hidden lines: `# x` and `#` are shown to the compiler only;
+    `##` is a literal `#`."""
+    t = s.strip()
+    if t.startswith("##"):
+        return s.replace("##", "#", 1)
+    if t.startswith("# "):
+        return t[2:]
+    if t == "#":
+        return ""
+    return s
+
+
+NEEDS = re.compile(r"^\s*//\s*Needs\s+([A-Za-z0-9_-]+(?:\s*,\s*[A-Za-z0-9_-]+)*)")
+
+
+def needs_of(code):
+    """Crates an example says it needs on its first line."""
+    first = next((t for _, t in code if t.strip()), "")
+    m = NEEDS.match(first)
+    if not m:
+        return ()
+    return tuple(c.strip() for c in m.group(1).split(","))
+
+
+def make_test(ex):
+    """The example as rustdoc compiles it: (source text, {generated line:
+    source line})."""
+    code = [(n, map_line(t)) for n, t in ex.body]
+    ex.needs = needs_of(code)
+    attrs, before, rest, prefix = [], [], [], True
+    for n, t in code:
+        s = t.strip()
+        if prefix and s.startswith("#!["):
+            attrs.append((n, t))
+        elif prefix and (not s or s.startswith("//") or s.startswith("extern crate")
+                         or s.startswith("#[macro_use] extern crate")):
+            before.append((n, t))
+        else:
+            prefix = False
+            rest.append((n, t))
+    out = [(None, f"// {ex.where()}"), (None, "#![allow(unused)]")]
+    out += attrs + before
+    text = "\n".join(t for _, t in rest)
+    if re.search(r"\bfn\s+main\s*\(", text):
+        out += rest
+    elif text.rstrip().endswith("(())"):
+        # As rustdoc: the opaque error type is the one of the final Ok::<..>.
+        out.append((None, "fn main() { fn _inner() -> core::result::Result<(), impl core::fmt::Debug> {"))
+        out += rest
+        out.append((None, "} _inner().unwrap() }"))
+    else:
+        out.append((None, "fn main() {"))
+        out += rest
+        out.append((None, "}"))
+    ex.map = {i: n for i, (n, _) in enumerate(out, 1) if n is not None}
+    return "\n".join(t for _, t in out) + "\n"
+
+
+# ------------------------------------------------------------ the workspace
+
+def toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+    raise ValueError(f"cannot write {v!r} as TOML")
+
+
+class Manifest:
+    def __init__(self, root):
+        with open(os.path.join(root, "Cargo.toml"), "rb") as f:
+            self.toml = tomllib.load(f)
+        self.root = root
+        self.features = [f for f in self.toml.get("features", {}) if f != "default"]
+        self.name = self.toml["package"]["name"]
+
+    def spec(self, crate):
+        """The dependency line for `crate`, from [dev-dependencies] first,
+        else [dependencies]; None if neither has it."""
+        for table in ("dev-dependencies", "dependencies"):
+            deps = self.toml.get(table, {})
+            for name in (crate, crate.replace("_", "-"), crate.replace("-", "_")):
+                if name in deps:
+                    spec = deps[name]
+                    if isinstance(spec, dict):
+                        spec = {k: v for k, v in spec.items() if k != "optional"}
+                        if "path" in spec:
+                            spec["path"] = os.path.join(self.root, spec["path"])
+                    return name, spec
+        return None
+
+    def base_deps(self):
+        return [
+            ("wavesock", {"path": self.root, "features": self.features}),
+            ("tokio", {"version": "1", "features": ["full"]}),
+            ("futures-util", "0.3"),
+        ]
+
+
+def plan(examples, manifest):
+    """Gives each example its package and file name; returns
+    ({package: [dependency lines]}, [errors])."""
+    packages, errors = {}, []
+    for i, ex in enumerate(examples, 1):
+        ex.name = f"ex_{i:03}"
+        ex.source = make_test(ex)
+        extra = {}
+        for crate in ex.needs:
+            if crate.replace("_", "-") in BASE_CRATES:
+                continue
+            found = manifest.spec(crate)
+            if found is None:
+                errors.append(f"{ex.where()}: `// Needs {crate}`: no crate {crate} in "
+                              f"[dev-dependencies] or [dependencies] of {manifest.name}'s Cargo.toml")
+                continue
+            extra[found[0]] = found[1]
+        names = sorted(extra)
+        ex.package = "needs-" + "__".join(names) if names else "doc-examples"
+        if ex.package not in packages:
+            packages[ex.package] = manifest.base_deps() + [(n, extra[n]) for n in names]
+    return packages, errors
+
+
+def write_if_changed(path, text, written):
+    written.add(os.path.normpath(path))
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == text:
+                return
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def generate(out, examples, packages, lockfile):
+    """Writes the workspace under `out`, rewriting only changed files and
+    deleting what is no longer part of it (the target dir is left alone)."""
+    written = set()
+    members = sorted(packages)
+    write_if_changed(os.path.join(out, "Cargo.toml"),
+                     "# Generated by scripts/check-doc-deps.sh.\n[workspace]\nresolver = \"3\"\n"
+                     f"members = {toml_value(members)}\n", written)
+    for name, deps in packages.items():
+        lines = ["# Generated by scripts/check-doc-deps.sh.", "[package]",
+                 f'name = "{name}"', 'version = "0.0.0"', 'edition = "2024"',
+                 "publish = false", "", "[dependencies]"]
+        lines += [f"{n} = {toml_value(s)}" for n, s in deps]
+        write_if_changed(os.path.join(out, name, "Cargo.toml"), "\n".join(lines) + "\n", written)
+        write_if_changed(os.path.join(out, name, "src", "lib.rs"),
+                         "// Generated by scripts/check-doc-deps.sh: the examples are in examples/.\n",
+                         written)
+    for ex in examples:
+        write_if_changed(os.path.join(out, ex.package, "examples", ex.name + ".rs"),
+                         ex.source, written)
+    if lockfile:
+        with open(lockfile, encoding="utf-8") as f:
+            lock = f.read()
+        lock_out = os.path.join(out, "Cargo.lock")
+        if not os.path.exists(lock_out):
+            write_if_changed(lock_out, lock, written)
+        else:
+            # Keep cargo's additions (the generated packages) unless the
+            # crate's lock changed since.
+            stamp = os.path.join(out, "Cargo.lock.source")
+            old = open(stamp, encoding="utf-8").read() if os.path.exists(stamp) else None
+            if old != lock:
+                with open(lock_out, "w", encoding="utf-8") as f:
+                    f.write(lock)
+            written.add(os.path.normpath(lock_out))
+        write_if_changed(os.path.join(out, "Cargo.lock.source"), lock, written)
+    for d, dirs, files in os.walk(out):
+        if os.path.normpath(d) == os.path.normpath(out):
+            dirs[:] = [x for x in dirs if x != "target"]
+        for f in files:
+            p = os.path.normpath(os.path.join(d, f))
+            if p not in written:
+                os.remove(p)
+    for d, dirs, files in os.walk(out, topdown=False):
+        if d != out and not os.listdir(d):
+            os.rmdir(d)
+
+
+def cargo_check(out, target_dir):
+    """Runs cargo check; returns (exit code, [compiler error messages with
+    the target they belong to], cargo's stderr)."""
+    env = dict(os.environ, CARGO_TARGET_DIR=os.path.abspath(target_dir),
+               CARGO_TERM_COLOR="never")
+    env.pop("RUSTFLAGS", None)
+    proc = subprocess.run(
+        ["cargo", "check", "--workspace", "--examples", "--keep-going",
+         "--message-format=json"],
+        cwd=out, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    errors = []
+    for line in proc.stdout.splitlines():
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if msg.get("reason") != "compiler-message":
+            continue
+        m = msg["message"]
+        if m["level"] not in ("error", "error: internal compiler error"):
+            continue
+        if not m["spans"] and re.match(r"aborting due to|could not compile", m["message"]):
+            continue
+        errors.append((msg.get("target", {}).get("name"), msg.get("manifest_path"), m))
+    return proc.returncode, errors, proc.stderr
+
+
+def report(examples, errors, out):
+    """Prints the errors with the examples' origins, in source order;
+    returns the failing examples' names."""
+    by_name = {ex.name: ex for ex in examples}
+    order = {ex.name: i for i, ex in enumerate(examples)}
+    printed = []  # (sort key, text)
+    for k, (target, manifest, m) in enumerate(errors):
+        ex = by_name.get(target)
+        head = f"error: {m['message']}"
+        if m.get("code") and m["code"].get("code"):
+            head = f"error[{m['code']['code']}]: {m['message']}"
+        if ex is None:
+            text, key = f"{manifest or out}: {head}", (-1, k)
+        else:
+            primary = next((s for s in m["spans"] if s.get("is_primary")), None)
+            at, line = "", 0
+            if primary and primary["file_name"].endswith(ex.name + ".rs"):
+                line = primary["line_start"]
+                if ex.map.get(line) is not None:
+                    at = f" (line {ex.map[line]})"
+            gen = os.path.join(out, ex.package, "examples", ex.name + ".rs")
+            text, key = f"{ex.where()}: example{at}, as {gen}: {head}", (order[ex.name], line, k)
+        rendered = (m.get("rendered") or "").rstrip().splitlines()
+        printed.append((key, "\n".join([text] + ["    " + r for r in rendered])))
+    for _, text in sorted(printed):
+        print(text)
+    return sorted({t for t, _, _ in errors if t in by_name}, key=order.get)
+
+
+# ------------------------------------------------------------ main
+
+def run(root, out, target_dir, lockfile, quiet=False):
+    """Extracts, generates and checks; returns (status, examples, packages,
+    failing names)."""
+    manifest = Manifest(root)
+    examples = extract(root)
+    packages, errors = plan(examples, manifest)
+    if errors:
+        for e in errors:
+            print(e)
+        return 1, examples, packages, []
+    generate(out, examples, packages, lockfile)
+    code, cerrors, stderr = cargo_check(out, target_dir)
+    failing = report(examples, cerrors, out)
+    if code != 0 and not cerrors:
+        sys.stdout.write(stderr)
+        print(f"check-doc-deps: cargo check failed in {out} (see above)")
+        return 2, examples, packages, failing
+    return (1 if code != 0 else 0), examples, packages, failing
+
+
+def main_check():
+    lock = "Cargo.lock" if os.path.exists("Cargo.lock") else None
+    status, examples, packages, failing = run(ROOT, OUT, TARGET_DIR, lock)
+    if status == 0:
+        print(f"check-doc-deps: {len(examples)} examples ({len(packages)} packages) "
+              "build with wavesock, tokio and futures-util only")
+    elif failing:
+        print(f"check-doc-deps: {len(failing)} of {len(examples)} examples fail to build "
+              "with wavesock, tokio and futures-util only: use wavesock::Bytes and "
+              "wavesock::http, or say `// Needs <crate>.` on the example's first line",
+              file=sys.stderr)
+    return 1 if status else 0
+
+
+def main_list():
+    manifest = Manifest(ROOT)
+    examples = extract(ROOT)
+    packages, errors = plan(examples, manifest)
+    for ex in examples:
+        print(f"{ex.where()}\t{ex.name}\t{ex.package}\t{ex.info or '-'}")
+    for e in errors:
+        print(e)
+    print(f"{len(examples)} examples, {len(packages)} packages", file=sys.stderr)
+    return 1 if errors else 0
+
+
+# ------------------------------------------------------------ self-test
+
+FAKE_RS = '''\
+//! A fake crate for check-doc-deps --self-test.
+//!
+//! ```
+//! let b = bytes::Bytes::from_static(b"no Needs line: must fail");
+//! ```
+//!
+//! ```no_run
+//! // Needs bytes (said so: must pass).
+//! let b = bytes::Bytes::from_static(b"ok");
+//! ```
+
+/// Hidden lines, `##` and `?` with rustdoc's `Ok::<..>(())`:
+///
+/// ```rust,no_run
+/// # use std::error::Error;
+/// ##[derive(Debug)]
+/// struct S;
+/// #
+/// let req = wavesock::http::Request::builder().uri("ws://x").body(())?;
+/// let n: u8 = "7".parse()?;
+/// let b = wavesock::Bytes::from_static(b"x");
+/// # let _ = (req, n, b, S);
+/// Ok::<(), Box<dyn Error>>(())
+/// ```
+///
+/// ```ignore
+/// not Rust at all, but ignored
+/// ```
+///
+/// ```compile_fail
+/// let x: u8 = "compile_fail is skipped";
+/// ```
+///
+/// ```text
+/// text is skipped
+/// ```
+pub struct Fake;
+
+#[doc = include_str!("../GUIDE.md")]
+#[cfg(doctest)]
+pub struct GuideDoctests;
+'''
+
+FAKE_MD = '''\
+# Guide
+
+```sh
+cargo add wavesock
+```
+
+1. A list item with a bare block, indented:
+
+   ```
+   #![allow(dead_code)]
+   use futures_util::StreamExt;
+
+   #[tokio::main]
+   async fn main() {
+       let _ = futures_util::stream::empty::<()>().next().await;
+   }
+   ```
+
+- ```toml
+  tokio = "1"
+  ```
+'''
+
+
+def self_test():
+    failures = []
+
+    def expect(what, got, want):
+        if got != want:
+            failures.append(f"{what}: got {got!r}, want {want!r}")
+
+    # Info strings.
+    for info, want in [("", "rust"), ("rust", "rust"), ("no_run", "rust"),
+                       ("rust,no_run", "rust"), ("should_panic", "rust"),
+                       ("edition2021", "rust"), ("ignore-wasm32", "rust"),
+                       ("rust,ignore", "ignore"), ("ignore", "ignore"),
+                       ("compile_fail", "compile_fail"), ("text", "other"),
+                       ("sh", "other"), ("toml", "other"), ("console", "other"),
+                       ("json", "other"), ("rust,foo", "rust")]:
+        expect(f"block_kind({info!r})", block_kind(info), want)
+    # Hidden lines.
+    for line, want in [("# let x = 1;", "let x = 1;"), ("    # let x;", "let x;"),
+                       ("#", ""), ("##[derive(Debug)]", "#[derive(Debug)]"),
+                       ("#[derive(Debug)]", "#[derive(Debug)]"), ("#![allow(x)]", "#![allow(x)]")]:
+        expect(f"map_line({line!r})", map_line(line), want)
+    # Needs lines.
+    for first, want in [("// Needs tokio-test (a dev-dependency for your tests).", ("tokio-test",)),
+                        ("// Needs axum, hyper.", ("axum", "hyper")),
+                        ("// Needs hyper-util", ("hyper-util",)),
+                        ("// needs nothing", ()), ("use bytes::Bytes;", ())]:
+        expect(f"needs_of({first!r})", needs_of([(1, first)]), want)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "fake")
+        os.makedirs(os.path.join(root, "src"))
+        with open(os.path.join(root, "src", "lib.rs"), "w") as f:
+            f.write(FAKE_RS)
+        with open(os.path.join(root, "GUIDE.md"), "w") as f:
+            f.write(FAKE_MD)
+        # The fake crate's manifest is wavesock's, so that `wavesock` in the
+        # examples is the real crate with the same features (already built
+        # in the shared target dir by a normal run).
+        manifest = Manifest(ROOT)
+        with open(os.path.join(root, "Cargo.toml"), "w") as f:
+            f.write('[package]\nname = "fake"\n\n[features]\n')
+            f.write("".join(f"{x} = []\n" for x in manifest.features))
+            f.write('[dev-dependencies]\nbytes = "1.10"\n')
+        examples = extract(root)
+        expect("examples found",
+               [ex.where() for ex in examples],
+               ["src/lib.rs:3", "src/lib.rs:7", "src/lib.rs:14", "GUIDE.md:9"])
+        md = examples[-1]
+        expect("list item block unindented", md.body[0][1], "#![allow(dead_code)]")
+        packages, errors = plan(examples, Manifest(root))
+        expect("plan errors", errors, [])
+        expect("packages", sorted(packages), ["doc-examples", "needs-bytes"])
+        wrapped = examples[2].source
+        if "impl core::fmt::Debug" not in wrapped or "#[derive(Debug)]" not in wrapped:
+            failures.append(f"`?` example not wrapped as rustdoc does:\n{wrapped}")
+        if examples[3].source.count("fn main") != 1:
+            failures.append(f"an example with fn main was wrapped:\n{examples[3].source}")
+        # A crate in neither table fails clearly.
+        bad = Example("x.rs", 1, "", [(2, "// Needs no-such-crate.")])
+        _, errors = plan([bad], Manifest(root))
+        expect("unknown crate", len(errors), 1)
+
+        # Build them, against the real wavesock, in the shared target dir.
+        # The fake packages' dependency lines are those the real workspace
+        # would have (wavesock, tokio and futures-util), plus bytes.
+        for deps in packages.values():
+            deps[0] = ("wavesock", {"path": ROOT, "features": manifest.features})
+        out = os.path.join(OUT + "-self-test")
+        generate(out, examples, packages, "Cargo.lock")
+        code, cerrors, stderr = cargo_check(out, TARGET_DIR)
+        import io
+        import contextlib
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            failing = report(examples, cerrors, out)
+        expect("failing examples", failing, ["ex_001"])
+        if "src/lib.rs:3: example (line 4)" not in buf.getvalue():
+            failures.append("the error does not name the example's origin:\n" + buf.getvalue()
+                            + stderr[-2000:])
+        if code == 0:
+            failures.append("cargo check passed with an example using bytes without `// Needs`")
+        shutil.rmtree(out, ignore_errors=True)
+
+    for f in failures:
+        print(f"self-test: {f}", file=sys.stderr)
+    if failures:
+        print(f"check-doc-deps --self-test: {len(failures)} failure(s)", file=sys.stderr)
+        return 1
+    print("check-doc-deps --self-test: ok")
+    return 0
+
+
+def main(argv):
+    if argv == ["--self-test"]:
+        return self_test()
+    if argv == ["--list"]:
+        return main_list()
+    if argv:
+        print("usage: scripts/check-doc-deps.sh [--list | --self-test]", file=sys.stderr)
+        return 2
+    return main_check()
+
+
+sys.exit(main(sys.argv[1:]))
+PY
