@@ -835,3 +835,26 @@ async fn a_peer_that_never_reads_makes_send_wait_instead_of_buffering() {
         "the write buffer is used before waiting: {accepted}"
     );
 }
+
+/// A peer that stops reading while we owe it more than the write buffer
+/// holds: `next()` waits for it to read, and the keepalive clock runs
+/// meanwhile, so a peer that reads nothing for the interval and the pong
+/// timeout is given up like one that sends nothing (it used to wait for
+/// ever, no timer being polled while the write was blocked).
+#[tokio::test(start_paused = true)]
+async fn keepalive_gives_up_on_a_peer_that_stops_reading() {
+    let (a, _peer) = tokio::io::duplex(4096);
+    let config = Config::default()
+        .ping_interval(Some(Duration::from_secs(5)))
+        .pong_timeout(Duration::from_secs(2))
+        .write_buffer_size(1024);
+    let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, config).unwrap();
+    // Far more than the pipe and the write buffer hold; nobody reads it.
+    ws.feed(Message::binary(vec![7; 64 << 10])).await.unwrap();
+    let started = tokio::time::Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(60), ws.next())
+        .await
+        .expect("no timer ran while the write was blocked");
+    assert!(matches!(got, Some(Err(Error::KeepaliveTimeout))), "{got:?}");
+    assert_eq!(started.elapsed(), Duration::from_secs(7));
+}

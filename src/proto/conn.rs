@@ -491,6 +491,8 @@ impl Connection {
     }
 
     /// Gives up on the connection: nothing more will be sent or awaited.
+    /// No close deadline is armed: the caller ends the connection at once
+    /// and asks nothing more of this one.
     pub fn abandon(&mut self) {
         self.state.set(State::CLOSE_SENT, true);
         if let Some(o) = &mut self.outstanding {

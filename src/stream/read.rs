@@ -40,10 +40,12 @@ pub(crate) trait CoreLink {
     fn with_core<T>(&mut self, f: impl FnOnce(&mut Core, &mut Self::Write) -> T) -> T;
     /// The core's [`State`] as of its last input, from whichever task.
     fn state(&self) -> State;
-    /// The receiving side waits for input: a task that changes the core's
-    /// state (a sender whose write fails, or that sends our close) must be
-    /// able to wake it.
-    fn wait_for_input(&mut self, _cx: &Context<'_>) {}
+    /// Called at the start of every poll of the receiving side: another
+    /// task that changes the core's state (a sender whose write fails, or
+    /// that sends our close) must wake this one, whichever way the poll
+    /// then ends up waiting (the socket, the timer, the memory budget, the
+    /// peer taking what we owe it).
+    fn watch_state(&mut self, _cx: &Context<'_>) {}
 }
 
 /// A timer set to the core's next deadline ([`Connection::poll_timeout`]).
@@ -302,6 +304,7 @@ impl ReadState {
     ) -> Poll<Option<Result<Message>>> {
         #[cfg(feature = "tracing")]
         let _span = self.span.clone().entered();
+        link.watch_state(cx);
         loop {
             if self.terminated {
                 return Poll::Ready(None);
@@ -370,6 +373,14 @@ impl ReadState {
                     // Waiting for the peer to take what we owe it: as when
                     // waiting for input, hold no more than in proportion.
                     self.read_buf.fit(self.decoder.account_mut());
+                    // The clock runs meanwhile: a peer that reads nothing
+                    // for the keepalive's interval and timeout is as dead
+                    // as one that sends nothing, and a close still times
+                    // out.
+                    if self.poll_timer(link, cx).is_ready() {
+                        self.feed(link, |c| c.handle_timeout(now()))?;
+                        continue;
+                    }
                     return Poll::Pending;
                 }
             }
@@ -405,7 +416,6 @@ impl ReadState {
                         continue;
                     }
                     None => {
-                        link.wait_for_input(cx);
                         if link.state() != state {
                             // Changed by another task between the checks
                             // above and the wait.

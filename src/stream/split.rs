@@ -43,16 +43,25 @@ impl<S> Shared<S> {
         self.locked.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `f` on the core, then publishes its state.
+    /// Runs `f` on the core for a sender, then publishes its state and,
+    /// if that changed, wakes the receiver to act on it.
     fn with<T>(&self, f: impl FnOnce(&mut Core, &mut WriteHalf<S>) -> T) -> T {
+        let (r, changed) = self.with_quiet(f);
+        if changed {
+            self.reader.wake();
+        }
+        r
+    }
+
+    /// Runs `f` on the core, then publishes its state; whether that changed.
+    /// For the receiver itself, which acts on what it changed without being
+    /// woken (a wake would also use up the waker it registered).
+    fn with_quiet<T>(&self, f: impl FnOnce(&mut Core, &mut WriteHalf<S>) -> T) -> (T, bool) {
         let mut guard = self.lock();
         let locked = &mut *guard;
         let r = f(&mut locked.core, &mut locked.io);
         let state = locked.core.conn.state().to_bits();
-        if self.state.swap(state, Ordering::AcqRel) != state {
-            self.reader.wake();
-        }
-        r
+        (r, self.state.swap(state, Ordering::AcqRel) != state)
     }
 
     fn state(&self) -> State {
@@ -186,14 +195,14 @@ impl<S: AsyncRead + AsyncWrite> CoreLink for SplitLink<'_, S> {
     }
 
     fn with_core<T>(&mut self, f: impl FnOnce(&mut Core, &mut WriteHalf<S>) -> T) -> T {
-        self.shared.with(f)
+        self.shared.with_quiet(f).0
     }
 
     fn state(&self) -> State {
         self.shared.state()
     }
 
-    fn wait_for_input(&mut self, cx: &Context<'_>) {
+    fn watch_state(&mut self, cx: &Context<'_>) {
         self.shared.reader.register(cx.waker());
     }
 }
