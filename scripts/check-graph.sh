@@ -31,7 +31,8 @@
 # - An edge A -> B is a path in A (a `use`, groups expanded, or a path
 #   written inline in code, macros and tests included) that resolves into
 #   B. Comments, doc comments with their intra-doc links, and string and
-#   char literals are blanked first (lexer adapted from check-layers.sh).
+#   char literals are blanked first (scripts/rust_source.py, shared with
+#   check-layers.sh).
 #   A bare name (`Foo`, `foo!`) is no edge of its own, its `use` is; but
 #   see re-exports and macros below.
 # - Resolution follows Rust's: `crate::`, `self::`, `super::`, and a
@@ -91,70 +92,8 @@ CONFIG_FILE = "src/config.rs"
 
 # ---------------------------------------------------------------- lexing
 
-RAW_STR = re.compile(r'(?<![\w])[bc]?r(#*)"')
-PLAIN_STR = re.compile(r'(?<![\w])[bc]?"')
-CHAR_LIT = re.compile(r"'(?:\\.[^'\\\n]{0,9}|[^'\\])'", re.S)
-
-
-def blank_literals_and_comments(src):
-    """The source with comments, string and char literals replaced by
-    spaces (newlines kept, so line numbers stay right). From
-    check-layers.sh, with `'\\''` read as a char and linear-time matching."""
-    out = []
-    i, n = 0, len(src)
-
-    def blank(text):
-        return re.sub(r"[^\n]", " ", text)
-
-    while i < n:
-        c = src[i]
-        if c == "/" and src.startswith("//", i):
-            j = src.find("\n", i)
-            j = n if j < 0 else j
-            out.append(blank(src[i:j]))
-            i = j
-        elif c == "/" and src.startswith("/*", i):
-            depth, j = 1, i + 2
-            while j < n and depth:
-                if src.startswith("/*", j):
-                    depth, j = depth + 1, j + 2
-                elif src.startswith("*/", j):
-                    depth, j = depth - 1, j + 2
-                else:
-                    j += 1
-            out.append(blank(src[i:j]))
-            i = j
-        elif c in "bcr\"":
-            raw = RAW_STR.match(src, i) if c != '"' else None
-            plain = None if raw else PLAIN_STR.match(src, i)
-            if raw:
-                end = '"' + raw.group(1)
-                j = src.find(end, raw.end())
-                j = n if j < 0 else j + len(end)
-                out.append(blank(src[i:j]))
-                i = j
-            elif plain:
-                j = plain.end()
-                while j < n and src[j] != '"':
-                    j += 2 if src[j] == "\\" else 1
-                out.append(blank(src[i:j + 1]))
-                i = j + 1
-            else:
-                out.append(c)
-                i += 1
-        elif c == "'":
-            # A char literal ('x', '\n', '\'', '\u{1F600}'), else a lifetime.
-            m = CHAR_LIT.match(src, i)
-            if m:
-                out.append(blank(m.group(0)))
-                i = m.end()
-            else:
-                out.append(c)
-                i += 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+sys.path.insert(0, os.path.join(os.getcwd(), "scripts"))
+from rust_source import blank_literals_and_comments  # noqa: E402
 
 
 TOKEN = re.compile(

@@ -44,62 +44,8 @@ LAYERS = {
 ALLOWANCES = set()
 
 
-def blank_literals_and_comments(src):
-    """The source with comments, string and char literals replaced by
-    spaces (newlines kept, so line numbers stay right)."""
-    out = []
-    i, n = 0, len(src)
-
-    def blank(text):
-        return re.sub(r"[^\n]", " ", text)
-
-    while i < n:
-        c = src[i]
-        if src.startswith("//", i):
-            j = src.find("\n", i)
-            j = n if j < 0 else j
-            out.append(blank(src[i:j]))
-            i = j
-        elif src.startswith("/*", i):
-            depth, j = 1, i + 2
-            while j < n and depth:
-                if src.startswith("/*", j):
-                    depth, j = depth + 1, j + 2
-                elif src.startswith("*/", j):
-                    depth, j = depth - 1, j + 2
-                else:
-                    j += 1
-            out.append(blank(src[i:j]))
-            i = j
-        else:
-            raw = re.match(r'(?<![\w])(b?r)(#*)"', src[i:]) if c in "br" and (
-                i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_")) else None
-            if raw:
-                end = '"' + raw.group(2)
-                j = src.find(end, i + raw.end())
-                j = n if j < 0 else j + len(end)
-                out.append(blank(src[i:j]))
-                i = j
-            elif c == '"' or (c == "b" and src.startswith('b"', i) and not (
-                    i and (src[i - 1].isalnum() or src[i - 1] == "_"))):
-                j = i + (2 if c == "b" else 1)
-                while j < n and src[j] != '"':
-                    j += 2 if src[j] == "\\" else 1
-                out.append(blank(src[i:j + 1]))
-                i = j + 1
-            elif c == "'":
-                # A char literal ('x', '\n', '\u{1F600}'), else a lifetime.
-                m = re.match(r"'(\\[^']{1,10}|[^'\\])'", src[i:])
-                if m:
-                    out.append(blank(m.group(0)))
-                    i += m.end()
-                else:
-                    out.append(c)
-                    i += 1
-            else:
-                out.append(c)
-                i += 1
-    return "".join(out)
+sys.path.insert(0, os.path.join(os.getcwd(), "scripts"))
+from rust_source import blank_literals_and_comments  # noqa: E402
 
 
 def module_depth(path, layer_dir):

@@ -727,22 +727,8 @@ mod tests {
     #[cfg(feature = "deflate")]
     mod bombs {
         use super::*;
-        use crate::proto::deflate::{self, DeflateConfig, DeflateParams};
+        use crate::proto::deflate::{DeflateConfig, DeflateParams};
         use crate::proto::encoder::FrameEncoder;
-
-        /// Switches compression on for a decoder and encoder pair, as an
-        /// engine that owns both does.
-        fn enable_deflate(
-            d: &mut MessageDecoder,
-            e: &mut FrameEncoder,
-            params: &DeflateParams,
-            config: &DeflateConfig,
-        ) {
-            let (inflater, deflater) =
-                deflate::pair(d.role(), params, config, d.max_message_size()).unwrap();
-            d.set_inflater(inflater);
-            e.set_deflater(deflater);
-        }
 
         /// `n` zeros compressed as one permessage-deflate payload.
         fn zeros(n: usize) -> Vec<u8> {
@@ -758,7 +744,7 @@ mod tests {
         fn inflating(budget: &MemoryBudget) -> MessageDecoder {
             let mut d = decoder(budget);
             let mut e = FrameEncoder::new(Role::Server);
-            enable_deflate(
+            crate::proto::deflate::enable_for_tests(
                 &mut d,
                 &mut e,
                 &DeflateParams::default(),

@@ -475,31 +475,17 @@ mod prepared_deflate_tests {
     use super::*;
     use crate::proto::Limits;
     use crate::proto::decoder::MessageDecoder;
-    use crate::proto::deflate::{self, DeflateConfig, DeflateParams};
-
-    /// Switches compression on for a decoder and encoder pair, as an
-    /// engine that owns both does.
-    fn enable_deflate(
-        d: &mut MessageDecoder,
-        e: &mut FrameEncoder,
-        params: &DeflateParams,
-        config: &DeflateConfig,
-    ) {
-        let (inflater, deflater) =
-            deflate::pair(d.role(), params, config, d.max_message_size()).unwrap();
-        d.set_inflater(inflater);
-        e.set_deflater(deflater);
-    }
+    use crate::proto::deflate::{DeflateConfig, DeflateParams};
 
     /// A server's encoder and its client's decoder under `params`.
     fn pair(params: &DeflateParams) -> (FrameEncoder, MessageDecoder) {
         let config = DeflateConfig::default();
         let mut server_dec = MessageDecoder::new(Role::Server, Limits::default());
         let mut server = FrameEncoder::new(Role::Server);
-        enable_deflate(&mut server_dec, &mut server, params, &config);
+        crate::proto::deflate::enable_for_tests(&mut server_dec, &mut server, params, &config);
         let mut client = MessageDecoder::new(Role::Client, Limits::default());
         let mut client_enc = FrameEncoder::new(Role::Client);
-        enable_deflate(&mut client, &mut client_enc, params, &config);
+        crate::proto::deflate::enable_for_tests(&mut client, &mut client_enc, params, &config);
         (server, client)
     }
 
@@ -599,10 +585,10 @@ mod prepared_deflate_tests {
         let config = DeflateConfig::default();
         let mut client_dec = MessageDecoder::new(Role::Client, Limits::default());
         let mut client = FrameEncoder::new(Role::Client);
-        enable_deflate(&mut client_dec, &mut client, &params, &config);
+        crate::proto::deflate::enable_for_tests(&mut client_dec, &mut client, &params, &config);
         let mut server = MessageDecoder::new(Role::Server, Limits::default());
         let mut server_enc = FrameEncoder::new(Role::Server);
-        enable_deflate(&mut server, &mut server_enc, &params, &config);
+        crate::proto::deflate::enable_for_tests(&mut server, &mut server_enc, &params, &config);
         let p = PreparedMessage::new(&text(7)).unwrap();
         let mut wire = BytesMut::new();
         client.encode_prepared(&p, &mut wire).unwrap();

@@ -56,3 +56,18 @@ pub fn pair(
 ) -> Result<(Inflater, Deflater), Error> {
     codec::pair(role, params, config, max_message_size)
 }
+
+/// Switches compression on for a decoder and encoder pair, as an engine
+/// that owns both does.
+#[cfg(all(test, feature = "deflate"))]
+pub(crate) fn enable_for_tests(
+    decoder: &mut crate::proto::decoder::MessageDecoder,
+    encoder: &mut crate::proto::encoder::FrameEncoder,
+    params: &DeflateParams,
+    config: &DeflateConfig,
+) {
+    let (inflater, deflater) =
+        pair(decoder.role(), params, config, decoder.max_message_size()).unwrap();
+    decoder.set_inflater(inflater);
+    encoder.set_deflater(deflater);
+}
