@@ -327,17 +327,22 @@ class File:
         if k >= 1 and toks[k - 1].text == "pub":
             return True
         if k >= 1 and toks[k - 1].text == ")":
-            i, d = k - 1, 0
-            while i >= 0:
-                if toks[i].text == ")":
-                    d += 1
-                elif toks[i].text == "(":
-                    d -= 1
-                    if d == 0:
-                        break
-                i -= 1
-            return i > 0 and toks[i - 1].text == "pub"
+            return pub_parens_end_at(toks, k - 1)
         return False
+
+
+def pub_parens_end_at(toks, j):
+    """Whether the `)` at token j closes a `pub(...)`."""
+    i, d = j, 0
+    while i >= 0:
+        if toks[i].text == ")":
+            d += 1
+        elif toks[i].text == "(":
+            d -= 1
+            if d == 0:
+                break
+        i -= 1
+    return i > 0 and toks[i - 1].text == "pub"
 
 
 def attr_is_test(code_text):
@@ -555,16 +560,7 @@ class Crate:
         if prev in (";", "{", "}", "]", "pub"):
             return True
         if prev == ")":
-            i, d = k - 1, 0
-            while i >= 0:
-                if toks[i].text == ")":
-                    d += 1
-                elif toks[i].text == "(":
-                    d -= 1
-                    if d == 0:
-                        break
-                i -= 1
-            return i > 0 and toks[i - 1].text == "pub"
+            return pub_parens_end_at(toks, k - 1)
         return False
 
     def declare_child(self, f, k, mp, name, sc):
