@@ -81,6 +81,7 @@ pub mod handshake;
 mod head;
 #[cfg(feature = "http2")]
 pub mod http2;
+pub mod hub;
 mod negotiated;
 pub mod proto;
 pub mod proxy;

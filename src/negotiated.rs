@@ -60,6 +60,12 @@ impl Negotiated {
         Ok(Negotiated::default())
     }
 
+    /// permessage-deflate's parameters and configuration, if it was agreed
+    /// on: for an engine that sets its decoder and encoder up itself.
+    pub(crate) fn into_deflate(self) -> Option<(DeflateParams, DeflateConfig)> {
+        self.deflate
+    }
+
     /// Sets the connection up accordingly.
     pub(crate) fn apply<S>(self, mut ws: WebSocketStream<S>) -> Result<WebSocketStream<S>>
     where

@@ -108,6 +108,17 @@ pub enum Error {
     /// name did not resolve, TCP failed, a proxy refused, or TLS failed.
     #[error("could not connect: {0}")]
     Connect(#[from] ConnectError),
+
+    /// A [`hub`](crate::hub) connection's peer stopped reading: more than
+    /// the hub's `max_backpressure` bytes waited to be written to it when
+    /// another message was sent, and the hub's policy is to close it.
+    #[error("{buffered} bytes wait for a peer that does not read (limit {limit})")]
+    Backpressure {
+        /// Bytes waiting to be written when the message came.
+        buffered: usize,
+        /// The hub's `max_backpressure`.
+        limit: usize,
+    },
 }
 
 impl Error {

@@ -70,6 +70,8 @@ enum DecodeState {
 struct Fragments {
     text: bool,
     buf: BytesMut,
+    /// `buf` is a copy of its own, not a view into the read buffer.
+    owned: bool,
 }
 
 /// Turns received bytes into messages for one side of a connection.
@@ -144,6 +146,32 @@ impl MessageDecoder {
     /// [`Error::BudgetExhausted`] if that takes too long.
     pub fn budget_wait(&self) -> Option<usize> {
         self.budget_wait.map(NonZeroUsize::get)
+    }
+
+    /// Whether the decoder holds nothing of the connection it reads for:
+    /// between messages, no fragments, no compression or budget state. An
+    /// engine may then use it for another connection of the same limits.
+    pub fn is_at_rest(&self) -> bool {
+        matches!(self.state, DecodeState::Head)
+            && self.fragments.is_none()
+            && self.inflater.is_none()
+            && !self.account.is_on()
+            && self.budget_wait.is_none()
+            && !self.utf8.is_incomplete()
+    }
+
+    /// Makes the first fragment of a message in progress a copy of its own.
+    /// Decoding splits payloads off the read buffer without copying; an
+    /// engine whose read buffer is shared by many connections calls this
+    /// after decoding from it, so that a message left unfinished does not
+    /// keep the shared buffer from being reused.
+    pub fn detach(&mut self) {
+        if let Some(f) = &mut self.fragments {
+            if !f.owned {
+                f.buf = BytesMut::from(&f.buf[..]);
+                f.owned = true;
+            }
+        }
     }
 
     /// Drops the message in progress and gives back the memory it held
@@ -357,6 +385,7 @@ impl MessageDecoder {
                 self.fragments = Some(Fragments {
                     text: header.opcode == OpCode::Text,
                     buf: payload,
+                    owned: false,
                 });
                 Ok(None)
             }
@@ -447,6 +476,7 @@ impl MessageDecoder {
                     self.fragments = Some(Fragments {
                         text: header.opcode == OpCode::Text,
                         buf: BytesMut::new(),
+                        owned: true,
                     });
                 }
             }

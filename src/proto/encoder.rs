@@ -124,7 +124,11 @@ impl FrameEncoder {
 
     /// A whole text or binary message as one frame, compressed if
     /// negotiated and large enough.
-    fn encode_data(
+    /// Encodes a whole text or binary message from a borrowed payload as
+    /// one frame into `dst`: compressed when permessage-deflate is on and
+    /// the message is large enough, masked if this side is a client. For
+    /// engines that hand out borrowed messages and take borrowed replies.
+    pub fn encode_data(
         &mut self,
         opcode: OpCode,
         payload: &[u8],

@@ -1,0 +1,941 @@
+//! The engine: one task that accepts, reads, dispatches, writes and keeps
+//! time for all of its connections. It moves bytes and time; every
+//! protocol decision is the core's (`proto::conn`, the decoder and
+//! encoder) or the handshake's.
+
+// Decoders are boxed: they move between the pool and the connections that
+// hold them (a pointer each), and a connection holds only the pointer.
+#![allow(clippy::vec_box)]
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BytesMut};
+use tokio::io::AsyncWrite;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::time::Sleep;
+
+use crate::error::{Error, HandshakeError, Result};
+use crate::handshake::server::{
+    accept_response, check_request, enforce, error_response, parse_request, write_response,
+};
+use crate::hub::handle::{Command, HubHandle};
+use crate::hub::slot::{Conn, POOL_BUFFER_MAX, Slot, Stage, Turn, Ws};
+use crate::hub::timers::Timers;
+use crate::hub::wake::{ConnWaker, Key, ReadyQueue};
+use crate::hub::{Closed, ConnId, Handler, HubConfig, HubMessage};
+use crate::negotiated::Negotiated;
+use crate::proto::Role;
+use crate::proto::close::CloseCode;
+use crate::proto::conn::{Connection, Phase};
+use crate::proto::decoder::MessageDecoder;
+use crate::proto::encoder::FrameEncoder;
+use crate::proto::message::Message;
+
+/// Reads per connection per turn before the others get theirs.
+const READS_PER_TURN: usize = 4;
+/// Connections accepted per turn.
+const ACCEPTS_PER_TURN: usize = 64;
+/// Commands taken from handles per turn.
+const COMMANDS_PER_TURN: usize = 1024;
+/// How long accepting pauses after an error (out of file descriptors).
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+/// Decoders kept for connections between messages.
+const DECODER_POOL_MAX: usize = 1024;
+
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// A server engine for many connections; see the [module docs](crate::hub).
+#[derive(Debug)]
+pub struct Hub<H: Handler> {
+    engines: Vec<Engine<H>>,
+    handle: HubHandle,
+}
+
+impl<H: Handler> Hub<H> {
+    /// A hub running `handler` (cloned into each engine) with `config`.
+    ///
+    /// With [`HubConfig::engines`] `None`, there is one engine per worker
+    /// thread of the current Tokio runtime (one outside a runtime).
+    pub fn new(handler: H, config: HubConfig) -> Result<Self> {
+        config.validate()?;
+        let count = config.engines.unwrap_or_else(|| {
+            tokio::runtime::Handle::try_current()
+                .map(|h| h.metrics().num_workers())
+                .unwrap_or(1)
+        });
+        let mut senders = Vec::with_capacity(count);
+        let mut engines = Vec::with_capacity(count);
+        for index in 0..count {
+            let (tx, rx) = mpsc::channel(config.handle_capacity);
+            senders.push(tx);
+            engines.push(Engine::new(
+                index as u32,
+                handler.clone(),
+                config.clone(),
+                rx,
+            ));
+        }
+        Ok(Hub {
+            engines,
+            handle: HubHandle::new(senders),
+        })
+    }
+
+    /// A handle to send to connections from other tasks and to shut the
+    /// hub down.
+    pub fn handle(&self) -> HubHandle {
+        self.handle.clone()
+    }
+
+    /// Serves connections accepted from `listener` until
+    /// [`HubHandle::shutdown`].
+    ///
+    /// One engine accepts on its own task. With several, each runs on a
+    /// task of its own (`tokio::spawn`, so the runtime spreads them over
+    /// its workers) and this task accepts and hands the connections out in
+    /// turn: one listener, as given, and an even spread whatever the
+    /// kernel's hashing of `SO_REUSEPORT` would do with few client
+    /// addresses. Accepted sockets get `TCP_NODELAY`: messages are
+    /// written whole, once per turn, so Nagle's delay would only add
+    /// latency.
+    pub async fn serve(self, listener: TcpListener) -> io::Result<()> {
+        let Hub {
+            mut engines,
+            handle,
+        } = self;
+        if engines.len() == 1 {
+            let mut engine = engines.pop().expect("one engine");
+            engine.listener = Some(listener);
+            drop(handle);
+            engine.await;
+            return Ok(());
+        }
+        let count = engines.len();
+        let tasks: Vec<_> = engines.into_iter().map(tokio::spawn).collect();
+        let mut next = 0;
+        let mut stopped = false;
+        while !stopped {
+            let (tcp, _) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(_) => {
+                    // Out of file descriptors, or a connection that went
+                    // away before it was accepted: try again shortly.
+                    tokio::time::sleep(ACCEPT_PAUSE).await;
+                    continue;
+                }
+            };
+            // An engine that stopped was shut down; so is the hub.
+            stopped = handle.command(next, Command::Accept(tcp)).await.is_err();
+            next = (next + 1) % count;
+            stopped |= tasks.iter().any(|t| t.is_finished());
+        }
+        drop(listener);
+        for task in tasks {
+            let _ = task.await;
+        }
+        Ok(())
+    }
+}
+
+/// A slot of the table: its generation, and its connection if in use.
+type Entry<T> = (u32, Option<Box<Slot<T>>>);
+
+/// One engine: a task and its connections.
+struct Engine<H: Handler> {
+    index: u32,
+    handler: H,
+    config: HubConfig,
+    /// Connections by slot, with each slot's generation.
+    slots: Vec<Entry<H::Data>>,
+    free: Vec<u32>,
+    live: usize,
+    queue: Arc<ReadyQueue>,
+    keys: Vec<Key>,
+    /// The read buffer every connection reads into in turn.
+    shared: BytesMut,
+    decoders: Vec<Box<MessageDecoder>>,
+    turn: Turn,
+    timers: Timers,
+    sleep: Pin<Box<Sleep>>,
+    sleep_at: Option<Instant>,
+    listener: Option<TcpListener>,
+    accept_paused_until: Option<Instant>,
+    commands: Option<mpsc::Receiver<Command>>,
+    /// Shutting down, until this deadline.
+    shutdown: Option<Instant>,
+}
+
+impl<H: Handler> std::fmt::Debug for Engine<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("index", &self.index)
+            .field("live", &self.live)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H: Handler> Engine<H> {
+    fn new(index: u32, handler: H, config: HubConfig, commands: mpsc::Receiver<Command>) -> Self {
+        let turn = Turn {
+            now: now(),
+            pool: Vec::new(),
+            dirty: Vec::new(),
+            max_backpressure: config.max_backpressure,
+            policy: config.backpressure_policy,
+        };
+        Engine {
+            index,
+            handler,
+            shared: BytesMut::new(),
+            config,
+            slots: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            queue: Arc::new(ReadyQueue::default()),
+            keys: Vec::new(),
+            decoders: Vec::new(),
+            turn,
+            timers: Timers::default(),
+            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            sleep_at: None,
+            listener: None,
+            accept_paused_until: None,
+            commands: Some(commands),
+            shutdown: None,
+        }
+    }
+
+    /// Takes a new connection.
+    fn admit(&mut self, tcp: TcpStream) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        let _ = tcp.set_nodelay(true);
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push((0, None));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let generation = self.slots[slot as usize].0;
+        let key = Key { slot, generation };
+        let id = ConnId {
+            engine: self.index,
+            slot,
+            generation,
+        };
+        let now = self.turn.now;
+        let c = &self.config.config;
+        let waker = ConnWaker::new(key, self.queue.clone());
+        let s = Slot {
+            io: tcp,
+            waker: waker.clone(),
+            decoder: None,
+            pending: BytesMut::new(),
+            timer_at: None,
+            handshake_deadline: c.handshake_timeout.and_then(|t| now.checked_add(t)),
+            stage: Stage::Handshake,
+            data: None,
+            c: Conn::new(
+                id,
+                Connection::new(Role::Server, c.timers(), now),
+                FrameEncoder::new(Role::Server),
+            ),
+        };
+        self.slots[slot as usize].1 = Some(Box::new(s));
+        self.live += 1;
+        // Served at once: the request may be there already, and the first
+        // read registers the waker.
+        waker.requeue();
+    }
+
+    fn slot_mut(&mut self, key: Key) -> Option<&mut Slot<H::Data>> {
+        match self.slots.get_mut(key.slot as usize) {
+            Some((generation, Some(s))) if *generation == key.generation => Some(s),
+            _ => None,
+        }
+    }
+
+    fn key_of(&self, slot: u32) -> Key {
+        Key {
+            slot,
+            generation: self.slots[slot as usize].0,
+        }
+    }
+
+    /// Serves a connection its transport woke.
+    fn service(&mut self, key: Key) {
+        let Engine {
+            slots,
+            handler,
+            config,
+            shared,
+            decoders,
+            turn,
+            ..
+        } = self;
+        let Some((generation, Some(slot))) = slots.get_mut(key.slot as usize) else {
+            return;
+        };
+        if *generation != key.generation {
+            return;
+        }
+        slot.waker.serving();
+        let waker = Waker::from(slot.waker.clone());
+        let mut cx = Context::from_waker(&waker);
+        match slot.stage {
+            Stage::Handshake => read_handshake(slot, &mut cx, handler, config, decoders, turn),
+            Stage::Open => {
+                if slot.c.write_blocked {
+                    flush(slot, &mut cx, handler, turn);
+                }
+                read_frames(slot, &mut cx, handler, config, shared, decoders, turn);
+            }
+            Stage::Ending => flush(slot, &mut cx, handler, turn),
+        }
+        self.settle(key);
+    }
+
+    /// After anything happened to a connection: ends it if it is over,
+    /// moves it to `Ending` when only writing is left, and keeps its timer.
+    fn settle(&mut self, key: Key) {
+        let Some(slot) = self.slot_mut(key) else {
+            return;
+        };
+        if slot.c.abandoned {
+            self.end(key);
+            return;
+        }
+        match slot.c.conn.phase() {
+            Phase::TimedOut => {
+                self.end(key);
+                return;
+            }
+            Phase::Closed | Phase::Failing if slot.stage == Stage::Open => {
+                slot.stage = Stage::Ending;
+                if !slot.c.dirty {
+                    // Nothing corked to write: finish now.
+                    slot.waker.requeue();
+                }
+            }
+            _ => {}
+        }
+        let want = match slot.stage {
+            Stage::Handshake => slot.handshake_deadline,
+            _ => slot.c.conn.poll_timeout(),
+        };
+        if want != slot.timer_at {
+            slot.timer_at = want;
+            if let Some(at) = want {
+                self.timers.push(at, key);
+            }
+        }
+    }
+
+    /// Removes a connection, telling the handler if it was open.
+    fn end(&mut self, key: Key) {
+        let entry = &mut self.slots[key.slot as usize];
+        let Some(mut slot) = entry.1.take() else {
+            return;
+        };
+        entry.0 = entry.0.wrapping_add(1);
+        self.free.push(key.slot);
+        self.live -= 1;
+        slot.c.out.clear();
+        slot.c.release_out(&mut self.turn.pool);
+        if let Some(d) = slot.decoder.take() {
+            if d.is_at_rest() && self.decoders.len() < DECODER_POOL_MAX {
+                self.decoders.push(d);
+            }
+        }
+        let error = slot
+            .c
+            .error
+            .take()
+            .map(|e| *e)
+            .or_else(|| slot.c.conn.take_error().map(Error::from));
+        let closed = Closed {
+            id: slot.c.id,
+            frame: slot.c.peer_close.take().map(|f| *f),
+            error,
+        };
+        if let Some(data) = slot.data.take() {
+            self.handler.close(closed, data);
+        }
+    }
+
+    /// A timer entry came due.
+    fn on_timer(&mut self, at: Instant, key: Key) {
+        let now = self.turn.now;
+        let Engine { slots, turn, .. } = self;
+        let Some((generation, Some(slot))) = slots.get_mut(key.slot as usize) else {
+            return;
+        };
+        if *generation != key.generation || slot.timer_at != Some(at) {
+            return;
+        }
+        slot.timer_at = None;
+        if slot.stage == Stage::Handshake {
+            // No answer: the request never came whole.
+            slot.c.abandoned = true;
+            slot.c.error = Some(Box::new(HandshakeError::Timeout.into()));
+        } else {
+            slot.c.conn.handle_timeout(now);
+            slot.c.transmit_owed(turn);
+        }
+        self.settle(key);
+    }
+
+    fn command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Accept(tcp) => self.admit(tcp),
+            Command::Shutdown => self.start_shutdown(),
+            Command::Send(id, msg) => self.with_conn(id, |c, turn| {
+                let _ = c.send_message(turn, &msg);
+            }),
+            Command::SendPrepared(id, msg) => self.with_conn(id, |c, turn| {
+                let _ = c.send_prepared(turn, &msg);
+            }),
+            Command::Close(id, code, reason) => self.with_conn(id, |c, turn| {
+                let _ = c.close(turn, code, &reason);
+            }),
+        }
+    }
+
+    fn with_conn(&mut self, id: ConnId, f: impl FnOnce(&mut Conn, &mut Turn)) {
+        let key = Key {
+            slot: id.slot,
+            generation: id.generation,
+        };
+        let Engine { slots, turn, .. } = self;
+        let Some((generation, Some(slot))) = slots.get_mut(key.slot as usize) else {
+            return;
+        };
+        if *generation != key.generation || slot.stage != Stage::Open {
+            return;
+        }
+        f(&mut slot.c, turn);
+        self.settle(key);
+    }
+
+    fn start_shutdown(&mut self) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        self.shutdown = Some(self.turn.now + self.config.shutdown_timeout);
+        self.listener = None;
+        for slot in 0..self.slots.len() as u32 {
+            let key = self.key_of(slot);
+            let Some(s) = self.slot_mut(key) else {
+                continue;
+            };
+            match s.stage {
+                Stage::Handshake => self.end(key),
+                Stage::Open => {
+                    let Engine { slots, turn, .. } = self;
+                    if let Some((_, Some(s))) = slots.get_mut(slot as usize) {
+                        let _ =
+                            s.c.close(turn, CloseCode::GOING_AWAY, "server shutting down");
+                    }
+                    self.settle(key);
+                }
+                Stage::Ending => {}
+            }
+        }
+    }
+
+    /// Writes out every connection that has bytes corked this turn.
+    fn flush_dirty(&mut self) {
+        let mut dirty = std::mem::take(&mut self.turn.dirty);
+        for &slot in &dirty {
+            let key = self.key_of(slot);
+            let Engine {
+                slots,
+                handler,
+                turn,
+                ..
+            } = self;
+            let Some((_, Some(s))) = slots.get_mut(slot as usize) else {
+                continue;
+            };
+            s.c.dirty = false;
+            let waker = Waker::from(s.waker.clone());
+            let mut cx = Context::from_waker(&waker);
+            flush(s, &mut cx, handler, turn);
+            self.settle(key);
+        }
+        dirty.clear();
+        // Connections marked while flushing (a drain handler's sends) are
+        // written next turn.
+        if self.turn.dirty.is_empty() {
+            self.turn.dirty = dirty;
+        } else {
+            self.queue_dirty_again();
+        }
+    }
+
+    fn queue_dirty_again(&mut self) {
+        for &slot in &self.turn.dirty {
+            if let Some((_, Some(s))) = self.slots.get(slot as usize) {
+                s.waker.requeue();
+            }
+        }
+    }
+
+    fn poll_accept(&mut self, cx: &mut Context<'_>) {
+        if let Some(until) = self.accept_paused_until {
+            if self.turn.now < until {
+                return;
+            }
+            self.accept_paused_until = None;
+        }
+        for _ in 0..ACCEPTS_PER_TURN {
+            let Some(listener) = &self.listener else {
+                return;
+            };
+            match listener.poll_accept(cx) {
+                Poll::Ready(Ok((tcp, _))) => self.admit(tcp),
+                Poll::Ready(Err(_)) => {
+                    self.accept_paused_until = Some(self.turn.now + ACCEPT_PAUSE);
+                    return;
+                }
+                Poll::Pending => return,
+            }
+        }
+        // More may wait: come back after serving the others.
+        cx.waker().wake_by_ref();
+    }
+
+    fn poll_commands(&mut self, cx: &mut Context<'_>) {
+        for _ in 0..COMMANDS_PER_TURN {
+            let Some(rx) = &mut self.commands else {
+                return;
+            };
+            match rx.poll_recv(cx) {
+                Poll::Ready(Some(cmd)) => self.command(cmd),
+                Poll::Ready(None) => {
+                    // Every handle is gone: nothing more will come.
+                    self.commands = None;
+                    return;
+                }
+                Poll::Pending => return,
+            }
+        }
+        cx.waker().wake_by_ref();
+    }
+
+    fn end_all(&mut self) {
+        for slot in 0..self.slots.len() as u32 {
+            let key = self.key_of(slot);
+            if let Some(s) = self.slot_mut(key) {
+                if s.c.error.is_none() {
+                    s.c.error = Some(Box::new(Error::CloseTimeout));
+                }
+                self.end(key);
+            }
+        }
+    }
+
+    fn poll_turn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.queue.register(cx.waker());
+        self.turn.now = now();
+        self.poll_commands(cx);
+        self.poll_accept(cx);
+        let mut keys = std::mem::take(&mut self.keys);
+        self.queue.take(&mut keys);
+        for &key in &keys {
+            self.service(key);
+        }
+        keys.clear();
+        self.keys = keys;
+        let now = self.turn.now;
+        while let Some((at, key)) = self.timers.pop_due(now) {
+            self.on_timer(at, key);
+        }
+        self.flush_dirty();
+        if let Some(deadline) = self.shutdown {
+            if self.live == 0 {
+                return Poll::Ready(());
+            }
+            if now >= deadline {
+                self.end_all();
+                return Poll::Ready(());
+            }
+        }
+        if !self.queue.is_empty() {
+            // Connections that stopped to let others go first.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        let next = [self.timers.next(), self.shutdown, self.accept_paused_until]
+            .into_iter()
+            .flatten()
+            .min();
+        if let Some(at) = next {
+            if self.sleep_at != Some(at) {
+                self.sleep_at = Some(at);
+                self.sleep.as_mut().reset(at.into());
+            }
+            if self.sleep.as_mut().poll(cx).is_ready() {
+                self.sleep_at = None;
+                cx.waker().wake_by_ref();
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl<H: Handler> Future for Engine<H> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.get_mut().poll_turn(cx)
+    }
+}
+
+// Engine holds only Unpin parts (the sleep is boxed).
+impl<H: Handler> Unpin for Engine<H> {}
+
+fn new_decoder(config: &HubConfig) -> Box<MessageDecoder> {
+    let c = &config.config;
+    Box::new(
+        MessageDecoder::new(Role::Server, c.limits())
+            .accept_unmasked_frames(c.accept_unmasked_frames),
+    )
+}
+
+/// Reads the upgrade request; answers it.
+fn read_handshake<H: Handler>(
+    slot: &mut Slot<H::Data>,
+    cx: &mut Context<'_>,
+    handler: &mut H,
+    config: &HubConfig,
+    decoders: &mut Vec<Box<MessageDecoder>>,
+    turn: &mut Turn,
+) {
+    let max = config.config.max_handshake_size;
+    loop {
+        match parse_request(&slot.pending, config.config.max_headers) {
+            Ok(Some((_, len))) if len > max => {
+                return refuse(slot, turn, &HandshakeError::TooLarge(max));
+            }
+            Ok(Some((request, len))) => {
+                return answer(slot, request, len, handler, config, decoders, turn);
+            }
+            Ok(None) if slot.pending.len() >= max => {
+                return refuse(slot, turn, &HandshakeError::TooLarge(max));
+            }
+            Ok(None) => {}
+            Err(e) => return refuse(slot, turn, &e),
+        }
+        let room = max - slot.pending.len();
+        slot.pending.reserve(room.min(1024));
+        match tokio_util::io::poll_read_buf(Pin::new(&mut slot.io), cx, &mut slot.pending) {
+            Poll::Pending => return,
+            Poll::Ready(Ok(0)) => {
+                slot.c.abandoned = true;
+                return;
+            }
+            Poll::Ready(Ok(_)) => {}
+            Poll::Ready(Err(_)) => {
+                slot.c.abandoned = true;
+                return;
+            }
+        }
+    }
+}
+
+/// Answers a request that is not a valid upgrade, then ends.
+fn refuse<T>(slot: &mut Slot<T>, turn: &mut Turn, err: &HandshakeError) {
+    match error_response(err) {
+        Some(resp) => write_http(slot, turn, &resp, resp.body()),
+        None => slot.c.abandoned = true,
+    }
+}
+
+fn write_http<T, B>(slot: &mut Slot<T>, turn: &mut Turn, resp: &http::Response<B>, body: &[u8]) {
+    let mut head = Vec::with_capacity(160 + body.len());
+    write_response(resp, body, &mut head);
+    slot.c.out(turn).extend_from_slice(&head);
+    slot.pending = BytesMut::new();
+    slot.stage = Stage::Ending;
+}
+
+fn answer<H: Handler>(
+    slot: &mut Slot<H::Data>,
+    request: http::Request<()>,
+    head_len: usize,
+    handler: &mut H,
+    config: &HubConfig,
+    decoders: &mut Vec<Box<MessageDecoder>>,
+    turn: &mut Turn,
+) {
+    let accept = match check_request(&request) {
+        Ok(a) => a,
+        Err(e) => {
+            if let Some(resp) = handler.request(&request) {
+                return write_http(slot, turn, &resp, resp.body());
+            }
+            return refuse(slot, turn, &e);
+        }
+    };
+    let (negotiated, extensions) = Negotiated::server(&config.config, request.headers());
+    let required = accept_response(&accept);
+    let mut response = accept_response(&accept);
+    let data = match handler.upgrade(&request, &mut response) {
+        Ok(data) => data,
+        Err(refusal) => {
+            let body = refusal
+                .body()
+                .as_deref()
+                .unwrap_or_default()
+                .as_bytes()
+                .to_vec();
+            return write_http(slot, turn, &refusal, &body);
+        }
+    };
+    enforce(&mut response, &required, extensions);
+    if let Some((params, deflate)) = negotiated.into_deflate() {
+        // Compression state is the connection's own for its lifetime.
+        let mut decoder = decoders.pop().unwrap_or_else(|| new_decoder(config));
+        match crate::proto::deflate::pair(
+            Role::Server,
+            &params,
+            &deflate,
+            decoder.max_message_size(),
+        ) {
+            Ok((inflater, deflater)) => {
+                decoder.set_inflater(inflater);
+                slot.c.encoder.set_deflater(deflater);
+                slot.decoder = Some(decoder);
+            }
+            Err(e) => {
+                slot.c.fail(e.into());
+                return;
+            }
+        }
+    }
+    let mut head = Vec::with_capacity(160);
+    write_response(&response, &[], &mut head);
+    slot.c.out(turn).extend_from_slice(&head);
+    slot.pending.advance(head_len);
+    if slot.pending.is_empty() {
+        slot.pending = BytesMut::new();
+    }
+    slot.c.conn = Connection::new(Role::Server, config.config.timers(), turn.now);
+    slot.stage = Stage::Open;
+    slot.handshake_deadline = None;
+    let data = slot.data.insert(data);
+    handler.open(&mut Ws {
+        c: &mut slot.c,
+        data,
+        turn,
+    });
+    // Frames that came with the request are read on the next service.
+    slot.waker.requeue();
+}
+
+/// Reads and dispatches what the transport has, a few reads at most.
+fn read_frames<H: Handler>(
+    slot: &mut Slot<H::Data>,
+    cx: &mut Context<'_>,
+    handler: &mut H,
+    config: &HubConfig,
+    shared: &mut BytesMut,
+    decoders: &mut Vec<Box<MessageDecoder>>,
+    turn: &mut Turn,
+) {
+    let mut decoder = slot
+        .decoder
+        .take()
+        .unwrap_or_else(|| decoders.pop().unwrap_or_else(|| new_decoder(config)));
+    let mut pending = std::mem::take(&mut slot.pending);
+    // What came before (with the request, or before a pause) first.
+    if !pending.is_empty() || decoder.budget_wait().is_some() {
+        decode(slot, &mut decoder, &mut pending, cx, handler, turn);
+    }
+    let mut reads = 0;
+    while reads < READS_PER_TURN && reading(slot, &decoder) {
+        reads += 1;
+        let from_shared = pending.is_empty();
+        let buf = if from_shared {
+            shared.reserve(config.read_buffer_size);
+            &mut *shared
+        } else {
+            let more = decoder.payload_remaining(pending.len()).unwrap_or(0);
+            pending.reserve(more.clamp(4096, config.read_buffer_size));
+            &mut pending
+        };
+        match tokio_util::io::poll_read_buf(Pin::new(&mut slot.io), cx, buf) {
+            Poll::Pending => break,
+            Poll::Ready(Ok(0)) => {
+                slot.c.transport_ended(None);
+                break;
+            }
+            Poll::Ready(Ok(_)) => {}
+            Poll::Ready(Err(e)) => {
+                slot.c.transport_ended(Some(e));
+                break;
+            }
+        }
+        if slot.c.conn.state().hears_input() {
+            slot.c.conn.handle_input(turn.now);
+        }
+        decode(slot, &mut decoder, buf, cx, handler, turn);
+        if from_shared {
+            if !shared.is_empty() && slot.c.conn.phase() == Phase::Open && !slot.c.abandoned {
+                // An unfinished frame: the connection keeps it.
+                pending.extend_from_slice(shared);
+            }
+            shared.clear();
+            decoder.detach();
+        }
+        if reads == READS_PER_TURN && reading(slot, &decoder) {
+            // Others first; this one comes back next turn.
+            slot.waker.requeue();
+        }
+    }
+    if decoder.account().is_on() {
+        use crate::proto::budget::Held;
+        decoder
+            .account_mut()
+            .set(Held::ReadBuffer, pending.capacity());
+    }
+    slot.pending = pending;
+    if decoder.is_at_rest() && slot.pending.is_empty() {
+        if decoders.len() < DECODER_POOL_MAX {
+            decoders.push(decoder);
+        }
+    } else {
+        slot.decoder = Some(decoder);
+    }
+}
+
+/// Whether to read on: the connection is open, its peer takes what it is
+/// sent, and no memory budget is awaited.
+fn reading<T>(slot: &Slot<T>, decoder: &MessageDecoder) -> bool {
+    slot.stage == Stage::Open
+        && !slot.c.abandoned
+        && !slot.c.write_blocked
+        && slot.c.conn.phase() == Phase::Open
+        && decoder.budget_wait().is_none()
+}
+
+/// Decodes every whole message in `buf` and hands each to the handler.
+fn decode<H: Handler>(
+    slot: &mut Slot<H::Data>,
+    decoder: &mut MessageDecoder,
+    buf: &mut BytesMut,
+    cx: &mut Context<'_>,
+    handler: &mut H,
+    turn: &mut Turn,
+) {
+    let Some(data) = slot.data.as_mut() else {
+        return;
+    };
+    loop {
+        if slot.c.conn.phase() != Phase::Open || slot.c.abandoned {
+            break;
+        }
+        let msg = match decoder.decode(buf) {
+            Ok(Some(msg)) => msg,
+            Ok(None) => {
+                if decoder.budget_wait().is_some() {
+                    slot.c.conn.handle_budget_wait(turn.now);
+                    if let Some(budget) = decoder.account().budget() {
+                        budget.wake_on_release(cx.waker());
+                    }
+                }
+                break;
+            }
+            Err(e) => {
+                slot.c.conn.handle_error(e, turn.now);
+                break;
+            }
+        };
+        let mut ws = Ws {
+            c: &mut slot.c,
+            data,
+            turn,
+        };
+        match &msg {
+            Message::Text(t) => handler.message(&mut ws, HubMessage::Text(t.as_str())),
+            Message::Binary(b) => handler.message(&mut ws, HubMessage::Binary(b)),
+            Message::Ping(p) => {
+                ws.c.conn.handle_frame(&msg, ws.turn.now);
+                handler.ping(&mut ws, p);
+            }
+            Message::Pong(p) => handler.pong(&mut ws, p),
+            Message::Close(frame) => {
+                ws.c.peer_close = frame.clone().map(Box::new);
+                ws.c.conn.handle_frame(&msg, ws.turn.now);
+            }
+            // Hub decoders assemble messages.
+            Message::Frame(_) => {}
+        }
+        ws.c.transmit_owed(ws.turn);
+    }
+    slot.c.transmit_owed(turn);
+}
+
+/// Writes out what waits for the peer; tells the handler when a backed-up
+/// connection drains; shuts an ending connection down once all is out.
+fn flush<H: Handler>(
+    slot: &mut Slot<H::Data>,
+    cx: &mut Context<'_>,
+    handler: &mut H,
+    turn: &mut Turn,
+) {
+    if slot.c.abandoned {
+        return;
+    }
+    while !slot.c.out.is_empty() {
+        match Pin::new(&mut slot.io).poll_write(cx, &slot.c.out) {
+            Poll::Ready(Ok(0)) => {
+                slot.c
+                    .transport_ended(Some(io::ErrorKind::WriteZero.into()));
+                return;
+            }
+            Poll::Ready(Ok(n)) => slot.c.out.advance(n),
+            Poll::Ready(Err(e)) => {
+                slot.c.transport_ended(Some(e));
+                return;
+            }
+            Poll::Pending => {
+                slot.c.write_blocked = true;
+                return;
+            }
+        }
+    }
+    slot.c.release_out(&mut turn.pool);
+    if slot.c.out.capacity() > POOL_BUFFER_MAX {
+        slot.c.out = BytesMut::new();
+    }
+    if std::mem::replace(&mut slot.c.write_blocked, false) {
+        // Reading paused while the peer was behind: go on.
+        slot.waker.requeue();
+        if let (Stage::Open, Some(data)) = (slot.stage, slot.data.as_mut()) {
+            handler.drain(&mut Ws {
+                c: &mut slot.c,
+                data,
+                turn,
+            });
+        }
+    }
+    if slot.stage == Stage::Ending && slot.c.out.is_empty() {
+        match Pin::new(&mut slot.io).poll_shutdown(cx) {
+            Poll::Pending => {}
+            // Shut down, or failed to: either way the connection is over.
+            Poll::Ready(_) => slot.c.abandoned = true,
+        }
+    }
+}

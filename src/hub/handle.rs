@@ -1,0 +1,133 @@
+//! Reaching a hub's connections from other tasks: a bounded queue of
+//! commands per engine, so the hub never buffers without limit on behalf
+//! of others.
+
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use crate::hub::ConnId;
+use crate::proto::close::CloseCode;
+use crate::proto::message::{Message, PreparedMessage};
+
+/// What other tasks ask of an engine.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Send(ConnId, Message),
+    SendPrepared(ConnId, PreparedMessage),
+    Close(ConnId, CloseCode, String),
+    /// A connection accepted by the hub's acceptor, for this engine.
+    Accept(TcpStream),
+    Shutdown,
+}
+
+/// Why a [`HubHandle`] call did not queue its command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandleError {
+    /// The engine's command queue is full (`try_*` only): it is behind;
+    /// try later or use the waiting call.
+    #[error("the hub's command queue is full")]
+    Full,
+    /// The hub has stopped.
+    #[error("the hub has stopped")]
+    Stopped,
+}
+
+/// A cloneable handle to a [`Hub`](crate::hub::Hub): sends to and closes
+/// its connections from any task, and shuts it down.
+///
+/// Commands go through a bounded queue per engine
+/// ([`HubConfig::handle_capacity`](crate::hub::HubConfig::handle_capacity)):
+/// the waiting calls wait for room, the `try_` calls fail with
+/// [`HandleError::Full`]. A message for a connection that has gone is
+/// dropped; one for a connection with more than `max_backpressure` bytes
+/// waiting meets the hub's backpressure policy.
+#[derive(Debug, Clone)]
+pub struct HubHandle {
+    engines: Arc<[mpsc::Sender<Command>]>,
+}
+
+impl HubHandle {
+    pub(crate) fn new(engines: Vec<mpsc::Sender<Command>>) -> Self {
+        HubHandle {
+            engines: engines.into(),
+        }
+    }
+
+    fn engine(&self, id: ConnId) -> Result<&mpsc::Sender<Command>, HandleError> {
+        self.engines.get(id.engine()).ok_or(HandleError::Stopped)
+    }
+
+    pub(crate) async fn command(&self, engine: usize, cmd: Command) -> Result<(), HandleError> {
+        let tx = self.engines.get(engine).ok_or(HandleError::Stopped)?;
+        tx.send(cmd).await.map_err(|_| HandleError::Stopped)
+    }
+
+    /// Sends `msg` to connection `id`, waiting for room in the queue.
+    pub async fn send(&self, id: ConnId, msg: Message) -> Result<(), HandleError> {
+        let tx = self.engine(id)?;
+        tx.send(Command::Send(id, msg))
+            .await
+            .map_err(|_| HandleError::Stopped)
+    }
+
+    /// Sends `msg` to connection `id` if the queue has room.
+    pub fn try_send(&self, id: ConnId, msg: Message) -> Result<(), HandleError> {
+        self.try_command(id, Command::Send(id, msg))
+    }
+
+    /// Sends a prepared message (encoded once for every connection it goes
+    /// to) to connection `id`, waiting for room in the queue.
+    pub async fn send_prepared(
+        &self,
+        id: ConnId,
+        msg: &PreparedMessage,
+    ) -> Result<(), HandleError> {
+        let tx = self.engine(id)?;
+        tx.send(Command::SendPrepared(id, msg.clone()))
+            .await
+            .map_err(|_| HandleError::Stopped)
+    }
+
+    /// Sends a prepared message to connection `id` if the queue has room.
+    pub fn try_send_prepared(&self, id: ConnId, msg: &PreparedMessage) -> Result<(), HandleError> {
+        self.try_command(id, Command::SendPrepared(id, msg.clone()))
+    }
+
+    /// Starts the closing handshake of connection `id` with `code` and
+    /// `reason` (at most 123 bytes; a longer one is cut at a character
+    /// boundary).
+    pub async fn close(
+        &self,
+        id: ConnId,
+        code: CloseCode,
+        reason: &str,
+    ) -> Result<(), HandleError> {
+        let tx = self.engine(id)?;
+        tx.send(Command::Close(id, code, reason.to_owned()))
+            .await
+            .map_err(|_| HandleError::Stopped)
+    }
+
+    /// Shuts the hub down: it stops accepting, closes every connection with
+    /// 1001 (going away), and [`Hub::serve`](crate::hub::Hub::serve)
+    /// returns once they are closed or
+    /// [`HubConfig::shutdown_timeout`](crate::hub::HubConfig::shutdown_timeout)
+    /// has passed. Returns once every engine has the command.
+    pub async fn shutdown(&self) -> Result<(), HandleError> {
+        for tx in self.engines.iter() {
+            // An engine that stopped already is shut down.
+            let _ = tx.send(Command::Shutdown).await;
+        }
+        Ok(())
+    }
+
+    fn try_command(&self, id: ConnId, cmd: Command) -> Result<(), HandleError> {
+        self.engine(id)?.try_send(cmd).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => HandleError::Full,
+            mpsc::error::TrySendError::Closed(_) => HandleError::Stopped,
+        })
+    }
+}
