@@ -5,17 +5,36 @@
 #
 # usage: benches/run-echo.sh [options]
 #   --quick           1 round, 2 s windows, 0.5 s warm-up, 2000 idle
-#                     connections (about 1 minute)
+#                     connections (about 2 minutes)
 #   --rounds N        repeat the whole matrix N times; the table keeps the
 #                     best figure of each cell (default 2)
 #   --secs N          measured window per run in seconds (default 3)
 #   --warmup N        warm-up per run in seconds (default 1)
-#   --idle-conns N    connections for the idle-memory run (default 10000)
-#   --impls "A B"     implementations to run (default: all five; `uws` is
+#   --idle-conns N    connections for the idle-memory run (default 10000;
+#                     up to about 19000 with a hard limit of 20000 open
+#                     files: the server holds them all in one process, the
+#                     load generator spreads them over processes)
+#   --impls "A B"     implementations to run, among fastwebsockets uws
+#                     wavesock hub tokio-websockets tokio-tungstenite
+#                     (default: all six, in that order; `uws` is
 #                     uWebSockets, ../shared/peers/uws-echo, skipped with a
-#                     note when that program is missing)
-#   --only "W1 W2"    workloads to run: pingpong16 pingpong throughput64k
-#                     throughput16m pipelined idle (default: all)
+#                     note when that program is missing; `hub` is
+#                     `echo_peer hub`, wavesock's second engine). An
+#                     implementation whose server does not start is left
+#                     out of the remaining runs with a note.
+#   --only "W1 W2"    workloads to run (default: all but idle19k):
+#                       pingpong16     64 connections, 16 B ping-pong
+#                       pingpong       64 connections, 1 KiB ping-pong
+#                       many5          4096 connections, 5 B ping-pong
+#                                      (HttpArena's echo-ws)
+#                       throughput64k  16 connections, 64 KiB
+#                       throughput16m  1 connection, 16 MiB
+#                       pipelined      1 connection, 64 x 1 KiB in flight
+#                       idle           VmRSS per idle connection at
+#                                      --idle-conns connections
+#                       idle19k        the same at 19000 connections, about
+#                                      the most a 20000 open-files limit
+#                                      allows one server (slow)
 #   --port N          first TCP port to use (default 19300); each server
 #                     start takes the next one
 #   --out DIR         where results go (default target/echo-bench)
@@ -32,15 +51,17 @@
 # pinned to CPU 0), runs one workload, and stops the server, so every run,
 # and the idle-memory run in particular, starts from a fresh process. The
 # workloads are the outer loop, so the implementations compared in one row
-# are measured close together in time. Only 127.0.0.1 is ever targeted.
+# are measured close together in time. Only 127.0.0.1 is ever targeted
+# (the idle runs connect from 127.0.0.2, 127.0.0.3, ..., one address per
+# load-generator process).
 set -euo pipefail
 
 rounds=2
 secs=3
 warmup=1
 idle_conns=10000
-impls="fastwebsockets uws wavesock tokio-websockets tokio-tungstenite"
-only="pingpong16 pingpong throughput64k throughput16m pipelined idle"
+impls="fastwebsockets uws wavesock hub tokio-websockets tokio-tungstenite"
+only="pingpong16 pingpong many5 throughput64k throughput16m pipelined idle"
 port=19300
 out=target/echo-bench
 build=1
@@ -59,8 +80,22 @@ while [[ $# -gt 0 ]]; do
         --out) out=$2; shift 2 ;;
         --no-build) build=0; shift ;;
         --base) base=$2; shift 2 ;;
-        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
+    esac
+done
+
+for impl in $impls; do
+    case $impl in
+        fastwebsockets|uws|wavesock|hub|tokio-websockets|tokio-tungstenite) ;;
+        wavesock-base) [[ -n $base ]] || { echo "wavesock-base needs --base BIN" >&2; exit 2; } ;;
+        *) echo "unknown implementation $impl" >&2; exit 2 ;;
+    esac
+done
+for workload in $only; do
+    case $workload in
+        pingpong16|pingpong|many5|throughput64k|throughput16m|pipelined|idle|idle19k) ;;
+        *) echo "unknown workload $workload" >&2; exit 2 ;;
     esac
 done
 
@@ -68,8 +103,11 @@ cd "$(dirname "$0")/.."
 if [[ $build == 1 ]]; then
     cargo build --profile bench -p wavesock-benches --bins
 fi
-# The bench profile inherits from release and shares its output directory.
-bin=target/release
+# The bench profile inherits from release and shares its output directory,
+# which is under CARGO_TARGET_DIR (or build.target-dir) when that is set.
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+bin=${target_dir:-target}/release
 # uWebSockets' echo server (C++, one thread), built by the team: see
 # ../shared/peers/README.md.
 uws=${UWS_ECHO:-$(pwd)/../shared/peers/uws-echo}
@@ -86,7 +124,8 @@ results="$out/results.jsonl"
 : > "$results"
 
 # 10 000 connections need more than the usual 1024 descriptors; both
-# binaries also raise their soft limit to the hard one themselves.
+# binaries also raise their soft limit to the hard one themselves, and
+# uws-echo inherits it.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 server_pin=()
@@ -119,17 +158,29 @@ start_server() { # IMPL PORT
     server_pid=$!
     for _ in $(seq 100); do
         grep -q listening "$log" 2> /dev/null && return 0
+        # Exited already (an implementation echo_peer does not know, a
+        # taken port): no need to wait the full 5 s.
+        kill -0 "$server_pid" 2> /dev/null || break
         sleep 0.05
     done
-    echo "echo_peer $1 did not start; see $log" >&2
+    echo "note: the $1 server did not start ($(tail -n 1 "$log" 2> /dev/null)); see $log;" \
+        "leaving $1 out of the remaining runs" >&2
     return 1
 }
 
+# Implementations whose server failed to start: one that cannot start
+# (echo_peer without it, say) should cost a note, not the whole run.
+failed_impls=
 run() { # IMPL LOADGEN-ARGS...
     local impl=$1
     shift
+    [[ " $failed_impls " != *" $impl "* ]] || return 0
     port=$((port + 1))
-    start_server "$impl" "$port"
+    if ! start_server "$impl" "$port"; then
+        stop_server
+        failed_impls="$failed_impls $impl"
+        return 0
+    fi
     "${client_pin[@]}" "$bin/loadgen" "$@" --addr "127.0.0.1:$port" --pid "$server_pid" \
         --label "$impl" | tee -a "$results" | grep '^#' || echo "# $impl $1 failed" >&2
     stop_server
@@ -143,11 +194,12 @@ for round in $(seq "$rounds"); do
             case $workload in
                 pingpong16) run "$impl" pingpong --conns 64 --size 16 "${timing[@]}" ;;
                 pingpong) run "$impl" pingpong --conns 64 --size 1KiB "${timing[@]}" ;;
+                many5) run "$impl" pingpong --conns 4096 --size 5 "${timing[@]}" ;;
                 throughput64k) run "$impl" throughput --conns 16 --size 64KiB "${timing[@]}" ;;
                 throughput16m) run "$impl" throughput --conns 1 --size 16MiB "${timing[@]}" ;;
                 pipelined) run "$impl" pipelined --conns 1 --inflight 64 --size 1KiB "${timing[@]}" ;;
                 idle) run "$impl" idle --conns "$idle_conns" --settle 2 ;;
-                *) echo "unknown workload $workload" >&2; exit 2 ;;
+                idle19k) run "$impl" idle --conns 19000 --settle 2 ;;
             esac
         done
     done
@@ -156,5 +208,8 @@ done
 echo
 echo "Machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(uname -sr); $(rustc --version)"
 echo "Command: benches/run-echo.sh --rounds $rounds --secs $secs --warmup $warmup --idle-conns $idle_conns --impls \"$impls\" --only \"$only\""
+if [[ -n $failed_impls ]]; then
+    echo "note: left out because their server did not start:$failed_impls"
+fi
 echo
 "$bin/loadgen" table "$results" | tee "$out/table.md"

@@ -24,7 +24,12 @@
 //!   idle        open N connections, handshake and echo one small message on
 //!               each, wait --settle seconds, and report the growth of the
 //!               server's VmRSS divided by N (needs --pid)
-//!               (defaults: --conns 10000 --size 16)
+//!               (defaults: --conns 10000 --size 16). The connections are
+//!               held by child processes (`idle-worker`, not for direct use),
+//!               at most --per-proc each, child k binding 127.0.0.(k+2) as
+//!               its source address: one process could not hold more
+//!               connections than its open-files limit, nor one source
+//!               address more than the ephemeral port range
 //!
 //! options:
 //!   --addr A       server address; must be a loopback address (required)
@@ -39,6 +44,10 @@
 //!                  both ends of the window and divided by the messages echoed
 //!                  in it; idle mode reads VmRSS/VmHWM from /proc/P/status
 //!   --label L      implementation name written into the results
+//!   --source IP    bind this local address before connecting (default: let
+//!                  the kernel choose; idle mode chooses one per child)
+//!   --per-proc M   idle mode: connections per child process (default 9500,
+//!                  lowered to fit the open-files limit)
 //! ```
 //!
 //! Every run prints one JSON object on a line of its own (a flat object of
@@ -56,16 +65,17 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::convert::Infallible;
 use std::io;
-use std::net::SocketAddr;
-use std::process::ExitCode;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Notify;
 
 /// The key from RFC 6455 §1.3 and the accept value it must produce.
@@ -73,8 +83,17 @@ const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
 const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
 /// The masking key of every frame we send.
 const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
-/// Connections opened at once in idle mode.
+/// Connections one process opens at once, well under the servers' listen
+/// backlogs (512 and more).
 const CONNECT_CONCURRENCY: usize = 128;
+/// Idle connections per child process: a process with a hard limit of
+/// 20 000 open files can hold two shares, and each source address keeps
+/// most of the 28 000 ports of Linux's default ephemeral range free (a
+/// bind to port 0 searches longer the fuller the range).
+const IDLE_PER_PROC: usize = 9_500;
+/// Descriptors a process needs besides its connections (stdio, the
+/// runtime's epoll and wakers, pipes).
+const SPARE_FDS: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -82,6 +101,7 @@ enum Mode {
     Throughput,
     Pipelined,
     Idle,
+    IdleWorker,
 }
 
 #[derive(Debug)]
@@ -96,6 +116,8 @@ struct Opts {
     settle: f64,
     pid: Option<u32>,
     label: String,
+    source: Option<IpAddr>,
+    per_proc: usize,
 }
 
 fn main() -> ExitCode {
@@ -116,8 +138,28 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
-        eprintln!("loadgen: could not raise the open-files limit: {e}");
+    let fd_limit = match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("loadgen: could not raise the open-files limit: {e}");
+            1024
+        }
+    };
+    if opts.mode == Mode::Idle {
+        return match idle(&opts, fd_limit) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("loadgen: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if opts.conns as u64 + SPARE_FDS as u64 > fd_limit {
+        eprintln!(
+            "loadgen: {} connections do not fit the open-files limit ({fd_limit})",
+            opts.conns
+        );
+        return ExitCode::FAILURE;
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -127,7 +169,8 @@ fn main() -> ExitCode {
         match opts.mode {
             Mode::PingPong | Mode::Throughput => round_trips(&opts).await,
             Mode::Pipelined => pipelined(&opts).await,
-            Mode::Idle => idle(&opts).await,
+            Mode::IdleWorker => idle_worker(&opts).await,
+            Mode::Idle => unreachable!("handled above"),
         }
     });
     // Open connections and tasks are dropped with the runtime.
@@ -147,13 +190,14 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         Some("throughput") => Mode::Throughput,
         Some("pipelined") => Mode::Pipelined,
         Some("idle") => Mode::Idle,
+        Some("idle-worker") => Mode::IdleWorker,
         other => return Err(format!("unknown mode {other:?}")),
     };
     let (conns, size, inflight) = match mode {
         Mode::PingPong => (64, 1024, 1),
         Mode::Throughput => (16, 64 << 10, 1),
         Mode::Pipelined => (1, 1024, 64),
-        Mode::Idle => (10_000, 16, 1),
+        Mode::Idle | Mode::IdleWorker => (10_000, 16, 1),
     };
     let mut opts = Opts {
         mode,
@@ -166,6 +210,8 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         settle: 2.0,
         pid: None,
         label: "server".into(),
+        source: None,
+        per_proc: IDLE_PER_PROC,
     };
     let mut have_addr = false;
     let mut rest = args[1..].iter();
@@ -185,6 +231,8 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             "--settle" => opts.settle = value.parse().map_err(|_| bad())?,
             "--pid" => opts.pid = Some(value.parse().map_err(|_| bad())?),
             "--label" => opts.label = value.clone(),
+            "--source" => opts.source = Some(value.parse().map_err(|_| bad())?),
+            "--per-proc" => opts.per_proc = value.parse().map_err(|_| bad())?,
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
@@ -197,8 +245,15 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             opts.addr
         ));
     }
-    if opts.conns == 0 || opts.inflight == 0 || opts.secs <= 0.0 {
-        return Err("--conns, --inflight and --secs must be positive".into());
+    if opts.conns == 0 || opts.inflight == 0 || opts.per_proc == 0 || opts.secs <= 0.0 {
+        return Err("--conns, --inflight, --per-proc and --secs must be positive".into());
+    }
+    if let Some(ip) = opts.source
+        && (!ip.is_loopback() || ip.is_ipv4() != opts.addr.is_ipv4())
+    {
+        return Err(format!(
+            "--source must be a loopback address of the target's family, not {ip}"
+        ));
     }
     if opts.mode == Mode::Idle && opts.pid.is_none() {
         return Err("idle mode needs --pid".into());
@@ -230,10 +285,27 @@ fn masked_frame(size: usize) -> Vec<u8> {
     wavesock_benches::masked_binary_frame(&wavesock_benches::payload(size), MASK)
 }
 
-/// Connects, sets `TCP_NODELAY` and performs the opening handshake. Bytes
-/// the server sent after its response go into the returned reader.
-async fn connect(addr: SocketAddr) -> io::Result<(TcpStream, FrameReader)> {
-    let mut tcp = TcpStream::connect(addr).await?;
+/// Connects (from `source` if given), sets `TCP_NODELAY` and performs the
+/// opening handshake. Bytes the server sent after its response go into the
+/// returned reader, whose buffer holds `read_buf` bytes.
+async fn connect(
+    addr: SocketAddr,
+    source: Option<IpAddr>,
+    read_buf: usize,
+) -> io::Result<(TcpStream, FrameReader)> {
+    let mut tcp = match source {
+        None => TcpStream::connect(addr).await?,
+        Some(ip) => {
+            let socket = match ip {
+                IpAddr::V4(_) => TcpSocket::new_v4()?,
+                IpAddr::V6(_) => TcpSocket::new_v6()?,
+            };
+            // Port 0: the kernel picks a free port on this address, so each
+            // source address brings a whole ephemeral range with it.
+            socket.bind(SocketAddr::new(ip, 0))?;
+            socket.connect(addr).await?
+        }
+    };
     tcp.set_nodelay(true)?;
     let request = format!(
         "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
@@ -262,7 +334,7 @@ async fn connect(addr: SocketAddr) -> io::Result<(TcpStream, FrameReader)> {
             text.lines().next().unwrap_or("")
         )));
     }
-    let mut reader = FrameReader::new();
+    let mut reader = FrameReader::new(read_buf);
     reader.push(&head[end..]);
     Ok((tcp, reader))
 }
@@ -280,9 +352,9 @@ struct FrameReader {
 }
 
 impl FrameReader {
-    fn new() -> FrameReader {
+    fn new(capacity: usize) -> FrameReader {
         FrameReader {
-            buf: vec![0; 256 << 10],
+            buf: vec![0; capacity],
             start: 0,
             end: 0,
             remaining: 0,
@@ -292,6 +364,9 @@ impl FrameReader {
     }
 
     fn push(&mut self, bytes: &[u8]) {
+        if bytes.len() > self.buf.len() {
+            self.buf.resize(bytes.len(), 0);
+        }
         self.buf[..bytes.len()].copy_from_slice(bytes);
         self.start = 0;
         self.end = bytes.len();
@@ -472,7 +547,7 @@ fn mode_name(mode: Mode) -> &'static str {
         Mode::PingPong => "pingpong",
         Mode::Throughput => "throughput",
         Mode::Pipelined => "pipelined",
-        Mode::Idle => "idle",
+        Mode::Idle | Mode::IdleWorker => "idle",
     }
 }
 
@@ -490,11 +565,19 @@ fn report(opts: &Opts, w: &Window, errors: u64) {
         .map(|c| c as f64 / w.messages as f64);
     let util = w.cpu_ns.map(|c| c as f64 / 1e9 / w.secs);
     let client_util = w.own_cpu_ns.map(|c| c as f64 / 1e9 / w.secs);
+    // The load generator's own CPU per message, next to the server's: when
+    // it is as high, the load generator limits the rate as much as the
+    // server does (loopback TCP charges each sender the receiver's kernel
+    // work, so the two cannot differ by much on small messages).
+    let client_per_msg = w
+        .own_cpu_ns
+        .filter(|_| w.messages > 0)
+        .map(|c| c as f64 / w.messages as f64);
     let num = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{v:.3}"));
     println!(
         "{{\"label\":\"{}\",\"mode\":\"{}\",\"conns\":{},\"size\":{},\"inflight\":{},\
          \"secs\":{:.3},\"messages\":{},\"msgs_per_s\":{:.1},\"bytes_per_s\":{:.0},\
-         \"gib_per_s\":{:.4},\"server_cpu_ns_per_msg\":{},\"server_user_ns_per_msg\":{},\"server_util\":{},\"client_util\":{},\"errors\":{}}}",
+         \"gib_per_s\":{:.4},\"server_cpu_ns_per_msg\":{},\"server_user_ns_per_msg\":{},\"server_util\":{},\"client_util\":{},\"client_cpu_ns_per_msg\":{},\"errors\":{}}}",
         opts.label,
         mode_name(opts.mode),
         opts.conns,
@@ -509,10 +592,11 @@ fn report(opts: &Opts, w: &Window, errors: u64) {
         num(user_per_msg),
         num(util),
         num(client_util),
+        num(client_per_msg),
         errors,
     );
     println!(
-        "# {} {} {}x{}B{}: {:.0} msg/s, {:.3} GiB/s, server {} CPU/msg ({} user), {} busy (loadgen {}){}",
+        "# {} {} {}x{}B{}: {:.0} msg/s, {:.3} GiB/s, server {} CPU/msg ({} user), {} busy (loadgen {}, {} CPU/msg){}",
         opts.label,
         mode_name(opts.mode),
         opts.conns,
@@ -528,6 +612,7 @@ fn report(opts: &Opts, w: &Window, errors: u64) {
         user_per_msg.map_or("?".into(), |c| format!("{:.2} µs", c / 1000.0)),
         util.map_or("?".into(), |u| format!("{:.0}%", u * 100.0)),
         client_util.map_or("?".into(), |u| format!("{:.0}%", u * 100.0)),
+        client_per_msg.map_or("?".into(), |c| format!("{:.2} µs", c / 1000.0)),
         if errors > 0 {
             format!(", {errors} connection errors")
         } else {
@@ -536,12 +621,27 @@ fn report(opts: &Opts, w: &Window, errors: u64) {
     );
 }
 
+/// The read buffer of each connection: room for everything that can be in
+/// flight (so a read never stops short because of the buffer), between
+/// 4 KiB and 256 KiB. Small for small messages, so thousands of connections
+/// keep their buffers in a few megabytes.
+fn read_buf_len(opts: &Opts) -> usize {
+    opts.inflight
+        .saturating_mul(opts.size + 14)
+        .clamp(4 << 10, 256 << 10)
+}
+
+/// Opens `--conns` connections, several at a time, since with thousands of
+/// them one handshake after the other would take a while.
 async fn connect_all(opts: &Opts) -> io::Result<Vec<(TcpStream, FrameReader)>> {
-    let mut conns = Vec::with_capacity(opts.conns);
-    for _ in 0..opts.conns {
-        conns.push(connect(opts.addr).await?);
-    }
-    Ok(conns)
+    let read_buf = read_buf_len(opts);
+    futures_util::stream::iter(0..opts.conns)
+        .map(|_| connect(opts.addr, opts.source, read_buf))
+        .buffer_unordered(CONNECT_CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect()
 }
 
 /// `pingpong` and `throughput`: one message in flight per connection.
@@ -654,34 +754,76 @@ async fn pipelined_writer(
 }
 
 /// `idle`: the server's resident memory per open, idle connection.
-async fn idle(opts: &Opts) -> io::Result<()> {
+///
+/// The connections are opened and held by child processes (`idle-worker`),
+/// so that their number is bounded by neither this process's open-files
+/// limit nor one source address's ephemeral ports. Each child reports a
+/// `ready` line once its share is open and holds it until its standard
+/// input closes.
+fn idle(opts: &Opts, fd_limit: u64) -> io::Result<()> {
     let pid = opts.pid.expect("checked by parse_opts");
-    let frame = masked_frame(opts.size);
+    let per_proc = opts
+        .per_proc
+        .min(
+            usize::try_from(fd_limit)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(SPARE_FDS),
+        )
+        .max(1);
+    let procs = opts.conns.div_ceil(per_proc);
+    if opts.addr.is_ipv4() && procs > 250 {
+        return Err(io::Error::other(format!(
+            "{} connections at {per_proc} per process need more than 127.0.0.2-127.0.0.251",
+            opts.conns
+        )));
+    }
+    let exe = std::env::current_exe()?;
     let (rss0, hwm0) = server_memory_kib(pid)?;
     let started = Instant::now();
-    let conns: Vec<io::Result<TcpStream>> = futures_util::stream::iter(0..opts.conns)
-        .map(|_| async {
-            let (mut tcp, mut reader) = connect(opts.addr).await?;
-            tcp.write_all(&frame).await?;
-            reader.read_messages(&mut tcp, 1).await?;
-            Ok(tcp)
-        })
-        .buffer_unordered(CONNECT_CONCURRENCY)
-        .collect()
-        .await;
+    let mut children: Vec<(Child, usize)> = Vec::with_capacity(procs);
+    for k in 0..procs {
+        // An even split: shares differ by one connection at most.
+        let share = opts.conns / procs + usize::from(k < opts.conns % procs);
+        let mut cmd = Command::new(&exe);
+        cmd.arg("idle-worker")
+            .args(["--addr", &opts.addr.to_string()])
+            .args(["--conns", &share.to_string()])
+            .args(["--size", &opts.size.to_string()])
+            .args(["--label", &opts.label]);
+        if opts.addr.is_ipv4() {
+            // 127.0.0.0/8 is all loopback on Linux: one source address per
+            // child, each with its own ephemeral ports.
+            let source = Ipv4Addr::new(127, 0, 0, 2 + k as u8);
+            cmd.args(["--source", &source.to_string()]);
+        }
+        let child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
+        children.push((child, share));
+    }
+    let mut failed = 0;
+    for (child, share) in &mut children {
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().expect("piped")).read_line(&mut line)?;
+        // `ready OPEN`; a child that died before saying so opened nothing
+        // that is still open.
+        let open = line
+            .strip_prefix("ready ")
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        failed += *share - open.min(*share);
+    }
     let setup_secs = started.elapsed().as_secs_f64();
-    let failed = conns.iter().filter(|c| c.is_err()).count();
-    if let Some(Err(e)) = conns.iter().find(|c| c.is_err()) {
-        eprintln!("{failed} connections failed, first: {e}");
+    if failed > 0 {
+        eprintln!("{failed} connections failed");
     }
     let open = (opts.conns - failed) as u64;
-    tokio::time::sleep(Duration::from_secs_f64(opts.settle)).await;
+    std::thread::sleep(Duration::from_secs_f64(opts.settle));
     let (rss1, hwm1) = server_memory_kib(pid)?;
     let per_conn = (rss1 as f64 - rss0 as f64) * 1024.0 / open.max(1) as f64;
     println!(
         "{{\"label\":\"{}\",\"mode\":\"idle\",\"conns\":{},\"size\":{},\"inflight\":0,\
          \"open\":{},\"rss_before_kib\":{},\"rss_after_kib\":{},\"hwm_before_kib\":{},\
-         \"hwm_after_kib\":{},\"bytes_per_conn\":{:.0},\"setup_secs\":{:.3},\"errors\":{}}}",
+         \"hwm_after_kib\":{},\"bytes_per_conn\":{:.0},\"setup_secs\":{:.3},\"procs\":{},\
+         \"errors\":{}}}",
         opts.label,
         opts.conns,
         opts.size,
@@ -692,12 +834,68 @@ async fn idle(opts: &Opts) -> io::Result<()> {
         hwm1,
         per_conn,
         setup_secs,
+        procs,
         failed,
     );
     println!(
-        "# {} idle: {} connections open, server VmRSS {} -> {} KiB (VmHWM {} KiB): {:.0} bytes per connection",
-        opts.label, open, rss0, rss1, hwm1, per_conn,
+        "# {} idle: {} connections open (from {} loadgen process{}), server VmRSS {} -> {} KiB \
+         (VmHWM {} KiB): {:.0} bytes per connection",
+        opts.label,
+        open,
+        procs,
+        if procs == 1 { "" } else { "es" },
+        rss0,
+        rss1,
+        hwm1,
+        per_conn,
     );
+    std::io::stdout().flush()?;
+    for (mut child, _) in children {
+        drop(child.stdin.take());
+        child.wait()?;
+    }
+    Ok(())
+}
+
+/// One child of `idle`: opens `--conns` connections (handshake and one
+/// echo each), prints `ready OPEN`, and holds them until standard input
+/// closes, which also happens when the parent dies.
+async fn idle_worker(opts: &Opts) -> io::Result<()> {
+    let frame = masked_frame(opts.size);
+    let read_buf = read_buf_len(opts);
+    let conns: Vec<io::Result<TcpStream>> = futures_util::stream::iter(0..opts.conns)
+        .map(|_| async {
+            let (mut tcp, mut reader) = connect(opts.addr, opts.source, read_buf).await?;
+            tcp.write_all(&frame).await?;
+            reader.read_messages(&mut tcp, 1).await?;
+            // Closed with a reset, not a FIN, so that no TIME_WAIT socket
+            // holds the port for a minute: with the previous run's ports
+            // still held, binds to port 0 on the same address search so
+            // long (about 2 s of kernel time per thousand connections)
+            // that servers time out the handshakes waiting behind them.
+            tcp.set_zero_linger()?;
+            Ok(tcp)
+        })
+        .buffer_unordered(CONNECT_CONCURRENCY)
+        .collect()
+        .await;
+    let failed = conns.iter().filter(|c| c.is_err()).count();
+    if let Some(Err(e)) = conns.iter().find(|c| c.is_err()) {
+        let from = opts
+            .source
+            .map_or(String::new(), |ip| format!(" from {ip}"));
+        eprintln!(
+            "{}: {failed} connections{from} failed, first: {e}",
+            opts.label
+        );
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready {}", opts.conns - failed)?;
+    out.flush()?;
+    // Blocking the runtime's only thread is fine: nothing runs on it while
+    // the connections sit idle.
+    let mut sink = [0u8; 64];
+    while std::io::stdin().read(&mut sink)? > 0 {}
     drop(conns);
     Ok(())
 }
