@@ -49,6 +49,38 @@ pub fn wavesock_config() -> wavesock::Config {
         .max_message_size(MAX_MESSAGE)
 }
 
+/// The hub's echo handler: each message sent back from where it was read.
+#[derive(Clone, Debug)]
+pub struct HubEcho;
+
+impl wavesock::hub::Handler for HubEcho {
+    type Data = ();
+
+    fn upgrade(
+        &mut self,
+        _: &wavesock::http::Request<()>,
+        _: &mut wavesock::http::Response<()>,
+    ) -> Result<(), wavesock::ErrorResponse> {
+        Ok(())
+    }
+
+    fn message(&mut self, ws: &mut wavesock::hub::Ws<'_, ()>, msg: wavesock::hub::HubMessage<'_>) {
+        let _ = ws.send_borrowed(msg);
+    }
+}
+
+/// Serves `listener` with one hub engine echoing every message, with the
+/// limits of [`wavesock_config`] and room to echo the largest message.
+pub async fn hub_echo(listener: tokio::net::TcpListener) -> Result<(), BoxError> {
+    let config = wavesock::hub::HubConfig::default()
+        .config(wavesock_config())
+        .max_backpressure(MAX_MESSAGE + (1 << 20));
+    wavesock::hub::Hub::new(HubEcho, config)?
+        .serve(listener)
+        .await?;
+    Ok(())
+}
+
 /// wavesock's README echo: `feed` each data message, one `flush` at the end.
 /// Fed replies are written by the next `next()` before it waits for input.
 pub async fn wavesock_echo<S>(ws: &mut wavesock::WebSocketStream<S>) -> Result<(), BoxError>

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::AsyncWrite;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
 
@@ -25,7 +25,7 @@ use crate::handshake::server::{
     accept_response, check_request, enforce, error_response, parse_request, write_response,
 };
 use crate::hub::handle::{Command, HubHandle};
-use crate::hub::slot::{Conn, POOL_BUFFER_MAX, Slot, Stage, Turn, Ws};
+use crate::hub::slot::{Conn, POOL_BUFFER_MAX, Slot, Stage, Transport, Turn, Ws};
 use crate::hub::timers::Timers;
 use crate::hub::wake::{ConnWaker, Key, ReadyQueue};
 use crate::hub::{Closed, ConnId, Handler, HubConfig, HubMessage};
@@ -115,11 +115,14 @@ impl<H: Handler> Hub<H> {
             let mut engine = engines.pop().expect("one engine");
             engine.listener = Some(listener);
             drop(handle);
-            engine.await;
+            tokio::task::unconstrained(engine).await;
             return Ok(());
         }
         let count = engines.len();
-        let tasks: Vec<_> = engines.into_iter().map(tokio::spawn).collect();
+        let tasks: Vec<_> = engines
+            .into_iter()
+            .map(|e| tokio::spawn(tokio::task::unconstrained(e)))
+            .collect();
         let mut next = 0;
         let mut stopped = false;
         while !stopped {
@@ -149,6 +152,14 @@ impl<H: Handler> Hub<H> {
 type Entry<T> = (u32, Option<Box<Slot<T>>>);
 
 /// One engine: a task and its connections.
+///
+/// It runs outside Tokio's cooperative budget (`unconstrained`): the budget
+/// is per task, and an engine is one task doing the I/O of thousands of
+/// connections, so past 128 operations every transport would answer
+/// `Pending` and wake its connection again, a spurious service each. The
+/// engine yields on its own instead: each turn serves the connections
+/// queued when it began, and one that had more to read is queued for the
+/// next turn, after the runtime's other tasks.
 struct Engine<H: Handler> {
     index: u32,
     handler: H,
@@ -214,11 +225,10 @@ impl<H: Handler> Engine<H> {
     }
 
     /// Takes a new connection.
-    fn admit(&mut self, tcp: TcpStream) {
+    fn admit(&mut self, io: Transport) {
         if self.shutdown.is_some() {
             return;
         }
-        let _ = tcp.set_nodelay(true);
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -237,7 +247,7 @@ impl<H: Handler> Engine<H> {
         let c = &self.config.config;
         let waker = ConnWaker::new(key, self.queue.clone());
         let s = Slot {
-            io: tcp,
+            io,
             waker: waker.clone(),
             decoder: None,
             pending: BytesMut::new(),
@@ -397,7 +407,11 @@ impl<H: Handler> Engine<H> {
 
     fn command(&mut self, cmd: Command) {
         match cmd {
-            Command::Accept(tcp) => self.admit(tcp),
+            Command::Accept(tcp) => {
+                let _ = tcp.set_nodelay(true);
+                self.admit(Transport::Tcp(tcp));
+            }
+            Command::AcceptIo(io) => self.admit(Transport::Other(io)),
             Command::Shutdown => self.start_shutdown(),
             Command::Send(id, msg) => self.with_conn(id, |c, turn| {
                 let _ = c.send_message(turn, &msg);
@@ -503,7 +517,10 @@ impl<H: Handler> Engine<H> {
                 return;
             };
             match listener.poll_accept(cx) {
-                Poll::Ready(Ok((tcp, _))) => self.admit(tcp),
+                Poll::Ready(Ok((tcp, _))) => {
+                    let _ = tcp.set_nodelay(true);
+                    self.admit(Transport::Tcp(tcp));
+                }
                 Poll::Ready(Err(_)) => {
                     self.accept_paused_until = Some(self.turn.now + ACCEPT_PAUSE);
                     return;

@@ -2,24 +2,42 @@
 //! commands per engine, so the hub never buffers without limit on behalf
 //! of others.
 
+use std::pin::Pin;
 use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use crate::hub::ConnId;
+use crate::hub::slot::Io;
 use crate::proto::close::CloseCode;
 use crate::proto::message::{Message, PreparedMessage};
 
 /// What other tasks ask of an engine.
-#[derive(Debug)]
 pub(crate) enum Command {
     Send(ConnId, Message),
     SendPrepared(ConnId, PreparedMessage),
     Close(ConnId, CloseCode, String),
     /// A connection accepted by the hub's acceptor, for this engine.
     Accept(TcpStream),
+    /// A transport of another kind, its HTTP upgrade still to come.
+    AcceptIo(Pin<Box<dyn Io>>),
     Shutdown,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Command::Send(..) => "Send",
+            Command::SendPrepared(..) => "SendPrepared",
+            Command::Close(..) => "Close",
+            Command::Accept(_) => "Accept",
+            Command::AcceptIo(_) => "AcceptIo",
+            Command::Shutdown => "Shutdown",
+        })
+    }
 }
 
 /// Why a [`HubHandle`] call did not queue its command.
@@ -47,12 +65,15 @@ pub enum HandleError {
 #[derive(Debug, Clone)]
 pub struct HubHandle {
     engines: Arc<[mpsc::Sender<Command>]>,
+    /// The engine the next handed-over connection goes to.
+    next: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl HubHandle {
     pub(crate) fn new(engines: Vec<mpsc::Sender<Command>>) -> Self {
         HubHandle {
             engines: engines.into(),
+            next: Arc::default(),
         }
     }
 
@@ -109,6 +130,27 @@ impl HubHandle {
         tx.send(Command::Close(id, code, reason.to_owned()))
             .await
             .map_err(|_| HandleError::Stopped)
+    }
+
+    /// Hands the hub a connection over any transport (TLS from
+    /// tokio-rustls, a Unix socket, ...) whose HTTP upgrade request is
+    /// still to be read: the hub answers it as for the connections it
+    /// accepts. Engines take such connections in turn.
+    ///
+    /// Transports other than `TcpStream` are polled through their own
+    /// buffers (a TLS stack decrypts into its own), so the hub's
+    /// shared read buffer saves less on them.
+    pub async fn accept<S>(&self, io: S) -> Result<(), HandleError>
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let engine = self.next_engine();
+        self.command(engine, Command::AcceptIo(Box::pin(io))).await
+    }
+
+    fn next_engine(&self) -> usize {
+        use std::sync::atomic::Ordering;
+        self.next.fetch_add(1, Ordering::Relaxed) % self.engines.len()
     }
 
     /// Shuts the hub down: it stops accepting, closes every connection with

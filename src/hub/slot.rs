@@ -5,7 +5,11 @@ use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::error::{Error, Result};
@@ -30,10 +34,71 @@ pub(crate) enum Stage {
     Ending,
 }
 
+/// Any transport a hub can serve besides TCP (TLS, Unix sockets, test
+/// transports).
+pub(crate) trait Io: AsyncRead + AsyncWrite + Send + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Send + 'static> Io for T {}
+
+/// A connection's transport: TCP, the usual case, without indirection.
+pub(crate) enum Transport {
+    Tcp(TcpStream),
+    Other(Pin<Box<dyn Io>>),
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Transport::Tcp(t) => t.fmt(f),
+            Transport::Other(_) => f.write_str("Transport::Other"),
+        }
+    }
+}
+
+impl AsyncRead for Transport {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Transport::Tcp(t) => Pin::new(t).poll_read(cx, buf),
+            Transport::Other(t) => t.as_mut().poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Transport {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Transport::Tcp(t) => Pin::new(t).poll_write(cx, buf),
+            Transport::Other(t) => t.as_mut().poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Transport::Tcp(t) => Pin::new(t).poll_flush(cx),
+            Transport::Other(t) => t.as_mut().poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Transport::Tcp(t) => Pin::new(t).poll_shutdown(cx),
+            Transport::Other(t) => t.as_mut().poll_shutdown(cx),
+        }
+    }
+}
+
 /// A connection in a hub's slot table.
 #[derive(Debug)]
 pub(crate) struct Slot<T> {
-    pub(crate) io: TcpStream,
+    pub(crate) io: Transport,
     pub(crate) waker: Arc<ConnWaker>,
     /// Only while the connection holds decoding state of its own (an
     /// unfinished message, compression, a memory budget); between messages
