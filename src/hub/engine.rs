@@ -25,7 +25,7 @@ use crate::handshake::server::{
     accept_response, check_request, enforce, error_response, parse_request, write_response,
 };
 use crate::hub::handle::{Command, HubHandle};
-use crate::hub::slot::{Conn, POOL_BUFFER_MAX, Slot, Stage, Transport, Turn, Ws};
+use crate::hub::slot::{Conn, Reading, Slot, Stage, Transport, Turn, Ws};
 use crate::hub::timers::Timers;
 use crate::hub::wake::{ConnWaker, Key, ReadyQueue};
 use crate::hub::{Closed, ConnId, Handler, HubConfig, HubMessage};
@@ -45,8 +45,10 @@ const ACCEPTS_PER_TURN: usize = 64;
 const COMMANDS_PER_TURN: usize = 1024;
 /// How long accepting pauses after an error (out of file descriptors).
 const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
-/// Decoders kept for connections between messages.
-const DECODER_POOL_MAX: usize = 1024;
+/// Reading states kept for connections between messages.
+const READER_POOL_MAX: usize = 1024;
+/// A pooled reading state keeps a buffer up to this size.
+const PENDING_KEEP_MAX: usize = 64 << 10;
 
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
@@ -172,7 +174,8 @@ struct Engine<H: Handler> {
     keys: Vec<Key>,
     /// The read buffer every connection reads into in turn.
     shared: BytesMut,
-    decoders: Vec<Box<MessageDecoder>>,
+    /// Reading state for connections between messages.
+    readers: Vec<Box<Reading>>,
     turn: Turn,
     timers: Timers,
     sleep: Pin<Box<Sleep>>,
@@ -196,6 +199,7 @@ impl<H: Handler> std::fmt::Debug for Engine<H> {
 impl<H: Handler> Engine<H> {
     fn new(index: u32, handler: H, config: HubConfig, commands: mpsc::Receiver<Command>) -> Self {
         let turn = Turn {
+            engine: index,
             now: now(),
             pool: Vec::new(),
             dirty: Vec::new(),
@@ -212,7 +216,7 @@ impl<H: Handler> Engine<H> {
             live: 0,
             queue: Arc::new(ReadyQueue::default()),
             keys: Vec::new(),
-            decoders: Vec::new(),
+            readers: Vec::new(),
             turn,
             timers: Timers::default(),
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
@@ -238,30 +242,23 @@ impl<H: Handler> Engine<H> {
         };
         let generation = self.slots[slot as usize].0;
         let key = Key { slot, generation };
-        let id = ConnId {
-            engine: self.index,
-            slot,
-            generation,
-        };
         let now = self.turn.now;
         let c = &self.config.config;
         let waker = ConnWaker::new(key, self.queue.clone());
+        let deadline = c.handshake_timeout.and_then(|t| now.checked_add(t));
         let s = Slot {
             io,
             waker: waker.clone(),
-            decoder: None,
-            pending: BytesMut::new(),
-            timer_at: None,
-            handshake_deadline: c.handshake_timeout.and_then(|t| now.checked_add(t)),
+            reading: None,
+            timer_at: deadline,
             stage: Stage::Handshake,
             data: None,
-            c: Conn::new(
-                id,
-                Connection::new(Role::Server, c.timers(), now),
-                FrameEncoder::new(Role::Server),
-            ),
+            c: Conn::new(key, Connection::new(Role::Server, c.timers(), now)),
         };
         self.slots[slot as usize].1 = Some(Box::new(s));
+        if let Some(at) = deadline {
+            self.timers.push(at, key);
+        }
         self.live += 1;
         // Served at once: the request may be there already, and the first
         // read registers the waker.
@@ -289,7 +286,7 @@ impl<H: Handler> Engine<H> {
             handler,
             config,
             shared,
-            decoders,
+            readers,
             turn,
             ..
         } = self;
@@ -303,12 +300,12 @@ impl<H: Handler> Engine<H> {
         let waker = Waker::from(slot.waker.clone());
         let mut cx = Context::from_waker(&waker);
         match slot.stage {
-            Stage::Handshake => read_handshake(slot, &mut cx, handler, config, decoders, turn),
+            Stage::Handshake => read_handshake(slot, &mut cx, handler, config, readers, turn),
             Stage::Open => {
                 if slot.c.write_blocked {
                     flush(slot, &mut cx, handler, turn);
                 }
-                read_frames(slot, &mut cx, handler, config, shared, decoders, turn);
+                read_frames(slot, &mut cx, handler, config, shared, readers, turn);
             }
             Stage::Ending => flush(slot, &mut cx, handler, turn),
         }
@@ -339,10 +336,11 @@ impl<H: Handler> Engine<H> {
             }
             _ => {}
         }
-        let want = match slot.stage {
-            Stage::Handshake => slot.handshake_deadline,
-            _ => slot.c.conn.poll_timeout(),
-        };
+        if slot.stage == Stage::Handshake {
+            // Its deadline was set when it came.
+            return;
+        }
+        let want = slot.c.conn.poll_timeout();
         if want != slot.timer_at {
             slot.timer_at = want;
             if let Some(at) = want {
@@ -360,23 +358,18 @@ impl<H: Handler> Engine<H> {
         entry.0 = entry.0.wrapping_add(1);
         self.free.push(key.slot);
         self.live -= 1;
-        slot.c.out.clear();
-        slot.c.release_out(&mut self.turn.pool);
-        if let Some(d) = slot.decoder.take() {
-            if d.is_at_rest() && self.decoders.len() < DECODER_POOL_MAX {
-                self.decoders.push(d);
-            }
+        slot.c.discard_out(&mut self.turn.pool);
+        if let Some(r) = slot.reading.take() {
+            lend_back(r, &mut self.readers);
         }
-        let error = slot
-            .c
-            .error
-            .take()
-            .map(|e| *e)
-            .or_else(|| slot.c.conn.take_error().map(Error::from));
+        let (frame, error) = match slot.c.ending.take() {
+            Some(e) => (e.peer_close, e.error),
+            None => (None, None),
+        };
         let closed = Closed {
-            id: slot.c.id,
-            frame: slot.c.peer_close.take().map(|f| *f),
-            error,
+            id: self.turn.id(key),
+            frame,
+            error: error.or_else(|| slot.c.conn.take_error().map(Error::from)),
         };
         if let Some(data) = slot.data.take() {
             self.handler.close(closed, data);
@@ -397,7 +390,7 @@ impl<H: Handler> Engine<H> {
         if slot.stage == Stage::Handshake {
             // No answer: the request never came whole.
             slot.c.abandoned = true;
-            slot.c.error = Some(Box::new(HandshakeError::Timeout.into()));
+            slot.c.set_error(HandshakeError::Timeout.into());
         } else {
             slot.c.conn.handle_timeout(now);
             slot.c.transmit_owed(turn);
@@ -554,9 +547,7 @@ impl<H: Handler> Engine<H> {
         for slot in 0..self.slots.len() as u32 {
             let key = self.key_of(slot);
             if let Some(s) = self.slot_mut(key) {
-                if s.c.error.is_none() {
-                    s.c.error = Some(Box::new(Error::CloseTimeout));
-                }
+                s.c.set_error(Error::CloseTimeout);
                 self.end(key);
             }
         }
@@ -622,12 +613,26 @@ impl<H: Handler> Future for Engine<H> {
 // Engine holds only Unpin parts (the sleep is boxed).
 impl<H: Handler> Unpin for Engine<H> {}
 
-fn new_decoder(config: &HubConfig) -> Box<MessageDecoder> {
-    let c = &config.config;
-    Box::new(
-        MessageDecoder::new(Role::Server, c.limits())
-            .accept_unmasked_frames(c.accept_unmasked_frames),
-    )
+/// Reading state from the pool, or a new one.
+fn lend(readers: &mut Vec<Box<Reading>>, config: &HubConfig) -> Box<Reading> {
+    readers.pop().unwrap_or_else(|| {
+        let c = &config.config;
+        Box::new(Reading {
+            decoder: MessageDecoder::new(Role::Server, c.limits())
+                .accept_unmasked_frames(c.accept_unmasked_frames),
+            pending: BytesMut::new(),
+        })
+    })
+}
+
+/// Reading state back to the pool, if it holds nothing of its connection.
+fn lend_back(mut r: Box<Reading>, readers: &mut Vec<Box<Reading>>) {
+    if r.decoder.is_at_rest() && r.pending.is_empty() && readers.len() < READER_POOL_MAX {
+        if r.pending.capacity() > PENDING_KEEP_MAX {
+            r.pending = BytesMut::new();
+        }
+        readers.push(r);
+    }
 }
 
 /// Reads the upgrade request; answers it.
@@ -636,39 +641,39 @@ fn read_handshake<H: Handler>(
     cx: &mut Context<'_>,
     handler: &mut H,
     config: &HubConfig,
-    decoders: &mut Vec<Box<MessageDecoder>>,
+    readers: &mut Vec<Box<Reading>>,
     turn: &mut Turn,
 ) {
     let max = config.config.max_handshake_size;
+    let mut r = slot.reading.take().unwrap_or_else(|| lend(readers, config));
     loop {
-        match parse_request(&slot.pending, config.config.max_headers) {
+        match parse_request(&r.pending, config.config.max_headers) {
             Ok(Some((_, len))) if len > max => {
                 return refuse(slot, turn, &HandshakeError::TooLarge(max));
             }
             Ok(Some((request, len))) => {
-                return answer(slot, request, len, handler, config, decoders, turn);
+                r.pending.advance(len);
+                return answer(slot, r, request, handler, config, turn);
             }
-            Ok(None) if slot.pending.len() >= max => {
+            Ok(None) if r.pending.len() >= max => {
                 return refuse(slot, turn, &HandshakeError::TooLarge(max));
             }
             Ok(None) => {}
             Err(e) => return refuse(slot, turn, &e),
         }
-        let room = max - slot.pending.len();
-        slot.pending.reserve(room.min(1024));
-        match tokio_util::io::poll_read_buf(Pin::new(&mut slot.io), cx, &mut slot.pending) {
-            Poll::Pending => return,
-            Poll::Ready(Ok(0)) => {
+        let room = max - r.pending.len();
+        r.pending.reserve(room.min(1024));
+        match tokio_util::io::poll_read_buf(Pin::new(&mut slot.io), cx, &mut r.pending) {
+            Poll::Pending => break,
+            Poll::Ready(Ok(n)) if n > 0 => {}
+            // Gone before asking anything: nothing to answer.
+            Poll::Ready(_) => {
                 slot.c.abandoned = true;
-                return;
-            }
-            Poll::Ready(Ok(_)) => {}
-            Poll::Ready(Err(_)) => {
-                slot.c.abandoned = true;
-                return;
+                break;
             }
         }
     }
+    slot.reading = Some(r);
 }
 
 /// Answers a request that is not a valid upgrade, then ends.
@@ -682,18 +687,16 @@ fn refuse<T>(slot: &mut Slot<T>, turn: &mut Turn, err: &HandshakeError) {
 fn write_http<T, B>(slot: &mut Slot<T>, turn: &mut Turn, resp: &http::Response<B>, body: &[u8]) {
     let mut head = Vec::with_capacity(160 + body.len());
     write_response(resp, body, &mut head);
-    slot.c.out(turn).extend_from_slice(&head);
-    slot.pending = BytesMut::new();
+    slot.c.encode(turn, |_, out| out.extend_from_slice(&head));
     slot.stage = Stage::Ending;
 }
 
 fn answer<H: Handler>(
     slot: &mut Slot<H::Data>,
+    mut r: Box<Reading>,
     request: http::Request<()>,
-    head_len: usize,
     handler: &mut H,
     config: &HubConfig,
-    decoders: &mut Vec<Box<MessageDecoder>>,
     turn: &mut Turn,
 ) {
     let accept = match check_request(&request) {
@@ -711,29 +714,20 @@ fn answer<H: Handler>(
     let data = match handler.upgrade(&request, &mut response) {
         Ok(data) => data,
         Err(refusal) => {
-            let body = refusal
-                .body()
-                .as_deref()
-                .unwrap_or_default()
-                .as_bytes()
-                .to_vec();
+            let body = refusal.body().as_deref().unwrap_or_default().as_bytes().to_vec();
             return write_http(slot, turn, &refusal, &body);
         }
     };
     enforce(&mut response, &required, extensions);
     if let Some((params, deflate)) = negotiated.into_deflate() {
         // Compression state is the connection's own for its lifetime.
-        let mut decoder = decoders.pop().unwrap_or_else(|| new_decoder(config));
-        match crate::proto::deflate::pair(
-            Role::Server,
-            &params,
-            &deflate,
-            decoder.max_message_size(),
-        ) {
+        let max = r.decoder.max_message_size();
+        match crate::proto::deflate::pair(Role::Server, &params, &deflate, max) {
             Ok((inflater, deflater)) => {
-                decoder.set_inflater(inflater);
-                slot.c.encoder.set_deflater(deflater);
-                slot.decoder = Some(decoder);
+                r.decoder.set_inflater(inflater);
+                let mut encoder = FrameEncoder::new(Role::Server);
+                encoder.set_deflater(deflater);
+                slot.c.encoder = Some(Box::new(encoder));
             }
             Err(e) => {
                 slot.c.fail(e.into());
@@ -743,14 +737,13 @@ fn answer<H: Handler>(
     }
     let mut head = Vec::with_capacity(160);
     write_response(&response, &[], &mut head);
-    slot.c.out(turn).extend_from_slice(&head);
-    slot.pending.advance(head_len);
-    if slot.pending.is_empty() {
-        slot.pending = BytesMut::new();
+    slot.c.encode(turn, |_, out| out.extend_from_slice(&head));
+    if r.pending.is_empty() {
+        r.pending = BytesMut::new();
     }
+    slot.reading = Some(r);
     slot.c.conn = Connection::new(Role::Server, config.config.timers(), turn.now);
     slot.stage = Stage::Open;
-    slot.handshake_deadline = None;
     let data = slot.data.insert(data);
     handler.open(&mut Ws {
         c: &mut slot.c,
@@ -768,20 +761,17 @@ fn read_frames<H: Handler>(
     handler: &mut H,
     config: &HubConfig,
     shared: &mut BytesMut,
-    decoders: &mut Vec<Box<MessageDecoder>>,
+    readers: &mut Vec<Box<Reading>>,
     turn: &mut Turn,
 ) {
-    let mut decoder = slot
-        .decoder
-        .take()
-        .unwrap_or_else(|| decoders.pop().unwrap_or_else(|| new_decoder(config)));
-    let mut pending = std::mem::take(&mut slot.pending);
+    let mut r = slot.reading.take().unwrap_or_else(|| lend(readers, config));
+    let Reading { decoder, pending } = &mut *r;
     // What came before (with the request, or before a pause) first.
     if !pending.is_empty() || decoder.budget_wait().is_some() {
-        decode(slot, &mut decoder, &mut pending, cx, handler, turn);
+        decode(slot, decoder, pending, cx, handler, turn);
     }
     let mut reads = 0;
-    while reads < READS_PER_TURN && reading(slot, &decoder) {
+    while reads < READS_PER_TURN && reading(slot, decoder) {
         reads += 1;
         let from_shared = pending.is_empty();
         let buf = if from_shared {
@@ -790,7 +780,7 @@ fn read_frames<H: Handler>(
         } else {
             let more = decoder.payload_remaining(pending.len()).unwrap_or(0);
             pending.reserve(more.clamp(4096, config.read_buffer_size));
-            &mut pending
+            &mut *pending
         };
         match tokio_util::io::poll_read_buf(Pin::new(&mut slot.io), cx, buf) {
             Poll::Pending => break,
@@ -807,7 +797,7 @@ fn read_frames<H: Handler>(
         if slot.c.conn.state().hears_input() {
             slot.c.conn.handle_input(turn.now);
         }
-        decode(slot, &mut decoder, buf, cx, handler, turn);
+        decode(slot, decoder, buf, cx, handler, turn);
         if from_shared {
             if !shared.is_empty() && slot.c.conn.phase() == Phase::Open && !slot.c.abandoned {
                 // An unfinished frame: the connection keeps it.
@@ -816,24 +806,20 @@ fn read_frames<H: Handler>(
             shared.clear();
             decoder.detach();
         }
-        if reads == READS_PER_TURN && reading(slot, &decoder) {
+        if reads == READS_PER_TURN && reading(slot, decoder) {
             // Others first; this one comes back next turn.
             slot.waker.requeue();
         }
     }
     if decoder.account().is_on() {
         use crate::proto::budget::Held;
-        decoder
-            .account_mut()
-            .set(Held::ReadBuffer, pending.capacity());
+        let held = pending.capacity();
+        decoder.account_mut().set(Held::ReadBuffer, held);
     }
-    slot.pending = pending;
-    if decoder.is_at_rest() && slot.pending.is_empty() {
-        if decoders.len() < DECODER_POOL_MAX {
-            decoders.push(decoder);
-        }
+    if r.decoder.is_at_rest() && r.pending.is_empty() {
+        lend_back(r, readers);
     } else {
-        slot.decoder = Some(decoder);
+        slot.reading = Some(r);
     }
 }
 
@@ -893,7 +879,7 @@ fn decode<H: Handler>(
             }
             Message::Pong(p) => handler.pong(&mut ws, p),
             Message::Close(frame) => {
-                ws.c.peer_close = frame.clone().map(Box::new);
+                ws.c.peer_closed(frame.clone());
                 ws.c.conn.handle_frame(&msg, ws.turn.now);
             }
             // Hub decoders assemble messages.
@@ -906,23 +892,17 @@ fn decode<H: Handler>(
 
 /// Writes out what waits for the peer; tells the handler when a backed-up
 /// connection drains; shuts an ending connection down once all is out.
-fn flush<H: Handler>(
-    slot: &mut Slot<H::Data>,
-    cx: &mut Context<'_>,
-    handler: &mut H,
-    turn: &mut Turn,
-) {
+fn flush<H: Handler>(slot: &mut Slot<H::Data>, cx: &mut Context<'_>, handler: &mut H, turn: &mut Turn) {
     if slot.c.abandoned {
         return;
     }
-    while !slot.c.out.is_empty() {
-        match Pin::new(&mut slot.io).poll_write(cx, &slot.c.out) {
+    while let Some(out) = slot.c.unwritten() {
+        match Pin::new(&mut slot.io).poll_write(cx, out) {
             Poll::Ready(Ok(0)) => {
-                slot.c
-                    .transport_ended(Some(io::ErrorKind::WriteZero.into()));
+                slot.c.transport_ended(Some(io::ErrorKind::WriteZero.into()));
                 return;
             }
-            Poll::Ready(Ok(n)) => slot.c.out.advance(n),
+            Poll::Ready(Ok(n)) => out.advance(n),
             Poll::Ready(Err(e)) => {
                 slot.c.transport_ended(Some(e));
                 return;
@@ -934,9 +914,6 @@ fn flush<H: Handler>(
         }
     }
     slot.c.release_out(&mut turn.pool);
-    if slot.c.out.capacity() > POOL_BUFFER_MAX {
-        slot.c.out = BytesMut::new();
-    }
     if std::mem::replace(&mut slot.c.write_blocked, false) {
         // Reading paused while the peer was behind: go on.
         slot.waker.requeue();
@@ -948,7 +925,7 @@ fn flush<H: Handler>(
             });
         }
     }
-    if slot.stage == Stage::Ending && slot.c.out.is_empty() {
+    if slot.stage == Stage::Ending && slot.c.buffered() == 0 {
         match Pin::new(&mut slot.io).poll_shutdown(cx) {
             Poll::Pending => {}
             // Shut down, or failed to: either way the connection is over.

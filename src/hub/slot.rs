@@ -13,7 +13,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::error::{Error, Result};
-use crate::hub::wake::ConnWaker;
+use crate::proto::Role;
+use crate::hub::wake::{ConnWaker, Key};
 use crate::hub::{BackpressurePolicy, ConnId, HubMessage, SendStatus};
 use crate::proto::close::{CloseCode, CloseFrame};
 use crate::proto::conn::{Connection, Phase};
@@ -96,44 +97,60 @@ impl AsyncWrite for Transport {
 }
 
 /// A connection in a hub's slot table.
+///
+/// Kept small: an idle connection is this, its waker and its socket's
+/// registration. What only some connections need at a time is boxed
+/// (decoding state, bytes to write, how it ended).
 #[derive(Debug)]
 pub(crate) struct Slot<T> {
     pub(crate) io: Transport,
     pub(crate) waker: Arc<ConnWaker>,
-    /// Only while the connection holds decoding state of its own (an
-    /// unfinished message, compression, a memory budget); between messages
-    /// the engine lends one from its pool.
-    pub(crate) decoder: Option<Box<MessageDecoder>>,
-    /// Bytes read but not decoded yet: an unfinished frame, or the
-    /// handshake's request. Empty (no allocation) most of the time.
-    pub(crate) pending: BytesMut,
-    /// The deadline this connection has in the engine's timer heap.
+    /// Only while the connection holds reading state of its own (the
+    /// handshake's request, an unfinished frame or message, compression, a
+    /// memory budget); between messages the engine lends one from its pool.
+    pub(crate) reading: Option<Box<Reading>>,
+    /// The deadline this connection has in the engine's timer heap: the
+    /// handshake's, then the core's.
     pub(crate) timer_at: Option<Instant>,
-    /// Until when the handshake may take.
-    pub(crate) handshake_deadline: Option<Instant>,
     pub(crate) stage: Stage,
     pub(crate) data: Option<T>,
     pub(crate) c: Conn,
 }
 
+/// A connection's reading state: its decoder, and bytes read but not
+/// decoded yet (empty, without an allocation, most of the time).
+#[derive(Debug)]
+pub(crate) struct Reading {
+    pub(crate) decoder: MessageDecoder,
+    pub(crate) pending: BytesMut,
+}
+
+/// How a connection ended, beyond what its core knows.
+#[derive(Debug, Default)]
+pub(crate) struct Ending {
+    /// The peer's close frame, for the close callback.
+    pub(crate) peer_close: Option<CloseFrame>,
+    /// The transport failed, or the backpressure policy closed it.
+    pub(crate) error: Option<Error>,
+}
+
 /// The part of a connection that sending touches.
 #[derive(Debug)]
 pub(crate) struct Conn {
-    pub(crate) id: ConnId,
+    pub(crate) key: Key,
     pub(crate) conn: Connection,
-    pub(crate) encoder: FrameEncoder,
-    /// Bytes to write: corked during the turn, written at its end; what
-    /// the peer does not take stays here (its backpressure).
-    pub(crate) out: BytesMut,
+    /// Only with compression: a server's encoder holds no other state, so
+    /// the others encode with one made on the spot.
+    pub(crate) encoder: Option<Box<FrameEncoder>>,
+    /// Bytes to write, from the engine's pool: corked during the turn,
+    /// written at its end; what the peer does not take stays here (its
+    /// backpressure).
+    out: Option<Box<BytesMut>>,
+    pub(crate) ending: Option<Box<Ending>>,
     /// In the turn's list of connections to write out.
     pub(crate) dirty: bool,
     /// The transport refused bytes: reading pauses until it takes them.
     pub(crate) write_blocked: bool,
-    /// The peer's close frame, for the close callback.
-    pub(crate) peer_close: Option<Box<CloseFrame>>,
-    /// Why the connection ends, when the core does not know: the
-    /// transport failed, or the backpressure policy closed it.
-    pub(crate) error: Option<Box<Error>>,
     /// End at once, writing nothing more.
     pub(crate) abandoned: bool,
 }
@@ -143,62 +160,87 @@ pub(crate) struct Conn {
 /// and the backpressure settings.
 #[derive(Debug)]
 pub(crate) struct Turn {
+    pub(crate) engine: u32,
     pub(crate) now: Instant,
-    pub(crate) pool: Vec<BytesMut>,
+    pub(crate) pool: Vec<Box<BytesMut>>,
     pub(crate) dirty: Vec<u32>,
     pub(crate) max_backpressure: usize,
     pub(crate) policy: BackpressurePolicy,
 }
 
+impl Turn {
+    pub(crate) fn id(&self, key: Key) -> ConnId {
+        ConnId {
+            engine: self.engine,
+            slot: key.slot,
+            generation: key.generation,
+        }
+    }
+}
+
 /// Buffers kept in the pool are at most this large; a larger one (after a
 /// large message) goes back to the allocator.
-pub(crate) const POOL_BUFFER_MAX: usize = 64 << 10;
+const POOL_BUFFER_MAX: usize = 64 << 10;
 /// At most this many buffers are pooled.
-pub(crate) const POOL_MAX: usize = 1024;
+const POOL_MAX: usize = 1024;
 /// A pooled buffer's size when the pool is empty.
 const POOL_BUFFER: usize = 16 << 10;
 
 impl Conn {
-    pub(crate) fn new(id: ConnId, conn: Connection, encoder: FrameEncoder) -> Self {
+    pub(crate) fn new(key: Key, conn: Connection) -> Self {
         Conn {
-            id,
+            key,
             conn,
-            encoder,
-            out: BytesMut::new(),
+            encoder: None,
+            out: None,
+            ending: None,
             dirty: false,
             write_blocked: false,
-            peer_close: None,
-            error: None,
             abandoned: false,
         }
     }
 
-    /// Makes sure `out` has a buffer (from the pool) and that the turn will
-    /// write it.
-    pub(crate) fn out(&mut self, turn: &mut Turn) -> &mut BytesMut {
-        self.cork(turn);
-        &mut self.out
+    /// Bytes waiting to be written.
+    pub(crate) fn buffered(&self) -> usize {
+        self.out.as_ref().map_or(0, |b| b.len())
     }
 
-    fn cork(&mut self, turn: &mut Turn) {
-        if self.out.capacity() == 0 {
-            self.out = turn
-                .pool
-                .pop()
-                .unwrap_or_else(|| BytesMut::with_capacity(POOL_BUFFER));
-        }
+    /// The bytes waiting to be written, if any.
+    pub(crate) fn unwritten(&mut self) -> Option<&mut BytesMut> {
+        self.out.as_deref_mut().filter(|b| !b.is_empty())
+    }
+
+    /// Encodes into the write buffer (taken from the pool if need be) and
+    /// puts the connection on the turn's list to write.
+    pub(crate) fn encode<R>(
+        &mut self,
+        turn: &mut Turn,
+        f: impl FnOnce(&mut FrameEncoder, &mut BytesMut) -> R,
+    ) -> R {
         if !self.dirty {
             self.dirty = true;
-            turn.dirty.push(self.id.slot);
+            turn.dirty.push(self.key.slot);
+        }
+        let out = self.out.get_or_insert_with(|| {
+            turn.pool
+                .pop()
+                .unwrap_or_else(|| Box::new(BytesMut::with_capacity(POOL_BUFFER)))
+        });
+        match self.encoder.as_deref_mut() {
+            Some(e) => f(e, out),
+            None => f(&mut FrameEncoder::new(Role::Server), out),
         }
     }
 
-    /// Gives an empty write buffer back to the pool.
-    pub(crate) fn release_out(&mut self, pool: &mut Vec<BytesMut>) {
-        if self.out.capacity() == 0 || !self.out.is_empty() {
+    /// Gives an emptied write buffer back to the pool (or to the allocator,
+    /// if it grew large).
+    pub(crate) fn release_out(&mut self, pool: &mut Vec<Box<BytesMut>>) {
+        if self.out.as_ref().is_some_and(|b| !b.is_empty()) {
             return;
         }
-        let mut buf = std::mem::take(&mut self.out);
+        let Some(mut buf) = self.out.take() else {
+            return;
+        };
         buf.clear();
         // Reclaims the space already written from (no allocation).
         buf.reserve(POOL_BUFFER);
@@ -207,12 +249,36 @@ impl Conn {
         }
     }
 
+    /// Drops what waits to be written.
+    pub(crate) fn discard_out(&mut self, pool: &mut Vec<Box<BytesMut>>) {
+        if let Some(b) = self.out.as_deref_mut() {
+            b.clear();
+        }
+        self.release_out(pool);
+    }
+
+    fn ending(&mut self) -> &mut Ending {
+        self.ending.get_or_insert_with(Default::default)
+    }
+
+    /// Records the peer's close frame.
+    pub(crate) fn peer_closed(&mut self, frame: Option<CloseFrame>) {
+        self.ending().peer_close = frame;
+    }
+
+    /// Records why the connection ends, unless it is known already.
+    pub(crate) fn set_error(&mut self, err: Error) {
+        let e = &mut self.ending().error;
+        if e.is_none() {
+            *e = Some(err);
+        }
+    }
+
     /// Encodes the frames the core owes the peer (pongs, the close echo,
     /// keepalive pings); the backpressure limit does not hold them back.
     pub(crate) fn transmit_owed(&mut self, turn: &mut Turn) {
         while let Some(msg) = self.conn.poll_transmit() {
-            self.cork(turn);
-            if let Err(e) = self.encoder.encode_message(&msg, &mut self.out) {
+            if let Err(e) = self.encode(turn, |enc, out| enc.encode_message(&msg, out)) {
                 // The core only owes frames that encode; should one not,
                 // the connection cannot go on.
                 self.fail(e.into());
@@ -223,9 +289,7 @@ impl Conn {
 
     /// Ends the connection at once with `err`.
     pub(crate) fn fail(&mut self, err: Error) {
-        if self.error.is_none() {
-            self.error = Some(Box::new(err));
-        }
+        self.set_error(err);
         self.conn.abandon();
         self.abandoned = true;
     }
@@ -248,8 +312,8 @@ impl Conn {
                 | io::ErrorKind::ConnectionAborted
                 | io::ErrorKind::BrokenPipe
         );
-        if !(expected && hung_up) && self.error.is_none() && self.conn.phase() == Phase::Open {
-            self.error = Some(Box::new(err.into()));
+        if !(expected && hung_up) && self.conn.phase() == Phase::Open {
+            self.set_error(err.into());
         }
         self.abandoned = true;
     }
@@ -261,19 +325,16 @@ impl Conn {
         turn: &mut Turn,
         opcode: OpCode,
         fin: bool,
-        encode: impl FnOnce(
-            &mut FrameEncoder,
-            &mut BytesMut,
-        ) -> std::result::Result<(), crate::proto::Error>,
+        encode: impl FnOnce(&mut FrameEncoder, &mut BytesMut) -> std::result::Result<(), crate::proto::Error>,
     ) -> Result<SendStatus> {
         if self.abandoned {
             return Ok(SendStatus::Closed);
         }
-        if self.out.len() > turn.max_backpressure {
+        let buffered = self.buffered();
+        if buffered > turn.max_backpressure {
             return Ok(match turn.policy {
                 BackpressurePolicy::Drop => SendStatus::Dropped,
                 BackpressurePolicy::Close => {
-                    let buffered = self.out.len();
                     self.fail(Error::Backpressure {
                         buffered,
                         limit: turn.max_backpressure,
@@ -291,9 +352,8 @@ impl Conn {
         } else {
             self.conn.check_send(opcode, fin)?;
         }
-        self.cork(turn);
-        encode(&mut self.encoder, &mut self.out)?;
-        Ok(if self.out.len() > turn.max_backpressure {
+        self.encode(turn, encode)?;
+        Ok(if self.buffered() > turn.max_backpressure {
             SendStatus::Backpressure
         } else {
             SendStatus::Sent
@@ -315,9 +375,7 @@ impl Conn {
         opcode: OpCode,
         payload: &[u8],
     ) -> Result<SendStatus> {
-        self.send_with(turn, opcode, true, |e, out| {
-            e.encode_data(opcode, payload, out)
-        })
+        self.send_with(turn, opcode, true, |e, out| e.encode_data(opcode, payload, out))
     }
 
     pub(crate) fn send_prepared(
@@ -360,7 +418,7 @@ pub struct Ws<'a, T> {
 impl<T> Ws<'_, T> {
     /// The connection's id, for [`HubHandle`](crate::hub::HubHandle).
     pub fn id(&self) -> ConnId {
-        self.c.id
+        self.turn.id(self.c.key)
     }
 
     /// The connection's data.
@@ -412,7 +470,7 @@ impl<T> Ws<'_, T> {
 
     /// Bytes waiting to be written to this peer.
     pub fn buffered_amount(&self) -> usize {
-        self.c.out.len()
+        self.c.buffered()
     }
 
     /// Whether a close frame went out or came in: data can no longer be

@@ -269,13 +269,24 @@ pub struct Connection {
     /// Not in [`State`]: only the sending side asks, and it changes per
     /// fragment, while a change of `State` wakes the receiving side.
     fragmenting: bool,
-    close_timeout: Duration,
-    budget_wait: Option<Duration>,
+    // Nanoseconds (saturated at 584 years), half the size of a `Duration`:
+    // every connection of a server holds these two.
+    close_timeout: u64,
+    /// `NO_BUDGET_WAIT` for none.
+    budget_wait: u64,
     // Boxed, like the keepalive state: made on the first frame owed or when
     // the connection starts to end, as an idle connection should be small.
     outstanding: Option<Box<Outstanding>>,
     keepalive: Option<Box<Keepalive>>,
 }
+
+/// A duration in nanoseconds, saturated.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
+}
+
+/// `Connection::budget_wait` when there is none.
+const NO_BUDGET_WAIT: u64 = u64::MAX;
 
 /// What a connection keeps beyond its flags once it owes a frame, waits
 /// for memory budget or has started to end.
@@ -301,8 +312,8 @@ impl Connection {
             role,
             state,
             fragmenting: false,
-            close_timeout: timers.close_timeout,
-            budget_wait: timers.budget_wait,
+            close_timeout: nanos(timers.close_timeout),
+            budget_wait: timers.budget_wait.map_or(NO_BUDGET_WAIT, nanos),
             outstanding: None,
             keepalive: timers.ping_interval.map(|interval| {
                 Box::new(Keepalive {
@@ -355,7 +366,7 @@ impl Connection {
 
     /// How long the closing handshake may take.
     pub fn close_timeout(&self) -> Duration {
-        self.close_timeout
+        Duration::from_nanos(self.close_timeout)
     }
 
     // Inputs.
@@ -421,9 +432,10 @@ impl Connection {
     /// wait runs from the first such call; later ones change nothing.
     /// Without a budget wait in the [`Timers`], nothing happens.
     pub fn handle_budget_wait(&mut self, now: Instant) {
-        let Some(wait) = self.budget_wait else {
+        if self.budget_wait == NO_BUDGET_WAIT {
             return;
-        };
+        }
+        let wait = Duration::from_nanos(self.budget_wait);
         if self.phase() != Phase::Open || self.state.is_waiting_for_budget() {
             return;
         }
@@ -616,7 +628,7 @@ impl Connection {
     }
 
     fn arm_close(&mut self, now: Instant) {
-        let timeout = self.close_timeout;
+        let timeout = Duration::from_nanos(self.close_timeout);
         let o = self.outstanding();
         if o.close_deadline.is_none() {
             o.close_deadline = Some(now + timeout);
