@@ -125,22 +125,28 @@ impl<H: Handler> Hub<H> {
             .into_iter()
             .map(|e| tokio::spawn(tokio::task::unconstrained(e)))
             .collect();
+        let mut stop = handle.stopped();
         let mut next = 0;
-        let mut stopped = false;
-        while !stopped {
-            let (tcp, _) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(_) => {
-                    // Out of file descriptors, or a connection that went
-                    // away before it was accepted: try again shortly.
-                    tokio::time::sleep(ACCEPT_PAUSE).await;
-                    continue;
+        loop {
+            let accepted = {
+                let accept = std::pin::pin!(listener.accept());
+                let stopped = std::pin::pin!(stop.wait_for(|stopped| *stopped));
+                match futures_util::future::select(accept, stopped).await {
+                    futures_util::future::Either::Left((accepted, _)) => accepted,
+                    futures_util::future::Either::Right(_) => break,
                 }
             };
+            let Ok((tcp, _)) = accepted else {
+                // Out of file descriptors, or a connection that went away
+                // before it was accepted: try again shortly.
+                tokio::time::sleep(ACCEPT_PAUSE).await;
+                continue;
+            };
             // An engine that stopped was shut down; so is the hub.
-            stopped = handle.command(next, Command::Accept(tcp)).await.is_err();
+            if handle.command(next, Command::Accept(tcp)).await.is_err() {
+                break;
+            }
             next = (next + 1) % count;
-            stopped |= tasks.iter().any(|t| t.is_finished());
         }
         drop(listener);
         for task in tasks {
@@ -714,7 +720,12 @@ fn answer<H: Handler>(
     let data = match handler.upgrade(&request, &mut response) {
         Ok(data) => data,
         Err(refusal) => {
-            let body = refusal.body().as_deref().unwrap_or_default().as_bytes().to_vec();
+            let body = refusal
+                .body()
+                .as_deref()
+                .unwrap_or_default()
+                .as_bytes()
+                .to_vec();
             return write_http(slot, turn, &refusal, &body);
         }
     };
@@ -892,14 +903,20 @@ fn decode<H: Handler>(
 
 /// Writes out what waits for the peer; tells the handler when a backed-up
 /// connection drains; shuts an ending connection down once all is out.
-fn flush<H: Handler>(slot: &mut Slot<H::Data>, cx: &mut Context<'_>, handler: &mut H, turn: &mut Turn) {
+fn flush<H: Handler>(
+    slot: &mut Slot<H::Data>,
+    cx: &mut Context<'_>,
+    handler: &mut H,
+    turn: &mut Turn,
+) {
     if slot.c.abandoned {
         return;
     }
     while let Some(out) = slot.c.unwritten() {
         match Pin::new(&mut slot.io).poll_write(cx, out) {
             Poll::Ready(Ok(0)) => {
-                slot.c.transport_ended(Some(io::ErrorKind::WriteZero.into()));
+                slot.c
+                    .transport_ended(Some(io::ErrorKind::WriteZero.into()));
                 return;
             }
             Poll::Ready(Ok(n)) => out.advance(n),
@@ -917,6 +934,8 @@ fn flush<H: Handler>(slot: &mut Slot<H::Data>, cx: &mut Context<'_>, handler: &m
     if std::mem::replace(&mut slot.c.write_blocked, false) {
         // Reading paused while the peer was behind: go on.
         slot.waker.requeue();
+    }
+    if std::mem::replace(&mut slot.c.wants_drain, false) {
         if let (Stage::Open, Some(data)) = (slot.stage, slot.data.as_mut()) {
             handler.drain(&mut Ws {
                 c: &mut slot.c,

@@ -67,6 +67,8 @@ pub struct HubHandle {
     engines: Arc<[mpsc::Sender<Command>]>,
     /// The engine the next handed-over connection goes to.
     next: Arc<std::sync::atomic::AtomicUsize>,
+    /// Set on shutdown, for the acceptor of several engines.
+    stop: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl HubHandle {
@@ -74,7 +76,13 @@ impl HubHandle {
         HubHandle {
             engines: engines.into(),
             next: Arc::default(),
+            stop: Arc::new(tokio::sync::watch::Sender::new(false)),
         }
+    }
+
+    /// Tells when [`shutdown`](Self::shutdown) was called.
+    pub(crate) fn stopped(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stop.subscribe()
     }
 
     fn engine(&self, id: ConnId) -> Result<&mpsc::Sender<Command>, HandleError> {
@@ -159,6 +167,7 @@ impl HubHandle {
     /// [`HubConfig::shutdown_timeout`](crate::hub::HubConfig::shutdown_timeout)
     /// has passed. Returns once every engine has the command.
     pub async fn shutdown(&self) -> Result<(), HandleError> {
+        self.stop.send_replace(true);
         for tx in self.engines.iter() {
             // An engine that stopped already is shut down.
             let _ = tx.send(Command::Shutdown).await;

@@ -320,8 +320,9 @@ pub trait Handler: Clone + Send + 'static {
     /// A text or binary message, borrowed for the call.
     fn message(&mut self, ws: &mut Ws<'_, Self::Data>, msg: HubMessage<'_>);
 
-    /// The peer took every byte that waited for it, after a send found
-    /// the connection backed up.
+    /// Every byte that waited for the peer is written, after a send found
+    /// more than `max_backpressure` waiting ([`SendStatus::Backpressure`]
+    /// or [`SendStatus::Dropped`]): sending may resume.
     fn drain(&mut self, ws: &mut Ws<'_, Self::Data>) {
         let _ = ws;
     }

@@ -13,9 +13,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::error::{Error, Result};
-use crate::proto::Role;
 use crate::hub::wake::{ConnWaker, Key};
 use crate::hub::{BackpressurePolicy, ConnId, HubMessage, SendStatus};
+use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
 use crate::proto::conn::{Connection, Phase};
 use crate::proto::decoder::MessageDecoder;
@@ -153,6 +153,9 @@ pub(crate) struct Conn {
     pub(crate) write_blocked: bool,
     /// End at once, writing nothing more.
     pub(crate) abandoned: bool,
+    /// A send found more than `max_backpressure` waiting: the handler
+    /// hears when it is all written.
+    pub(crate) wants_drain: bool,
 }
 
 /// What sends need beyond the connection: the turn's time, the pool of
@@ -197,6 +200,7 @@ impl Conn {
             dirty: false,
             write_blocked: false,
             abandoned: false,
+            wants_drain: false,
         }
     }
 
@@ -325,13 +329,17 @@ impl Conn {
         turn: &mut Turn,
         opcode: OpCode,
         fin: bool,
-        encode: impl FnOnce(&mut FrameEncoder, &mut BytesMut) -> std::result::Result<(), crate::proto::Error>,
+        encode: impl FnOnce(
+            &mut FrameEncoder,
+            &mut BytesMut,
+        ) -> std::result::Result<(), crate::proto::Error>,
     ) -> Result<SendStatus> {
         if self.abandoned {
             return Ok(SendStatus::Closed);
         }
         let buffered = self.buffered();
         if buffered > turn.max_backpressure {
+            self.wants_drain = true;
             return Ok(match turn.policy {
                 BackpressurePolicy::Drop => SendStatus::Dropped,
                 BackpressurePolicy::Close => {
@@ -354,6 +362,7 @@ impl Conn {
         }
         self.encode(turn, encode)?;
         Ok(if self.buffered() > turn.max_backpressure {
+            self.wants_drain = true;
             SendStatus::Backpressure
         } else {
             SendStatus::Sent
@@ -375,7 +384,9 @@ impl Conn {
         opcode: OpCode,
         payload: &[u8],
     ) -> Result<SendStatus> {
-        self.send_with(turn, opcode, true, |e, out| e.encode_data(opcode, payload, out))
+        self.send_with(turn, opcode, true, |e, out| {
+            e.encode_data(opcode, payload, out)
+        })
     }
 
     pub(crate) fn send_prepared(
