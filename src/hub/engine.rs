@@ -207,7 +207,7 @@ impl<H: Handler> Engine<H> {
         let turn = Turn {
             engine: index,
             now: now(),
-            pool: Vec::new(),
+            pool: Default::default(),
             dirty: Vec::new(),
             max_backpressure: config.max_backpressure,
             policy: config.backpressure_policy,

@@ -165,7 +165,7 @@ pub(crate) struct Conn {
 pub(crate) struct Turn {
     pub(crate) engine: u32,
     pub(crate) now: Instant,
-    pub(crate) pool: Vec<Box<BytesMut>>,
+    pub(crate) pool: Pool,
     pub(crate) dirty: Vec<u32>,
     pub(crate) max_backpressure: usize,
     pub(crate) policy: BackpressurePolicy,
@@ -183,11 +183,42 @@ impl Turn {
 
 /// Buffers kept in the pool are at most this large; a larger one (after a
 /// large message) goes back to the allocator.
-const POOL_BUFFER_MAX: usize = 64 << 10;
-/// At most this many buffers are pooled.
-const POOL_MAX: usize = 1024;
+const POOL_BUFFER_MAX: usize = 256 << 10;
+/// The pool keeps at most this many bytes of buffers.
+const POOL_BYTES_MAX: usize = 8 << 20;
 /// A pooled buffer's size when the pool is empty.
 const POOL_BUFFER: usize = 16 << 10;
+
+/// Write buffers lent to connections while they hold bytes to write, so
+/// that an idle connection holds none and a busy one allocates none.
+// Boxed: a connection holds a pointer, not a `BytesMut`, while idle.
+#[allow(clippy::vec_box)]
+#[derive(Debug, Default)]
+pub(crate) struct Pool {
+    bufs: Vec<Box<BytesMut>>,
+    bytes: usize,
+}
+
+impl Pool {
+    fn take(&mut self) -> Box<BytesMut> {
+        match self.bufs.pop() {
+            Some(b) => {
+                self.bytes -= b.capacity();
+                b
+            }
+            None => Box::new(BytesMut::with_capacity(POOL_BUFFER)),
+        }
+    }
+
+    /// Keeps an empty buffer, unless it is large or the pool is full.
+    fn give(&mut self, buf: Box<BytesMut>) {
+        let cap = buf.capacity();
+        if cap <= POOL_BUFFER_MAX && self.bytes + cap <= POOL_BYTES_MAX {
+            self.bytes += cap;
+            self.bufs.push(buf);
+        }
+    }
+}
 
 impl Conn {
     pub(crate) fn new(key: Key, conn: Connection) -> Self {
@@ -225,11 +256,7 @@ impl Conn {
             self.dirty = true;
             turn.dirty.push(self.key.slot);
         }
-        let out = self.out.get_or_insert_with(|| {
-            turn.pool
-                .pop()
-                .unwrap_or_else(|| Box::new(BytesMut::with_capacity(POOL_BUFFER)))
-        });
+        let out = self.out.get_or_insert_with(|| turn.pool.take());
         match self.encoder.as_deref_mut() {
             Some(e) => f(e, out),
             None => f(&mut FrameEncoder::new(Role::Server), out),
@@ -238,7 +265,7 @@ impl Conn {
 
     /// Gives an emptied write buffer back to the pool (or to the allocator,
     /// if it grew large).
-    pub(crate) fn release_out(&mut self, pool: &mut Vec<Box<BytesMut>>) {
+    pub(crate) fn release_out(&mut self, pool: &mut Pool) {
         if self.out.as_ref().is_some_and(|b| !b.is_empty()) {
             return;
         }
@@ -248,13 +275,11 @@ impl Conn {
         buf.clear();
         // Reclaims the space already written from (no allocation).
         buf.reserve(POOL_BUFFER);
-        if buf.capacity() <= POOL_BUFFER_MAX && pool.len() < POOL_MAX {
-            pool.push(buf);
-        }
+        pool.give(buf);
     }
 
     /// Drops what waits to be written.
-    pub(crate) fn discard_out(&mut self, pool: &mut Vec<Box<BytesMut>>) {
+    pub(crate) fn discard_out(&mut self, pool: &mut Pool) {
         if let Some(b) = self.out.as_deref_mut() {
             b.clear();
         }
