@@ -17,6 +17,7 @@
 //! - [Errors](#errors)
 //! - [Reconnecting](#reconnecting)
 //! - [Testing with tokio-test](#testing-with-tokio-test)
+//! - [The hub](#the-hub)
 //!
 //! # Limits
 //!
@@ -660,3 +661,71 @@
 //! [`Error`]: crate::Error
 //! [`Message::Close`]: crate::Message::Close
 //! [`PreparedMessage`]: crate::PreparedMessage
+//!
+//! # The hub
+//!
+//! [`hub`](crate::hub) is the second server engine, for services holding
+//! many connections. Where a [`WebSocketStream`] is a task per connection
+//! with owned messages, a [`Hub`](crate::hub::Hub) is one task per engine
+//! driving every connection it accepted, and calls a
+//! [`Handler`](crate::hub::Handler) you write:
+//!
+//! - [`upgrade`](crate::hub::Handler::upgrade) sees the checked request
+//!   and returns the connection's data (or a refusal with a status);
+//!   [`request`](crate::hub::Handler::request) answers requests that are
+//!   not upgrades (a health check).
+//! - [`message`](crate::hub::Handler::message) gets each message as a
+//!   [`HubMessage`](crate::hub::HubMessage): `&str` or `&[u8]` borrowed
+//!   from the engine's read buffer for the length of the call. Copy what
+//!   you keep. Sends ([`Ws::send_text`](crate::hub::Ws::send_text),
+//!   [`send_borrowed`](crate::hub::Ws::send_borrowed),
+//!   [`send_prepared`](crate::hub::Ws::send_prepared)) are corked and
+//!   written at the end of the engine's turn.
+//! - [`close`](crate::hub::Handler::close) reports how each opened
+//!   connection ended ([`Closed`](crate::hub::Closed): the peer's close
+//!   frame, or the error) and hands its data back; it is called once per
+//!   connection.
+//!
+//! The engine reads and writes; every protocol decision is the same core's
+//! as the Stream's: limits before allocation, close codes, UTF-8 checked
+//! as it arrives, permessage-deflate, the memory budget, keepalive and the
+//! close timeout all work as the chapters above describe.
+//!
+//! **Handlers must not block.** One slow call holds up every connection
+//! of its engine. Hand long work to another task and send the answer
+//! through a [`HubHandle`](crate::hub::HubHandle).
+//!
+//! **Backpressure.** A peer that does not read stops being read (TCP then
+//! slows its sender). Bytes waiting for it beyond
+//! [`HubConfig::max_backpressure`](crate::hub::HubConfig::max_backpressure)
+//! make further sends close the connection
+//! ([`BackpressurePolicy::Close`](crate::hub::BackpressurePolicy::Close),
+//! reported as [`Error::Backpressure`](crate::Error::Backpressure)) or
+//! drop them ([`BackpressurePolicy::Drop`](crate::hub::BackpressurePolicy::Drop),
+//! [`SendStatus::Dropped`](crate::hub::SendStatus::Dropped)); either way
+//! the engine's other connections go on. After a send saw the limit,
+//! [`drain`](crate::hub::Handler::drain) says when all is written.
+//!
+//! **From other tasks.** [`Hub::handle`](crate::hub::Hub::handle) gives a
+//! cloneable [`HubHandle`](crate::hub::HubHandle): `send`, `try_send`,
+//! `send_prepared` and `close` by [`ConnId`](crate::hub::ConnId) (an id
+//! never names a later connection), through a bounded queue per engine;
+//! [`accept`](crate::hub::HubHandle::accept) hands over a connection on
+//! another transport (TLS from tokio-rustls, a Unix socket) whose upgrade
+//! request the hub still reads; [`shutdown`](crate::hub::HubHandle::shutdown)
+//! closes every connection with 1001 and lets
+//! [`Hub::serve`](crate::hub::Hub::serve) return once they are closed or
+//! [`HubConfig::shutdown_timeout`](crate::hub::HubConfig::shutdown_timeout)
+//! passed.
+//!
+//! **Threads.** [`HubConfig::engines`](crate::hub::HubConfig::engines)
+//! `None` runs one engine per worker of a multi-threaded runtime: each is
+//! a task of its own, and the task calling `serve` accepts and hands
+//! connections to them in turn. One listener as you give it, and an even
+//! spread (the kernel's `SO_REUSEPORT` hashing can be uneven with few
+//! client addresses).
+//!
+//! What it costs: an idle connection is its socket's registration with
+//! Tokio, a waker and about 160 bytes of state (`tests/hub_memory.rs`
+//! holds it under 512 bytes of heap in all); echoing small messages
+//! allocates nothing once warm.
