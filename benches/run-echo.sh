@@ -41,6 +41,7 @@
 #   --no-build        use the binaries already built
 #   --base BIN        an A/B run: BIN is an echo_peer built from another
 #                     commit, run as the implementation `wavesock-base`
+#                     (or `hub-base`, its hub, when named in --impls)
 #                     right before `wavesock` in every row (add it to
 #                     --impls yourself to choose the order; by default it
 #                     is put first). Compare with
@@ -88,7 +89,7 @@ done
 for impl in $impls; do
     case $impl in
         fastwebsockets|uws|wavesock|hub|tokio-websockets|tokio-tungstenite) ;;
-        wavesock-base) [[ -n $base ]] || { echo "wavesock-base needs --base BIN" >&2; exit 2; } ;;
+        wavesock-base|hub-base) [[ -n $base ]] || { echo "$impl needs --base BIN" >&2; exit 2; } ;;
         *) echo "unknown implementation $impl" >&2; exit 2 ;;
     esac
 done
@@ -117,7 +118,7 @@ if [[ " $impls " == *" uws "* && ! -x $uws ]]; then
 fi
 if [[ -n $base ]]; then
     base=$(realpath "$base")
-    [[ " $impls " == *" wavesock-base "* ]] || impls="wavesock-base $impls"
+    [[ " $impls " == *"-base "* ]] || impls="wavesock-base $impls"
 fi
 mkdir -p "$out"
 results="$out/results.jsonl"
@@ -150,8 +151,8 @@ start_server() { # IMPL PORT
     if [[ $1 == uws ]]; then
         # It prints "listening on PORT" to stdout.
         "${server_pin[@]}" "$uws" "$2" > "$log" 2>&1 &
-    elif [[ $1 == wavesock-base ]]; then
-        "${server_pin[@]}" "$base" wavesock "127.0.0.1:$2" 2> "$log" &
+    elif [[ $1 == wavesock-base || $1 == hub-base ]]; then
+        "${server_pin[@]}" "$base" "${1%-base}" "127.0.0.1:$2" 2> "$log" &
     else
         "${server_pin[@]}" "$bin/echo_peer" "$1" "127.0.0.1:$2" 2> "$log" &
     fi

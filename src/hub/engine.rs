@@ -50,10 +50,6 @@ const READER_POOL_MAX: usize = 1024;
 /// A pooled reading state keeps a buffer up to this size.
 const PENDING_KEEP_MAX: usize = 64 << 10;
 
-fn now() -> Instant {
-    tokio::time::Instant::now().into_std()
-}
-
 /// A server engine for many connections; see the [module docs](crate::hub).
 #[derive(Debug)]
 pub struct Hub<H: Handler> {
@@ -184,8 +180,9 @@ struct Engine<H: Handler> {
     readers: Vec<Box<Reading>>,
     turn: Turn,
     timers: Timers,
-    sleep: Pin<Box<Sleep>>,
-    sleep_at: Option<Instant>,
+    /// Armed only while a deadline is pending: a registered timer costs
+    /// Tokio's time driver work at every park.
+    sleep: Option<(Instant, Pin<Box<Sleep>>)>,
     listener: Option<TcpListener>,
     accept_paused_until: Option<Instant>,
     commands: Option<mpsc::Receiver<Command>>,
@@ -206,7 +203,7 @@ impl<H: Handler> Engine<H> {
     fn new(index: u32, handler: H, config: HubConfig, commands: mpsc::Receiver<Command>) -> Self {
         let turn = Turn {
             engine: index,
-            now: now(),
+            now: None,
             pool: Default::default(),
             dirty: Vec::new(),
             max_backpressure: config.max_backpressure,
@@ -225,8 +222,7 @@ impl<H: Handler> Engine<H> {
             readers: Vec::new(),
             turn,
             timers: Timers::default(),
-            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
-            sleep_at: None,
+            sleep: None,
             listener: None,
             accept_paused_until: None,
             commands: Some(commands),
@@ -248,7 +244,7 @@ impl<H: Handler> Engine<H> {
         };
         let generation = self.slots[slot as usize].0;
         let key = Key { slot, generation };
-        let now = self.turn.now;
+        let now = self.turn.now();
         let c = &self.config.config;
         let waker = ConnWaker::new(key, self.queue.clone());
         let deadline = c.handshake_timeout.and_then(|t| now.checked_add(t));
@@ -384,7 +380,7 @@ impl<H: Handler> Engine<H> {
 
     /// A timer entry came due.
     fn on_timer(&mut self, at: Instant, key: Key) {
-        let now = self.turn.now;
+        let now = self.turn.now();
         let Engine { slots, turn, .. } = self;
         let Some((generation, Some(slot))) = slots.get_mut(key.slot as usize) else {
             return;
@@ -444,7 +440,7 @@ impl<H: Handler> Engine<H> {
         if self.shutdown.is_some() {
             return;
         }
-        self.shutdown = Some(self.turn.now + self.config.shutdown_timeout);
+        self.shutdown = Some(self.turn.now() + self.config.shutdown_timeout);
         self.listener = None;
         for slot in 0..self.slots.len() as u32 {
             let key = self.key_of(slot);
@@ -506,7 +502,7 @@ impl<H: Handler> Engine<H> {
 
     fn poll_accept(&mut self, cx: &mut Context<'_>) {
         if let Some(until) = self.accept_paused_until {
-            if self.turn.now < until {
+            if self.turn.now() < until {
                 return;
             }
             self.accept_paused_until = None;
@@ -521,7 +517,7 @@ impl<H: Handler> Engine<H> {
                     self.admit(Transport::Tcp(tcp));
                 }
                 Poll::Ready(Err(_)) => {
-                    self.accept_paused_until = Some(self.turn.now + ACCEPT_PAUSE);
+                    self.accept_paused_until = Some(self.turn.now() + ACCEPT_PAUSE);
                     return;
                 }
                 Poll::Pending => return,
@@ -559,9 +555,29 @@ impl<H: Handler> Engine<H> {
         }
     }
 
+    /// Drops entries at the top of the timer heap whose connection wants
+    /// another deadline (or is gone), so that the engine sleeps only for
+    /// deadlines that matter: one past handshake keeps no timer armed.
+    fn drop_stale_timers(&mut self) {
+        while let Some((at, key)) = self.timers.peek() {
+            let live = match self.slots.get(key.slot as usize) {
+                Some((generation, Some(s))) => {
+                    *generation == key.generation && s.timer_at == Some(at)
+                }
+                _ => false,
+            };
+            if live {
+                return;
+            }
+            self.timers.pop();
+        }
+    }
+
     fn poll_turn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.queue.register(cx.waker());
-        self.turn.now = now();
+        // Read from the clock when first needed this turn: an echo
+        // without timers needs none.
+        self.turn.now = None;
         self.poll_commands(cx);
         self.poll_accept(cx);
         let mut keys = std::mem::take(&mut self.keys);
@@ -571,16 +587,20 @@ impl<H: Handler> Engine<H> {
         }
         keys.clear();
         self.keys = keys;
-        let now = self.turn.now;
-        while let Some((at, key)) = self.timers.pop_due(now) {
-            self.on_timer(at, key);
+        self.drop_stale_timers();
+        if self.timers.next().is_some() {
+            let now = self.turn.now();
+            while let Some((at, key)) = self.timers.pop_due(now) {
+                self.on_timer(at, key);
+            }
+            self.drop_stale_timers();
         }
         self.flush_dirty();
         if let Some(deadline) = self.shutdown {
             if self.live == 0 {
                 return Poll::Ready(());
             }
-            if now >= deadline {
+            if self.turn.now() >= deadline {
                 self.end_all();
                 return Poll::Ready(());
             }
@@ -594,14 +614,26 @@ impl<H: Handler> Engine<H> {
             .into_iter()
             .flatten()
             .min();
-        if let Some(at) = next {
-            if self.sleep_at != Some(at) {
-                self.sleep_at = Some(at);
-                self.sleep.as_mut().reset(at.into());
-            }
-            if self.sleep.as_mut().poll(cx).is_ready() {
-                self.sleep_at = None;
-                cx.waker().wake_by_ref();
+        match next {
+            None => self.sleep = None,
+            Some(at) => {
+                let sleep = match &mut self.sleep {
+                    Some((armed, sleep)) => {
+                        if *armed != at {
+                            *armed = at;
+                            sleep.as_mut().reset(at.into());
+                        }
+                        sleep
+                    }
+                    None => {
+                        let sleep = Box::pin(tokio::time::sleep_until(at.into()));
+                        &mut self.sleep.insert((at, sleep)).1
+                    }
+                };
+                if sleep.as_mut().poll(cx).is_ready() {
+                    self.sleep = None;
+                    cx.waker().wake_by_ref();
+                }
             }
         }
         Poll::Pending
@@ -753,7 +785,7 @@ fn answer<H: Handler>(
         r.pending = BytesMut::new();
     }
     slot.reading = Some(r);
-    slot.c.conn = Connection::new(Role::Server, config.config.timers(), turn.now);
+    slot.c.conn = Connection::new(Role::Server, config.config.timers(), turn.now());
     slot.stage = Stage::Open;
     let data = slot.data.insert(data);
     handler.open(&mut Ws {
@@ -786,7 +818,11 @@ fn read_frames<H: Handler>(
         reads += 1;
         let from_shared = pending.is_empty();
         let buf = if from_shared {
-            shared.reserve(config.read_buffer_size);
+            // Reclaimed only when a quarter is left: reading into what
+            // remains saves the bookkeeping on most reads.
+            if shared.capacity() < config.read_buffer_size / 4 {
+                shared.reserve(config.read_buffer_size);
+            }
             &mut *shared
         } else {
             let more = decoder.payload_remaining(pending.len()).unwrap_or(0);
@@ -806,7 +842,7 @@ fn read_frames<H: Handler>(
             }
         }
         if slot.c.conn.state().hears_input() {
-            slot.c.conn.handle_input(turn.now);
+            slot.c.conn.handle_input(turn.now());
         }
         decode(slot, decoder, buf, cx, handler, turn);
         if from_shared {
@@ -816,6 +852,13 @@ fn read_frames<H: Handler>(
             }
             shared.clear();
             decoder.detach();
+        }
+        // The replies to what one read brought leave together, now: a
+        // peer waiting for them (ping-pong, a window of messages in
+        // flight) should not wait for the rest of the turn. Sends to other
+        // connections stay corked until the turn ends.
+        if slot.c.dirty {
+            flush(slot, cx, handler, turn);
         }
         if reads == READS_PER_TURN && reading(slot, decoder) {
             // Others first; this one comes back next turn.
@@ -864,7 +907,7 @@ fn decode<H: Handler>(
             Ok(Some(msg)) => msg,
             Ok(None) => {
                 if decoder.budget_wait().is_some() {
-                    slot.c.conn.handle_budget_wait(turn.now);
+                    slot.c.conn.handle_budget_wait(turn.now());
                     if let Some(budget) = decoder.account().budget() {
                         budget.wake_on_release(cx.waker());
                     }
@@ -872,7 +915,7 @@ fn decode<H: Handler>(
                 break;
             }
             Err(e) => {
-                slot.c.conn.handle_error(e, turn.now);
+                slot.c.conn.handle_error(e, turn.now());
                 break;
             }
         };
@@ -885,13 +928,13 @@ fn decode<H: Handler>(
             Message::Text(t) => handler.message(&mut ws, HubMessage::Text(t.as_str())),
             Message::Binary(b) => handler.message(&mut ws, HubMessage::Binary(b)),
             Message::Ping(p) => {
-                ws.c.conn.handle_frame(&msg, ws.turn.now);
+                ws.c.conn.handle_frame(&msg, ws.turn.now());
                 handler.ping(&mut ws, p);
             }
             Message::Pong(p) => handler.pong(&mut ws, p),
             Message::Close(frame) => {
                 ws.c.peer_closed(frame.clone());
-                ws.c.conn.handle_frame(&msg, ws.turn.now);
+                ws.c.conn.handle_frame(&msg, ws.turn.now());
             }
             // Hub decoders assemble messages.
             Message::Frame(_) => {}

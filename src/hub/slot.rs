@@ -164,7 +164,8 @@ pub(crate) struct Conn {
 #[derive(Debug)]
 pub(crate) struct Turn {
     pub(crate) engine: u32,
-    pub(crate) now: Instant,
+    /// The time, read once per turn when first needed.
+    pub(crate) now: Option<Instant>,
     pub(crate) pool: Pool,
     pub(crate) dirty: Vec<u32>,
     pub(crate) max_backpressure: usize,
@@ -172,6 +173,12 @@ pub(crate) struct Turn {
 }
 
 impl Turn {
+    pub(crate) fn now(&mut self) -> Instant {
+        *self
+            .now
+            .get_or_insert_with(|| tokio::time::Instant::now().into_std())
+    }
+
     pub(crate) fn id(&self, key: Key) -> ConnId {
         ConnId {
             engine: self.engine,
@@ -377,7 +384,7 @@ impl Conn {
             });
         }
         if opcode == OpCode::Close {
-            if !self.conn.send_close(turn.now) {
+            if !self.conn.send_close(turn.now()) {
                 return Ok(SendStatus::Closed);
             }
         } else if self.conn.is_close_sent() || self.conn.is_peer_gone() {

@@ -25,6 +25,24 @@ impl Timers {
         self.heap.peek().map(|Reverse((at, ..))| *at)
     }
 
+    /// The earliest entry.
+    pub(crate) fn peek(&self) -> Option<(Instant, Key)> {
+        self.heap.peek().map(|Reverse((at, slot, generation))| {
+            (
+                *at,
+                Key {
+                    slot: *slot,
+                    generation: *generation,
+                },
+            )
+        })
+    }
+
+    /// Drops the earliest entry.
+    pub(crate) fn pop(&mut self) {
+        self.heap.pop();
+    }
+
     /// Takes an entry due by `now`.
     pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(Instant, Key)> {
         let Reverse((at, slot, generation)) = *self.heap.peek()?;
