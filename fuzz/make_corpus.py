@@ -204,11 +204,47 @@ def conn():
     w("fragments", [0, 0, 10, 10], E(7, 0), E(7, 2), E(7, 3), E(7, 6), E(7, 1))
 
 
+def hub():
+    # [flags: deflate bit 0, raw bit 1, limits bits 2-3, chunk-size count << 4]
+    # [pipe] [sizes] wire; without the raw bit the valid request goes first.
+    def seed(name, wire, deflate=False, raw=False, lim=1, sizes=b"", pipe=0):
+        flags = (1 if deflate else 0) | (2 if raw else 0) | (lim << 2) | (len(sizes) << 4)
+        write("hub", name, bytes([flags, pipe]) + sizes + wire)
+
+    close = frame(0x88, struct.pack(">H", 1000) + b"bye")
+    seed("echo_text", frame(0x81, b"Hello, hub") + close)
+    seed("echo_binary_len16", frame(0x82, bytes(range(256)) * 2) + close, lim=2, sizes=b"\x07\x40\x01")
+    seed("fragmented_ping", frame(0x01, b"Hel") + frame(0x89, b"ping") + frame(0x80, b"lo") + close, sizes=b"\x01\x02")
+    seed("ping_pong", frame(0x89, b"payload") + frame(0x8A, b"") + close, pipe=1)
+    seed("tiny_pipe", frame(0x81, "κόσμε 🌍".encode()) + close, sizes=b"\x01")
+    seed("no_close", frame(0x81, b"then the input ends"))
+    seed("cut_mid_frame", frame(0x82, b"x" * 100)[:40])
+    seed("bad_utf8", frame(0x81, b"\xce\xba\xff") + close)
+    seed("unmasked", frame(0x81, b"plain", mask=False) + close)
+    seed("reserved_bits", frame(0xC1, b"x") + close)
+    seed("too_big", frame(0x82, b"z" * 600) + close, lim=0)
+    seed("huge_length", bytes([0x82, 0xFF]) + struct.pack(">Q", (1 << 63) - 1) + KEY)
+    seed("close_bad_code", frame(0x88, struct.pack(">H", 999)))
+    comp = zlib.compressobj(6, zlib.DEFLATED, -15)
+    data = comp.compress(b"compressed hello " * 8) + comp.flush(zlib.Z_SYNC_FLUSH)
+    seed("deflate_text", frame(0xC1, data[:-4]) + close, deflate=True)
+    seed("deflate_offer_plain", frame(0x81, b"uncompressed") + close, deflate=True)
+    request = (b"GET /fuzz HTTP/1.1\r\nHost: fuzz\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n")
+    seed("raw_request", request + b"\r\n" + frame(0x81, b"hi") + close, raw=True)
+    seed("raw_request_deflate", request + b"Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n"
+         + frame(0xC1, data[:-4]) + close, raw=True, deflate=True)
+    seed("raw_not_upgrade", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", raw=True)
+    seed("raw_garbage", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", raw=True)
+    seed("raw_unfinished", b"GET / HTTP/1.1\r\nHost: x\r\n", raw=True)
+
+
 if __name__ == "__main__":
     frame_decoder()
     utf8()
     handshake()
     deflate()
     conn()
+    hub()
     for t in sorted(os.listdir(ROOT)):
         print(t, len(os.listdir(os.path.join(ROOT, t))))

@@ -25,7 +25,7 @@ if [ $# -ne 2 ]; then
 fi
 what="$1"
 secs="$2"
-targets=(frame_decoder utf8 handshake deflate conn)
+targets=(frame_decoder utf8 handshake deflate conn hub)
 if [ "$what" != all ]; then
     case " ${targets[*]} " in
     *" $what "*) targets=("$what") ;;

@@ -13,214 +13,21 @@
 //!
 //! `FAULT_SEEDS=N` runs N seeds per configuration (default 6, a few seconds).
 
-use std::io;
-use std::pin::Pin;
+//!
+//! The transport is `tests/support/faulty.rs`, shared with
+//! `tests/hub_faults.rs` (the same properties with a `Hub` as the server).
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use wavesock::{Config, Message};
 
-/// A small deterministic generator (xorshift64*), so a failing seed replays.
-#[derive(Clone)]
-struct Rng(u64);
+#[path = "support/faulty.rs"]
+mod faulty;
 
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// What a faulty transport did, for the no-spin check.
-#[derive(Default)]
-struct Counts {
-    /// Transport calls since a byte last moved either way.
-    idle: AtomicU64,
-    /// The longest such run.
-    longest_idle: AtomicU64,
-}
-
-/// `inner` with faults: each call may return `Pending` (waking the task
-/// at once, as a transport that becomes ready again would), `Interrupted`,
-/// or move fewer bytes than it could.
-struct Faulty {
-    inner: DuplexStream,
-    rng: Rng,
-    counts: Arc<Counts>,
-    /// Bytes each direction still moves before it breaks, and how.
-    read_left: Option<(usize, Break)>,
-    write_left: Option<(usize, Break)>,
-}
-
-enum Fault {
-    Pending,
-    Interrupted,
-    WouldBlock,
-    Go(usize),
-}
-
-/// How a direction of the transport breaks once its bytes run out.
-#[derive(Clone, Copy, Debug)]
-enum Break {
-    /// Reads see the end of the stream; writes take nothing.
-    Eof,
-    /// Reads fail with `ConnectionReset`, writes with `BrokenPipe`.
-    Reset,
-}
-
-impl Faulty {
-    fn new(inner: DuplexStream, seed: u64, counts: Arc<Counts>) -> Self {
-        Faulty {
-            inner,
-            rng: Rng::new(seed),
-            counts,
-            read_left: None,
-            write_left: None,
-        }
-    }
-
-    fn fault(&mut self, cx: &Context<'_>) -> Fault {
-        let idle = self.counts.idle.fetch_add(1, Ordering::Relaxed) + 1;
-        self.counts.longest_idle.fetch_max(idle, Ordering::Relaxed);
-        match self.rng.below(100) {
-            0..20 => {
-                cx.waker().wake_by_ref();
-                Fault::Pending
-            }
-            20..24 => Fault::Interrupted,
-            24..27 => Fault::WouldBlock,
-            // Mostly tiny, sometimes large.
-            27..85 => Fault::Go(1 + self.rng.below(8) as usize),
-            _ => Fault::Go(1 + self.rng.below(64 << 10) as usize),
-        }
-    }
-
-    fn moved(&self, n: usize) {
-        if n > 0 {
-            self.counts.idle.store(0, Ordering::Relaxed);
-        }
-    }
-}
-
-impl AsyncRead for Faulty {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let mut limit = match this.fault(cx) {
-            Fault::Pending => return Poll::Pending,
-            Fault::Interrupted => return Poll::Ready(Err(io::ErrorKind::Interrupted.into())),
-            Fault::WouldBlock => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),
-            Fault::Go(n) => n.min(buf.remaining()),
-        };
-        if let Some((left, how)) = this.read_left {
-            if left == 0 {
-                return Poll::Ready(match how {
-                    Break::Eof => Ok(()),
-                    Break::Reset => Err(io::ErrorKind::ConnectionReset.into()),
-                });
-            }
-            limit = limit.min(left);
-        }
-        let mut tmp = vec![0u8; limit];
-        let mut part = ReadBuf::new(&mut tmp);
-        let r = Pin::new(&mut this.inner).poll_read(cx, &mut part);
-        if let Poll::Ready(Ok(())) = r {
-            let n = part.filled().len();
-            this.moved(n);
-            if let Some((left, _)) = &mut this.read_left {
-                *left -= n;
-            }
-            buf.put_slice(part.filled());
-        }
-        r
-    }
-}
-
-impl AsyncWrite for Faulty {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let mut limit = match this.fault(cx) {
-            Fault::Pending => return Poll::Pending,
-            Fault::Interrupted => return Poll::Ready(Err(io::ErrorKind::Interrupted.into())),
-            Fault::WouldBlock => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),
-            Fault::Go(n) => n.min(data.len()),
-        };
-        if let Some((left, how)) = this.write_left {
-            if left == 0 && !data.is_empty() {
-                return Poll::Ready(match how {
-                    Break::Eof => Ok(0),
-                    Break::Reset => Err(io::ErrorKind::BrokenPipe.into()),
-                });
-            }
-            limit = limit.min(left);
-        }
-        let r = Pin::new(&mut this.inner).poll_write(cx, &data[..limit]);
-        if let Poll::Ready(Ok(n)) = r {
-            this.moved(n);
-            if let Some((left, _)) = &mut this.write_left {
-                *left -= n;
-            }
-        }
-        r
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        match this.fault(cx) {
-            Fault::Pending => Poll::Pending,
-            Fault::Interrupted => Poll::Ready(Err(io::ErrorKind::Interrupted.into())),
-            Fault::WouldBlock => Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),
-            Fault::Go(_) => Pin::new(&mut this.inner).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
-}
-
-/// The messages one side sends: mostly small, some large, text and binary.
-fn messages(rng: &mut Rng) -> Vec<Message> {
-    (0..40)
-        .map(|i| {
-            let len = match rng.below(10) {
-                0 => rng.below(100_000) as usize,
-                1..4 => rng.below(2000) as usize,
-                _ => rng.below(130) as usize,
-            };
-            if rng.below(2) == 0 {
-                let text: String = (0..len)
-                    .map(|j| ['a', 'é', '€', '😀'][(i + j + len) % 4])
-                    .take(len / 2)
-                    .collect();
-                Message::text(text)
-            } else {
-                Message::binary((0..len).map(|j| (j * 7 + i) as u8).collect::<Vec<u8>>())
-            }
-        })
-        .collect()
-}
+use faulty::{Break, Counts, Faulty, Rng, client_frame, messages};
 
 fn config(deflate: bool) -> Config {
     // A small write buffer, so backpressure is exercised too.
@@ -530,25 +337,6 @@ async fn a_broken_transport_loses_nothing_silently() {
             .await
             .unwrap_or_else(|_| panic!("seed {seed}: stuck after the transport broke"));
     }
-}
-
-/// A masked frame from a client.
-fn client_frame(first: u8, payload: &[u8], announced: Option<u64>) -> Vec<u8> {
-    let key = [0x11, 0x22, 0x33, 0x44];
-    let len = announced.unwrap_or(payload.len() as u64);
-    let mut out = vec![first];
-    if len < 126 {
-        out.push(0x80 | len as u8);
-    } else if len <= u16::MAX as u64 {
-        out.push(0x80 | 126);
-        out.extend_from_slice(&(len as u16).to_be_bytes());
-    } else {
-        out.push(0x80 | 127);
-        out.extend_from_slice(&len.to_be_bytes());
-    }
-    out.extend_from_slice(&key);
-    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
-    out
 }
 
 #[tokio::test]

@@ -806,6 +806,102 @@ proptest! {
     }
 }
 
+// ------------------------------------------------------------------ hub
+
+/// The `hub` target's input: limits of `MAX_FRAME` and `MAX_MESSAGE`
+/// (flags bits 2-3 = 1), the valid request in front, `wire` cut at `sizes`
+/// (at most 15), a pipe of 1 + 16 * `pipe` bytes.
+fn hub_input(wire: &[u8], sizes: &[u8], pipe: u8) -> Vec<u8> {
+    let sizes = &sizes[..sizes.len().min(15)];
+    let mut input = vec![((sizes.len() as u8) << 4) | (1 << 2), pipe];
+    input.extend_from_slice(sizes);
+    input.extend_from_slice(wire);
+    input
+}
+
+/// The data messages a hub's handler received.
+fn hub_messages(out: &props::HubOutcome) -> Vec<Message> {
+    out.seen
+        .messages
+        .iter()
+        .map(|(text, bytes)| {
+            if *text {
+                Message::text(String::from_utf8(bytes.clone()).unwrap())
+            } else {
+                Message::binary(bytes.clone())
+            }
+        })
+        .collect()
+}
+
+/// The close code of the hub's last frame, which must be a close frame.
+fn hub_close_code(out: &props::HubOutcome) -> u16 {
+    match out.frames.last() {
+        Some((0x88, p)) if p.len() >= 2 => u16::from_be_bytes([p[0], p[1]]),
+        other => panic!("expected the hub's close frame last, got {other:?}"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES / 2))]
+
+    /// The `hub` property on valid frames in any chunking: every message
+    /// reaches the handler as sent and is echoed (checked by the property),
+    /// every ping is seen, the close is echoed, and the connection ends
+    /// cleanly, its close callback called once.
+    #[test]
+    fn hub_property_on_valid_streams(
+        units in proptest::collection::vec(unit(), 0..8),
+        seed in any::<u32>(),
+        sizes in proptest::collection::vec(any::<u8>(), 0..16),
+        pipe in prop_oneof![Just(0u8), any::<u8>()],
+    ) {
+        let mut wire = Vec::new();
+        let expected = encode_units(&units, seed, &mut wire);
+        let pings = expected.iter().filter(|(m, _)| m.is_ping()).count();
+        let data: Vec<Message> =
+            expected.into_iter().map(|(m, _)| m).filter(|m| m.is_data()).collect();
+        close_frame(&mut wire);
+        let out = props::hub_run(&hub_input(&wire, &sizes, pipe));
+        prop_assert_eq!(&hub_messages(&out), &data);
+        prop_assert_eq!(out.seen.pings, pings);
+        prop_assert_eq!(
+            &out.seen.closed,
+            &[props::HubEnd { error: false, code: None, peer_close: true }]
+        );
+        prop_assert_eq!(hub_close_code(&out), 1000, "the close is echoed");
+    }
+
+    /// The `hub` property with an invalid frame after valid ones: what came
+    /// before it reaches the handler, and the hub closes with the code
+    /// RFC 6455 calls for, the handler told the same.
+    #[test]
+    fn hub_property_on_an_invalid_frame(
+        units in proptest::collection::vec(unit(), 0..6),
+        at in any::<prop::sample::Index>(),
+        bad in bad(),
+        seed in any::<u32>(),
+        sizes in proptest::collection::vec(any::<u8>(), 0..16),
+        pipe in prop_oneof![Just(0u8), any::<u8>()],
+    ) {
+        let split = at.index(units.len() + 1);
+        let mut wire = Vec::new();
+        let before: Vec<Message> = encode_units(&units[..split], seed, &mut wire)
+            .into_iter()
+            .map(|(m, _)| m)
+            .filter(|m| m.is_data())
+            .collect();
+        let code = bad.encode(&mut wire);
+        encode_units(&units[split..], seed ^ 1, &mut wire);
+        close_frame(&mut wire);
+        let out = props::hub_run(&hub_input(&wire, &sizes, pipe));
+        prop_assert_eq!(&hub_messages(&out), &before);
+        prop_assert_eq!(out.seen.closed.len(), 1);
+        prop_assert_eq!(out.seen.closed[0].code, Some(code.0));
+        prop_assert_eq!(hub_close_code(&out), code.0);
+    }
+}
+
 // --------------------------------------------------- the fuzz properties
 
 /// A seed corpus file of `target`, picked by `pick`.

@@ -56,6 +56,11 @@ fn conn_regressions() {
     replay("conn");
 }
 
+#[test]
+fn hub_regressions() {
+    replay("hub");
+}
+
 /// The seed corpus passes too (quick: tens of small files per target).
 #[test]
 fn seed_corpus_passes() {

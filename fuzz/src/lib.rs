@@ -8,7 +8,8 @@
 //! same function.
 //!
 //! Only the public API is used: the sans-IO core (`wavesock::proto`), the
-//! handshake functions and the codec.
+//! handshake functions, the codec, and the hub (`wavesock::hub`) over an
+//! in-memory pipe.
 
 // Included as a module by the root crate's tests, where not every target
 // is used by every test binary.
@@ -38,6 +39,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("handshake", handshake),
     ("deflate", deflate_no_probe),
     ("conn", conn),
+    ("hub", hub),
 ];
 
 /// Takes bytes off the front of the input; zeros once it runs out.
@@ -760,4 +762,389 @@ impl Sent {
             assert!(self.closes <= 1, "a second close frame");
         }
     }
+}
+
+// --------------------------------------------------------------------- hub
+
+/// The upgrade request the `hub` target's input follows, with or without
+/// a permessage-deflate offer.
+fn hub_request(deflate: bool) -> Vec<u8> {
+    let mut r = b"GET /fuzz HTTP/1.1\r\nHost: fuzz\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n".to_vec();
+    if deflate {
+        r.extend_from_slice(
+            b"Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n",
+        );
+    }
+    r.extend_from_slice(b"\r\n");
+    r
+}
+
+/// What the `hub` target's handler saw.
+#[derive(Debug, Default)]
+pub struct HubSeen {
+    /// Connections opened (0 or 1).
+    pub opened: usize,
+    /// Close callbacks, in order.
+    pub closed: Vec<HubEnd>,
+    /// Data messages as received: (text, payload).
+    pub messages: Vec<(bool, Vec<u8>)>,
+    /// Pings received.
+    pub pings: usize,
+}
+
+/// One `Handler::close` call of the `hub` target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubEnd {
+    /// An error ended the connection.
+    pub error: bool,
+    /// The close code for that error, if it has one (a violation).
+    pub code: Option<u16>,
+    /// The peer's close frame came.
+    pub peer_close: bool,
+}
+
+/// What a `hub` run produced: the handler's view and the hub's bytes.
+#[derive(Debug, Default)]
+pub struct HubOutcome {
+    pub seen: HubSeen,
+    /// Everything the hub wrote, the HTTP response included.
+    pub output: Vec<u8>,
+    /// The whole frames after a `101`: (first byte, payload).
+    pub frames: Vec<(u8, Vec<u8>)>,
+    /// Compression was offered (and so, with the `deflate` feature,
+    /// negotiated).
+    pub deflate: bool,
+    /// The input had the valid request in front.
+    pub upgraded: bool,
+}
+
+/// Echoes data messages and records every call; checks each message
+/// against the limits as it comes.
+#[derive(Clone)]
+struct FuzzHandler {
+    seen: std::sync::Arc<std::sync::Mutex<HubSeen>>,
+    max_message: usize,
+}
+
+impl FuzzHandler {
+    fn seen(&self) -> std::sync::MutexGuard<'_, HubSeen> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl wavesock::hub::Handler for FuzzHandler {
+    type Data = ();
+
+    fn upgrade(
+        &mut self,
+        _: &http::Request<()>,
+        _: &mut http::Response<()>,
+    ) -> Result<(), wavesock::ErrorResponse> {
+        Ok(())
+    }
+
+    fn open(&mut self, _: &mut wavesock::hub::Ws<'_, ()>) {
+        let mut seen = self.seen();
+        seen.opened += 1;
+        assert_eq!(seen.opened, 1, "one transport, one connection");
+    }
+
+    fn message(&mut self, ws: &mut wavesock::hub::Ws<'_, ()>, msg: wavesock::hub::HubMessage<'_>) {
+        let bytes = msg.as_bytes();
+        assert!(
+            bytes.len() <= self.max_message,
+            "a {} byte message past the {} byte limit",
+            bytes.len(),
+            self.max_message
+        );
+        if msg.is_text() {
+            assert!(std::str::from_utf8(bytes).is_ok(), "text that is not UTF-8");
+        }
+        self.seen().messages.push((msg.is_text(), bytes.to_vec()));
+        let _ = ws.send_borrowed(msg);
+    }
+
+    fn ping(&mut self, _: &mut wavesock::hub::Ws<'_, ()>, payload: &[u8]) {
+        assert!(payload.len() <= 125, "a ping of {} bytes", payload.len());
+        self.seen().pings += 1;
+    }
+
+    fn close(&mut self, closed: wavesock::hub::Closed, _: ()) {
+        let end = HubEnd {
+            error: closed.error.is_some(),
+            code: closed
+                .error
+                .as_ref()
+                .and_then(|e| e.close_code())
+                .map(|c| c.0),
+            peer_close: closed.frame.is_some(),
+        };
+        self.seen().closed.push(end);
+    }
+}
+
+/// A transport that tells, through a oneshot, when the hub drops it.
+struct Dropped<T> {
+    inner: T,
+    tx: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl<T> Drop for Dropped<T> {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Dropped<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Dropped<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The hub over an in-memory pipe, fed the input. Input format:
+///
+/// `[flags][pipe][sizes: flags >> 4 bytes] wire`, where flags bit 0 offers
+/// permessage-deflate, bit 1 sends `wire` alone (no request in front: the
+/// hub's HTTP side is fuzzed), bits 2-3 pick the limits (frames of 64 <<
+/// 2n bytes, messages twice that), `pipe` sizes the pipe (1 + 16 * pipe
+/// bytes), and `sizes` cut the request and `wire` into the chunks written,
+/// one per turn of the runtime. Then the writing side is shut down.
+///
+/// - Nothing panics, in the hub (its task would fail) or out of it.
+/// - The hub answers with an HTTP response or closes without one; behind
+///   the valid request, with a `101`. What follows the `101` is unmasked
+///   frames, at most one close frame and nothing after it; without
+///   compression, the data frames are the echoes of the messages the
+///   handler received, in order. A close frame sent for a violation (the
+///   error the handler is told) carries that error's close code.
+/// - The handler gets text only as valid UTF-8, messages within the
+///   limit, pings within 125 bytes.
+/// - When the input ends, the hub ends the connection: it lets go of the
+///   transport, and the close callback has been called exactly once if the
+///   connection was opened (never otherwise). Time is Tokio's paused
+///   clock, so the hub's timeouts pass at once when nothing else can
+///   happen; a hub that never ends the connection is stuck for an hour of
+///   it and fails.
+pub fn hub(data: &[u8]) {
+    hub_run(data);
+}
+
+/// [`hub`], returning what it saw for callers with more to check.
+pub fn hub_run(data: &[u8]) -> HubOutcome {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    rt.block_on(hub_session(data))
+}
+
+async fn hub_session(data: &[u8]) -> HubOutcome {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use wavesock::hub::{Hub, HubConfig};
+
+    let mut input = Input(data);
+    let flags = input.byte();
+    let deflate = flags & 1 != 0;
+    let raw = flags & 2 != 0;
+    let max_frame = 64usize << (2 * ((flags >> 2) & 3));
+    let max_message = 2 * max_frame;
+    let pipe = 1 + 16 * usize::from(input.byte());
+    let sizes = input.take(usize::from(flags >> 4)).to_vec();
+    let mut wire = if raw {
+        Vec::new()
+    } else {
+        hub_request(deflate)
+    };
+    wire.extend_from_slice(input.0);
+
+    let config = wavesock::Config::default()
+        .max_frame_size(max_frame)
+        .max_message_size(max_message);
+    #[cfg(feature = "deflate")]
+    let config = config.deflate(wavesock::DeflateConfig::default());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(HubSeen::default()));
+    let handler = FuzzHandler {
+        seen: seen.clone(),
+        max_message,
+    };
+    let hub = Hub::new(handler, HubConfig::default().config(config)).expect("a valid config");
+    let handle = hub.handle();
+    // `serve` needs a listener; nothing connects to it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback listener");
+    let served = tokio::spawn(hub.serve(listener));
+
+    let (client, server) = tokio::io::duplex(pipe);
+    let (tx, dropped) = tokio::sync::oneshot::channel();
+    let server = Dropped {
+        inner: server,
+        tx: Some(tx),
+    };
+    handle.accept(server).await.expect("the hub takes it");
+    let (mut rd, mut wr) = tokio::io::split(client);
+    let writer = tokio::spawn(async move {
+        let sizes = if sizes.is_empty() { vec![255] } else { sizes };
+        for piece in pieces(&wire, &sizes) {
+            if wr.write_all(piece).await.is_err() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        let _ = wr.shutdown().await;
+    });
+    let mut output = Vec::new();
+    let ended = async {
+        let _ = rd.read_to_end(&mut output).await;
+        dropped.await.expect("dropped, not forgotten");
+    };
+    let stuck = tokio::time::timeout(Duration::from_secs(3600), ended)
+        .await
+        .is_err();
+    handle.shutdown().await.expect("shut down");
+    match tokio::time::timeout(Duration::from_secs(60), served).await {
+        Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Ok(_) => {}
+        Err(_) => panic!("the hub does not stop"),
+    }
+    if let Err(e) = writer.await {
+        if e.is_panic() {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
+    assert!(!stuck, "the hub never ended the connection");
+
+    let seen = std::mem::take(
+        &mut *seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    assert_eq!(
+        seen.closed.len(),
+        seen.opened,
+        "close callbacks per connection"
+    );
+    let mut outcome = HubOutcome {
+        seen,
+        output,
+        frames: Vec::new(),
+        deflate,
+        upgraded: !raw,
+    };
+    outcome.frames = check_hub_output(&outcome);
+    outcome
+}
+
+/// The hub's bytes: a response, then (after a `101`) whole frames, which
+/// it returns.
+fn check_hub_output(out: &HubOutcome) -> Vec<(u8, Vec<u8>)> {
+    let mut frames = Vec::new();
+    let bytes = &out.output;
+    if bytes.is_empty() {
+        assert!(!out.upgraded, "no answer to a valid request");
+        assert_eq!(out.seen.opened, 0, "opened without a 101");
+        return frames;
+    }
+    assert!(bytes.starts_with(b"HTTP/1.1 "), "not a response: {bytes:?}");
+    let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else {
+        panic!("an unfinished response head");
+    };
+    let switched = bytes.starts_with(b"HTTP/1.1 101 ");
+    assert_eq!(switched, out.seen.opened == 1, "a 101 exactly when opened");
+    if out.upgraded {
+        assert!(switched, "the valid request was refused");
+    }
+    if !switched {
+        return frames;
+    }
+    let compressed = out.deflate && cfg!(feature = "deflate");
+    let mut rest = &bytes[end + 4..];
+    let mut echoes = out.seen.messages.iter();
+    let mut close: Option<Option<u16>> = None;
+    while rest.len() >= 2 {
+        let (b0, b1) = (rest[0], rest[1]);
+        assert_eq!(b1 & 0x80, 0, "a masked frame from the server");
+        let (len, at) = match b1 & 0x7F {
+            126 if rest.len() >= 4 => (usize::from(u16::from_be_bytes([rest[2], rest[3]])), 4),
+            127 if rest.len() >= 10 => (
+                usize::try_from(u64::from_be_bytes(rest[2..10].try_into().unwrap()))
+                    .unwrap_or(usize::MAX),
+                10,
+            ),
+            126 | 127 => break,
+            n => (usize::from(n), 2),
+        };
+        if rest.len() - at < len {
+            // Cut: the connection ended while the frame was on its way.
+            break;
+        }
+        let payload = &rest[at..at + len];
+        rest = &rest[at + len..];
+        frames.push((b0, payload.to_vec()));
+        assert!(close.is_none(), "a frame after the close frame");
+        assert_eq!(b0 & 0x80, 0x80, "the hub sends whole messages");
+        if !compressed {
+            assert_eq!(b0 & 0x70, 0, "reserved bits without compression");
+        }
+        match b0 & 0x0F {
+            0x1 | 0x2 => {
+                let (text, sent) = echoes.next().expect("an echo of a message never received");
+                assert_eq!((b0 & 0x0F) == 0x1, *text, "the echo's opcode");
+                if !compressed {
+                    assert_eq!(payload, &sent[..], "the echo's payload");
+                }
+            }
+            0x8 => {
+                assert!(len != 1 && len <= 125, "a close frame of {len} bytes");
+                close = Some((len >= 2).then(|| u16::from_be_bytes([payload[0], payload[1]])));
+            }
+            0x9 | 0xA => assert!(len <= 125, "a control frame of {len} bytes"),
+            op => panic!("opcode {op:#x} from the hub"),
+        }
+    }
+    // A close for a violation carries the violation's code.
+    if let (
+        Some(Some(code)),
+        Some(HubEnd {
+            code: Some(error_code),
+            ..
+        }),
+    ) = (close, out.seen.closed.first())
+    {
+        assert_eq!(code, *error_code, "the close code and the handler's error");
+    }
+    frames
 }

@@ -22,6 +22,7 @@ use crate::proto::decoder::MessageDecoder;
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::header::OpCode;
 use crate::proto::message::{Message, PreparedMessage};
+use crate::retry::Retrying;
 
 /// Where a connection stands in the hub's eyes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +43,9 @@ pub(crate) trait Io: AsyncRead + AsyncWrite + Send + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + 'static> Io for T {}
 
 /// A connection's transport: TCP, the usual case, without indirection.
+/// Calls on other transports retry `Interrupted` and take `WouldBlock` as
+/// "not now", as everywhere else in the crate ([`Retrying`]); Tokio's
+/// `TcpStream` never returns either.
 pub(crate) enum Transport {
     Tcp(TcpStream),
     Other(Pin<Box<dyn Io>>),
@@ -64,7 +68,7 @@ impl AsyncRead for Transport {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_read(cx, buf),
-            Transport::Other(t) => t.as_mut().poll_read(cx, buf),
+            Transport::Other(t) => Pin::new(&mut Retrying(t)).poll_read(cx, buf),
         }
     }
 }
@@ -77,21 +81,21 @@ impl AsyncWrite for Transport {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_write(cx, buf),
-            Transport::Other(t) => t.as_mut().poll_write(cx, buf),
+            Transport::Other(t) => Pin::new(&mut Retrying(t)).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_flush(cx),
-            Transport::Other(t) => t.as_mut().poll_flush(cx),
+            Transport::Other(t) => Pin::new(&mut Retrying(t)).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_shutdown(cx),
-            Transport::Other(t) => t.as_mut().poll_shutdown(cx),
+            Transport::Other(t) => Pin::new(&mut Retrying(t)).poll_shutdown(cx),
         }
     }
 }
