@@ -825,8 +825,12 @@ fn read_frames<H: Handler>(
             }
             &mut *shared
         } else {
+            // Room for what the frame still needs, but growing with what
+            // arrived (at most four-fold per read): a peer announcing a
+            // large frame and sending little of it is held to little.
             let more = decoder.payload_remaining(pending.len()).unwrap_or(0);
-            pending.reserve(more.clamp(4096, config.read_buffer_size));
+            let grow = pending.len().max(4096) * 3;
+            pending.reserve(more.min(grow).clamp(4096, config.read_buffer_size));
             &mut *pending
         };
         match tokio_util::io::poll_read_buf(Pin::new(&mut slot.io), cx, buf) {
