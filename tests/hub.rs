@@ -668,11 +668,7 @@ async fn wss_through_tokio_rustls_handed_to_the_hub() {
     .unwrap();
     let handle = hub.handle();
     // The hub serves connections handed to it; this task does TLS.
-    let (_unused, unused_listener) = {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        ((), l)
-    };
-    tokio::spawn(hub.serve(unused_listener));
+    tokio::spawn(hub.run());
     tokio::spawn(async move {
         loop {
             let (tcp, _) = listener.accept().await.unwrap();
@@ -708,6 +704,76 @@ where
         let msg = ws.next().await.unwrap().unwrap();
         if msg.is_data() {
             return msg;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_connection_upgraded_by_hyper_is_adopted() {
+    use http_body_util::Empty;
+    use hyper::body::Bytes;
+    use hyper_util::rt::TokioIo;
+    use wavesock::handshake::server::{accept_response, check_request};
+
+    let (tx, mut events) = mpsc::unbounded_channel();
+    let hub = Hub::new(
+        Recorder {
+            events: tx,
+            statuses: Arc::default(),
+        },
+        HubConfig::default(),
+    )
+    .unwrap();
+    let adopter = hub.adopter();
+    tokio::spawn(hub.run());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let service =
+            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                let adopter = adopter.clone();
+                async move {
+                    // hyper answers the upgrade; the hub takes the connection.
+                    let accept = check_request(&req).unwrap();
+                    let path = req.uri().path().to_owned();
+                    let on_upgrade = hyper::upgrade::on(&mut req);
+                    tokio::spawn(async move {
+                        let upgraded = on_upgrade.await.unwrap();
+                        adopter.adopt(TokioIo::new(upgraded), path).await.unwrap();
+                    });
+                    let (parts, ()) = accept_response(&accept).into_parts();
+                    Ok::<_, std::convert::Infallible>(hyper::Response::from_parts(
+                        parts,
+                        Empty::<Bytes>::new(),
+                    ))
+                }
+            });
+        hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(tcp), service)
+            .with_upgrades()
+            .await
+            .unwrap();
+    });
+    let (mut ws, _) = wavesock::connect_async(format!("ws://{addr}/via-hyper"))
+        .await
+        .unwrap();
+    let Some(Event::Open(_, path)) = events.recv().await else {
+        panic!()
+    };
+    assert_eq!(path, "/via-hyper");
+    ws.send(Message::text("adopted")).await.unwrap();
+    assert_eq!(next_data(&mut ws).await, Message::text("adopted"));
+    ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "done")))
+        .await
+        .unwrap();
+    assert_ends(&mut ws).await;
+    loop {
+        if let Some(Event::Close(_, frame, error, data)) = events.recv().await {
+            assert_eq!(frame.unwrap().code, CloseCode::NORMAL);
+            assert!(error.is_none(), "{error:?}");
+            assert_eq!(data, "/via-hyper");
+            break;
         }
     }
 }

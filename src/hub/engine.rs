@@ -24,7 +24,7 @@ use crate::error::{Error, HandshakeError, Result};
 use crate::handshake::server::{
     accept_response, check_request, enforce, error_response, parse_request, write_response,
 };
-use crate::hub::handle::{Command, HubHandle};
+use crate::hub::handle::{Adopted, Adopter, Command, HubHandle};
 use crate::hub::slot::{Conn, Reading, Slot, Stage, Transport, Turn, Ws};
 use crate::hub::timers::Timers;
 use crate::hub::wake::{ConnWaker, Key, ReadyQueue};
@@ -93,6 +93,12 @@ impl<H: Handler> Hub<H> {
         self.handle.clone()
     }
 
+    /// Hands this hub connections upgraded elsewhere (hyper, axum); see
+    /// [`Adopter`].
+    pub fn adopter(&self) -> Adopter<H::Data> {
+        Adopter::new(self.handle.clone())
+    }
+
     /// Serves connections accepted from `listener` until
     /// [`HubHandle::shutdown`].
     ///
@@ -101,20 +107,32 @@ impl<H: Handler> Hub<H> {
     /// its workers) and this task accepts and hands the connections out in
     /// turn: one listener, as given, and an even spread whatever the
     /// kernel's hashing of `SO_REUSEPORT` would do with few client
-    /// addresses. Accepted sockets get `TCP_NODELAY`: messages are
-    /// written whole, once per turn, so Nagle's delay would only add
+    /// addresses. Accepted sockets get `TCP_NODELAY`: replies are
+    /// written whole, once per read, so Nagle's delay would only add
     /// latency.
     pub async fn serve(self, listener: TcpListener) -> io::Result<()> {
+        self.run_with(Some(listener)).await;
+        Ok(())
+    }
+
+    /// Serves only the connections handed over through
+    /// [`HubHandle::accept`] and [`Adopter::adopt`] (a hyper or axum
+    /// server, a TLS acceptor of your own), until [`HubHandle::shutdown`].
+    pub async fn run(self) {
+        self.run_with(None).await;
+    }
+
+    async fn run_with(self, listener: Option<TcpListener>) {
         let Hub {
             mut engines,
             handle,
         } = self;
         if engines.len() == 1 {
             let mut engine = engines.pop().expect("one engine");
-            engine.listener = Some(listener);
+            engine.listener = listener;
             drop(handle);
             tokio::task::unconstrained(engine).await;
-            return Ok(());
+            return;
         }
         let count = engines.len();
         let tasks: Vec<_> = engines
@@ -123,7 +141,7 @@ impl<H: Handler> Hub<H> {
             .collect();
         let mut stop = handle.stopped();
         let mut next = 0;
-        loop {
+        while let Some(listener) = &listener {
             let accepted = {
                 let accept = std::pin::pin!(listener.accept());
                 let stopped = std::pin::pin!(stop.wait_for(|stopped| *stopped));
@@ -148,7 +166,6 @@ impl<H: Handler> Hub<H> {
         for task in tasks {
             let _ = task.await;
         }
-        Ok(())
     }
 }
 
@@ -230,10 +247,35 @@ impl<H: Handler> Engine<H> {
         }
     }
 
-    /// Takes a new connection.
-    fn admit(&mut self, io: Transport) {
-        if self.shutdown.is_some() {
+    /// Takes a connection upgraded elsewhere: open from the start.
+    fn adopt(&mut self, adopted: Adopted<H::Data>) {
+        let Some(key) = self.admit(Transport::Other(adopted.io)) else {
             return;
+        };
+        let Engine {
+            slots,
+            handler,
+            turn,
+            ..
+        } = self;
+        let Some((_, Some(slot))) = slots.get_mut(key.slot as usize) else {
+            return;
+        };
+        slot.stage = Stage::Open;
+        slot.timer_at = None;
+        let data = slot.data.insert(adopted.data);
+        handler.open(&mut Ws {
+            c: &mut slot.c,
+            data,
+            turn,
+        });
+        self.settle(key);
+    }
+
+    /// Takes a new connection; its key, unless the hub is shutting down.
+    fn admit(&mut self, io: Transport) -> Option<Key> {
+        if self.shutdown.is_some() {
+            return None;
         }
         let slot = match self.free.pop() {
             Some(s) => s,
@@ -265,6 +307,7 @@ impl<H: Handler> Engine<H> {
         // Served at once: the request may be there already, and the first
         // read registers the waker.
         waker.requeue();
+        Some(key)
     }
 
     fn slot_mut(&mut self, key: Key) -> Option<&mut Slot<H::Data>> {
@@ -406,7 +449,16 @@ impl<H: Handler> Engine<H> {
                 let _ = tcp.set_nodelay(true);
                 self.admit(Transport::Tcp(tcp));
             }
-            Command::AcceptIo(io) => self.admit(Transport::Other(io)),
+            Command::AcceptIo(io) => {
+                self.admit(Transport::Other(io));
+            }
+            Command::Adopt(adopted) => {
+                // Sent by an `Adopter<H::Data>`, made by this hub: the type
+                // always matches.
+                if let Ok(adopted) = adopted.downcast::<Adopted<H::Data>>() {
+                    self.adopt(*adopted);
+                }
+            }
             Command::Shutdown => self.start_shutdown(),
             Command::Send(id, msg) => self.with_conn(id, |c, turn| {
                 let _ = c.send_message(turn, &msg);

@@ -24,6 +24,9 @@ pub(crate) enum Command {
     Accept(TcpStream),
     /// A transport of another kind, its HTTP upgrade still to come.
     AcceptIo(Pin<Box<dyn Io>>),
+    /// A connection upgraded elsewhere, with its data: an
+    /// `Adopted<H::Data>`, typed by the `Adopter` that sent it.
+    Adopt(Box<dyn std::any::Any + Send>),
     Shutdown,
 }
 
@@ -35,6 +38,7 @@ impl std::fmt::Debug for Command {
             Command::Close(..) => "Close",
             Command::Accept(_) => "Accept",
             Command::AcceptIo(_) => "AcceptIo",
+            Command::Adopt(_) => "Adopt",
             Command::Shutdown => "Shutdown",
         })
     }
@@ -180,5 +184,66 @@ impl HubHandle {
             mpsc::error::TrySendError::Full(_) => HandleError::Full,
             mpsc::error::TrySendError::Closed(_) => HandleError::Stopped,
         })
+    }
+}
+
+/// A connection upgraded elsewhere, on its way to an engine.
+pub(crate) struct Adopted<T> {
+    pub(crate) io: Pin<Box<dyn Io>>,
+    pub(crate) data: T,
+}
+
+/// Hands a hub connections whose WebSocket handshake was done elsewhere:
+/// a hyper or axum service that answered the upgrade itself, then got the
+/// connection (hyper's `Upgraded`, wrapped in `hyper_util::rt::TokioIo`).
+/// Made by [`Hub::adopter`](crate::hub::Hub::adopter), typed with the
+/// handler's data.
+///
+/// The connection starts open: [`Handler::upgrade`](crate::hub::Handler::upgrade)
+/// is not called, [`Handler::open`](crate::hub::Handler::open) is. It runs
+/// without extensions, so the `101` it was upgraded with must not have
+/// agreed on any (no `Sec-WebSocket-Extensions` header).
+pub struct Adopter<T> {
+    handle: HubHandle,
+    _data: std::marker::PhantomData<fn(T)>,
+}
+
+impl<T> Clone for Adopter<T> {
+    fn clone(&self) -> Self {
+        Adopter {
+            handle: self.handle.clone(),
+            _data: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Adopter<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adopter").finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> Adopter<T> {
+    pub(crate) fn new(handle: HubHandle) -> Self {
+        Adopter {
+            handle,
+            _data: std::marker::PhantomData,
+        }
+    }
+
+    /// Hands over `io`, already upgraded, with the connection's `data`.
+    /// Engines take such connections in turn.
+    pub async fn adopt<S>(&self, io: S, data: T) -> Result<(), HandleError>
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let adopted = Adopted {
+            io: Box::pin(io),
+            data,
+        };
+        let engine = self.handle.next_engine();
+        self.handle
+            .command(engine, Command::Adopt(Box::new(adopted)))
+            .await
     }
 }

@@ -20,7 +20,9 @@
 //!   message, held to its limits and the memory budget.
 //! - **Corked replies.** What a handler sends goes into the connection's
 //!   write buffer (taken from a pool while it holds bytes) and is written
-//!   at the end of the engine's turn, one write for all of it.
+//!   once all that one read brought is handled, one write for all of it;
+//!   sends to other connections are written at the end of the engine's
+//!   turn.
 //! - **Backpressure.** A connection whose peer does not read stops being
 //!   read. Sends to it beyond [`HubConfig::max_backpressure`] bytes waiting
 //!   are dropped or close it, per [`BackpressurePolicy`].
@@ -69,7 +71,7 @@ use crate::handshake::server::ErrorResponse;
 use crate::proto::close::CloseFrame;
 
 pub use engine::Hub;
-pub use handle::{HandleError, HubHandle};
+pub use handle::{Adopter, HandleError, HubHandle};
 pub use slot::Ws;
 
 /// A hub's settings: the connections' [`Config`] and what the hub adds.
