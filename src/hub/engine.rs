@@ -39,6 +39,9 @@ use crate::proto::message::Message;
 
 /// Reads per connection per turn before the others get theirs.
 const READS_PER_TURN: usize = 4;
+/// Replies are written once this many bytes wait, without waiting for
+/// the rest of the read to be handled (uWebSockets corks as much).
+const CORK: usize = 16 << 10;
 /// Connections accepted per turn.
 const ACCEPTS_PER_TURN: usize = 64;
 /// Commands taken from handles per turn.
@@ -952,12 +955,19 @@ fn decode<H: Handler>(
     handler: &mut H,
     turn: &mut Turn,
 ) {
-    let Some(data) = slot.data.as_mut() else {
+    if slot.data.is_none() {
         return;
-    };
+    }
     loop {
         if slot.c.conn.phase() != Phase::Open || slot.c.abandoned {
             break;
+        }
+        if slot.c.buffered() >= CORK {
+            // A cork's worth of replies leaves now, while the rest of the
+            // read is handled: the peer gets to work on them meanwhile.
+            // A peer that is behind only pauses the next read: what this
+            // one brought is handled (its bytes are in the shared buffer).
+            flush(slot, cx, handler, turn);
         }
         let msg = match decoder.decode(buf) {
             Ok(Some(msg)) => msg,
@@ -974,6 +984,9 @@ fn decode<H: Handler>(
                 slot.c.conn.handle_error(e, turn.now());
                 break;
             }
+        };
+        let Some(data) = slot.data.as_mut() else {
+            return;
         };
         let mut ws = Ws {
             c: &mut slot.c,
