@@ -24,11 +24,13 @@ use crate::error::{Error, HandshakeError, Result};
 use crate::handshake::server::{
     accept_response, check_request, enforce, error_response, parse_request, write_response,
 };
+use crate::hub::config::HubConfig;
+use crate::hub::event::{Closed, ConnId, HubMessage};
 use crate::hub::handle::{Adopted, Adopter, Command, HubHandle};
+use crate::hub::handler::Handler;
 use crate::hub::slot::{Conn, Reading, Slot, Stage, Transport, Turn, Ws};
 use crate::hub::timers::Timers;
 use crate::hub::wake::{ConnWaker, Key, ReadyQueue};
-use crate::hub::{Closed, ConnId, Handler, HubConfig, HubMessage};
 use crate::negotiated::Negotiated;
 use crate::proto::Role;
 use crate::proto::close::CloseCode;

@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use crate::hub::ConnId;
+use crate::hub::event::ConnId;
 use crate::hub::slot::Io;
 use crate::proto::close::CloseCode;
 use crate::proto::message::{Message, PreparedMessage};

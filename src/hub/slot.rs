@@ -13,8 +13,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::error::{Error, Result};
+use crate::hub::config::BackpressurePolicy;
+use crate::hub::event::{ConnId, HubMessage, SendStatus};
 use crate::hub::wake::{ConnWaker, Key};
-use crate::hub::{BackpressurePolicy, ConnId, HubMessage, SendStatus};
 use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
 use crate::proto::conn::{Connection, Phase};

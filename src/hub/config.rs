@@ -1,0 +1,138 @@
+//! A hub's settings.
+
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// A hub's settings: the connections' [`Config`] and what the hub adds.
+///
+/// ```
+/// use wavesock::hub::{BackpressurePolicy, HubConfig};
+/// use wavesock::Config;
+///
+/// let config = HubConfig::default()
+///     .config(Config::default().max_message_size(1 << 20))
+///     .max_backpressure(256 << 10)
+///     .backpressure_policy(BackpressurePolicy::Drop);
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct HubConfig {
+    /// Limits, timers and extensions of every connection, as for
+    /// [`WebSocketStream`](crate::WebSocketStream). `write_buffer_size` is
+    /// not used: [`max_backpressure`](Self::max_backpressure) bounds the
+    /// bytes waiting for a peer instead.
+    pub config: Config,
+    /// Bytes that may wait to be written to a peer before more sends to it
+    /// are refused (dropped, or the connection closed, per
+    /// [`backpressure_policy`](Self::backpressure_policy)). A single message
+    /// larger than this still goes out when nothing waits. Default 1 MiB.
+    pub max_backpressure: usize,
+    /// What a send to a connection over `max_backpressure` does. Default
+    /// [`BackpressurePolicy::Close`].
+    pub backpressure_policy: BackpressurePolicy,
+    /// Size of each engine's read buffer, which every connection reads into
+    /// in turn. Default 512 KiB (as uWebSockets' per-loop buffer).
+    pub read_buffer_size: usize,
+    /// Engines (tasks, each with its connections and read buffer); `None`
+    /// for one per worker thread of the runtime [`Hub::serve`](crate::hub::Hub::serve) runs on.
+    /// Default `Some(1)`.
+    pub engines: Option<usize>,
+    /// Commands (sends, closes) a [`HubHandle`](crate::hub::HubHandle) may queue per engine before
+    /// it waits (or `try_send` fails). Default 1 024.
+    pub handle_capacity: usize,
+    /// On [`HubHandle::shutdown`](crate::hub::HubHandle::shutdown), how long connections have to finish
+    /// their closing handshakes (code 1001) before they are dropped.
+    /// Default 5 s.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for HubConfig {
+    fn default() -> Self {
+        HubConfig {
+            config: Config::default(),
+            max_backpressure: 1 << 20,
+            backpressure_policy: BackpressurePolicy::Close,
+            read_buffer_size: 512 << 10,
+            engines: Some(1),
+            handle_capacity: 1024,
+            shutdown_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl HubConfig {
+    /// Sets [`config`](Self::config).
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets [`max_backpressure`](Self::max_backpressure).
+    pub fn max_backpressure(mut self, bytes: usize) -> Self {
+        self.max_backpressure = bytes;
+        self
+    }
+
+    /// Sets [`backpressure_policy`](Self::backpressure_policy).
+    pub fn backpressure_policy(mut self, policy: BackpressurePolicy) -> Self {
+        self.backpressure_policy = policy;
+        self
+    }
+
+    /// Sets [`read_buffer_size`](Self::read_buffer_size).
+    pub fn read_buffer_size(mut self, bytes: usize) -> Self {
+        self.read_buffer_size = bytes;
+        self
+    }
+
+    /// Sets [`engines`](Self::engines).
+    pub fn engines(mut self, engines: Option<usize>) -> Self {
+        self.engines = engines;
+        self
+    }
+
+    /// Sets [`handle_capacity`](Self::handle_capacity).
+    pub fn handle_capacity(mut self, commands: usize) -> Self {
+        self.handle_capacity = commands;
+        self
+    }
+
+    /// Sets [`shutdown_timeout`](Self::shutdown_timeout).
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Checks the settings, the connections' [`Config`] included.
+    pub fn validate(&self) -> Result<()> {
+        self.config.validate()?;
+        if self.read_buffer_size < 4096 {
+            return Err(Error::InvalidConfig(
+                "read_buffer_size must be at least 4096 bytes",
+            ));
+        }
+        if self.engines == Some(0) {
+            return Err(Error::InvalidConfig("a hub needs at least one engine"));
+        }
+        if self.handle_capacity == 0 {
+            return Err(Error::InvalidConfig("handle_capacity must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// What a send to a connection with more than
+/// [`HubConfig::max_backpressure`] bytes waiting does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackpressurePolicy {
+    /// Close the connection at once (nothing more can reach a peer that does
+    /// not read); [`Handler::close`](crate::hub::Handler::close) reports [`Error::Backpressure`].
+    Close,
+    /// Drop the message ([`SendStatus::Dropped`](crate::hub::SendStatus::Dropped)); the connection goes on,
+    /// and [`Handler::drain`](crate::hub::Handler::drain) says when its peer caught up.
+    Drop,
+}
