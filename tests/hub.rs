@@ -83,6 +83,16 @@ impl Handler for Recorder {
                 return;
             }
         }
+        if let HubMessage::Binary(b) = msg {
+            if b.first() == Some(&b'W') {
+                // Wrapped: a text before and after the echo, to check that
+                // an echo sent from where it was read keeps its place.
+                ws.send_text("before").unwrap();
+                ws.send_binary(b).unwrap();
+                ws.send_text("after").unwrap();
+                return;
+            }
+        }
         ws.send_borrowed(msg).unwrap();
     }
 
@@ -231,6 +241,35 @@ async fn echoes_text_binary_fragmented_and_large_messages() {
     }
     assert!(saw_ping);
     assert_eq!(texts, ["héllo", "fragmented"]);
+}
+
+#[tokio::test]
+async fn large_echoes_keep_their_place_among_other_sends() {
+    let server = start(HubConfig::default()).await;
+    let (mut ws, _) = wavesock::connect_async(server.url("/")).await.unwrap();
+    // Larger than a read: received into the connection's own buffer and
+    // sent back from there. Several in flight at once.
+    let bigs: Vec<Vec<u8>> = (0..4u8)
+        .map(|i| {
+            let mut b: Vec<u8> = (0..(700 << 10) + i as usize * 1000)
+                .map(|j| (j % 253) as u8 ^ i)
+                .collect();
+            b[0] = b'W';
+            b
+        })
+        .collect();
+    for b in &bigs {
+        ws.feed(Message::binary(b.clone())).await.unwrap();
+    }
+    ws.flush().await.unwrap();
+    for b in &bigs {
+        assert_eq!(next_data(&mut ws).await, Message::text("before"));
+        assert_eq!(next_data(&mut ws).await, Message::binary(b.clone()));
+        assert_eq!(next_data(&mut ws).await, Message::text("after"));
+    }
+    // And small ones still go out as before.
+    ws.send(Message::text("small")).await.unwrap();
+    assert_eq!(next_data(&mut ws).await, Message::text("small"));
 }
 
 #[tokio::test]

@@ -44,6 +44,10 @@ const READS_PER_TURN: usize = 4;
 /// Replies are written once this many bytes wait, without waiting for
 /// the rest of the read to be handled (uWebSockets corks as much).
 const CORK: usize = 16 << 10;
+/// Messages at least this large, received into a connection's own buffer,
+/// are sent on from where they are when a handler sends them back as
+/// they are; smaller ones are copied (cheaper than the bookkeeping).
+const SHARE_MIN: usize = 64 << 10;
 /// Connections accepted per turn.
 const ACCEPTS_PER_TURN: usize = 64;
 /// Commands taken from handles per turn.
@@ -225,6 +229,7 @@ impl<H: Handler> Engine<H> {
     fn new(index: u32, handler: H, config: HubConfig, commands: mpsc::Receiver<Command>) -> Self {
         let turn = Turn {
             engine: index,
+            current: None,
             now: None,
             pool: Default::default(),
             dirty: Vec::new(),
@@ -868,7 +873,7 @@ fn read_frames<H: Handler>(
     let Reading { decoder, pending } = &mut *r;
     // What came before (with the request, or before a pause) first.
     if !pending.is_empty() || decoder.budget_wait().is_some() {
-        decode(slot, decoder, pending, cx, handler, turn);
+        decode(slot, decoder, pending, true, cx, handler, turn);
     }
     let mut reads = 0;
     while reads < READS_PER_TURN && reading(slot, decoder) {
@@ -905,7 +910,7 @@ fn read_frames<H: Handler>(
         if slot.c.conn.state().hears_input() {
             slot.c.conn.handle_input(turn.now());
         }
-        decode(slot, decoder, buf, cx, handler, turn);
+        decode(slot, decoder, buf, !from_shared, cx, handler, turn);
         if from_shared {
             if !shared.is_empty() && slot.c.conn.phase() == Phase::Open && !slot.c.abandoned {
                 // An unfinished frame: the connection keeps it.
@@ -949,10 +954,15 @@ fn reading<T>(slot: &Slot<T>, decoder: &MessageDecoder) -> bool {
 }
 
 /// Decodes every whole message in `buf` and hands each to the handler.
+///
+/// `own`: `buf` is the connection's own, not the shared read buffer, so a
+/// large message's payload may be kept (sent on without a copy).
+#[allow(clippy::too_many_arguments)]
 fn decode<H: Handler>(
     slot: &mut Slot<H::Data>,
     decoder: &mut MessageDecoder,
     buf: &mut BytesMut,
+    own: bool,
     cx: &mut Context<'_>,
     handler: &mut H,
     turn: &mut Turn,
@@ -995,6 +1005,14 @@ fn decode<H: Handler>(
             data,
             turn,
         };
+        if own {
+            let payload = match &msg {
+                Message::Text(t) => Some(t.as_bytes()),
+                Message::Binary(b) => Some(b),
+                _ => None,
+            };
+            ws.turn.current = payload.filter(|p| p.len() >= SHARE_MIN).cloned();
+        }
         match &msg {
             Message::Text(t) => handler.message(&mut ws, HubMessage::Text(t.as_str())),
             Message::Binary(b) => handler.message(&mut ws, HubMessage::Binary(b)),
@@ -1010,6 +1028,7 @@ fn decode<H: Handler>(
             // Hub decoders assemble messages.
             Message::Frame(_) => {}
         }
+        ws.turn.current = None;
         ws.c.transmit_owed(ws.turn);
     }
     slot.c.transmit_owed(turn);
@@ -1026,22 +1045,15 @@ fn flush<H: Handler>(
     if slot.c.abandoned {
         return;
     }
-    while let Some(out) = slot.c.unwritten() {
-        match Pin::new(&mut slot.io).poll_write(cx, out) {
-            Poll::Ready(Ok(0)) => {
-                slot.c
-                    .transport_ended(Some(io::ErrorKind::WriteZero.into()));
-                return;
-            }
-            Poll::Ready(Ok(n)) => out.advance(n),
-            Poll::Ready(Err(e)) => {
-                slot.c.transport_ended(Some(e));
-                return;
-            }
-            Poll::Pending => {
-                slot.c.write_blocked = true;
-                return;
-            }
+    match slot.c.poll_write_out(&mut slot.io, cx) {
+        Poll::Ready(Ok(())) => {}
+        Poll::Ready(Err(e)) => {
+            slot.c.transport_ended(Some(e));
+            return;
+        }
+        Poll::Pending => {
+            slot.c.write_blocked = true;
+            return;
         }
     }
     slot.c.release_out(&mut turn.pool);

@@ -8,7 +8,9 @@ use std::time::Instant;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::BytesMut;
+use std::collections::VecDeque;
+
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -150,7 +152,7 @@ pub(crate) struct Conn {
     /// Bytes to write, from the engine's pool: corked during the turn,
     /// written at its end; what the peer does not take stays here (its
     /// backpressure).
-    out: Option<Box<BytesMut>>,
+    out: Option<Box<Out>>,
     pub(crate) ending: Option<Box<Ending>>,
     /// In the turn's list of connections to write out.
     pub(crate) dirty: bool,
@@ -169,6 +171,10 @@ pub(crate) struct Conn {
 #[derive(Debug)]
 pub(crate) struct Turn {
     pub(crate) engine: u32,
+    /// The payload of the message being handled, when it is large and the
+    /// connection's own (not in the shared read buffer): a send of exactly
+    /// these bytes shares them instead of copying.
+    pub(crate) current: Option<Bytes>,
     /// The time, read once per turn when first needed.
     pub(crate) now: Option<Instant>,
     pub(crate) pool: Pool,
@@ -203,31 +209,70 @@ const POOL_BUFFER: usize = 16 << 10;
 
 /// Write buffers lent to connections while they hold bytes to write, so
 /// that an idle connection holds none and a busy one allocates none.
-// Boxed: a connection holds a pointer, not a `BytesMut`, while idle.
+// Boxed: a connection holds a pointer, not an `Out`, while idle.
 #[allow(clippy::vec_box)]
 #[derive(Debug, Default)]
 pub(crate) struct Pool {
-    bufs: Vec<Box<BytesMut>>,
+    bufs: Vec<Box<Out>>,
     bytes: usize,
 }
 
 impl Pool {
-    fn take(&mut self) -> Box<BytesMut> {
+    fn take(&mut self) -> Box<Out> {
         match self.bufs.pop() {
             Some(b) => {
-                self.bytes -= b.capacity();
+                self.bytes -= b.tail.capacity();
                 b
             }
-            None => Box::new(BytesMut::with_capacity(POOL_BUFFER)),
+            None => Box::new(Out {
+                chunks: VecDeque::new(),
+                chunk_bytes: 0,
+                tail: BytesMut::with_capacity(POOL_BUFFER),
+            }),
         }
     }
 
     /// Keeps an empty buffer, unless it is large or the pool is full.
-    fn give(&mut self, buf: Box<BytesMut>) {
-        let cap = buf.capacity();
+    fn give(&mut self, out: Box<Out>) {
+        let cap = out.tail.capacity();
         if cap <= POOL_BUFFER_MAX && self.bytes + cap <= POOL_BYTES_MAX {
             self.bytes += cap;
-            self.bufs.push(buf);
+            self.bufs.push(out);
+        }
+    }
+}
+
+/// What waits to be written to a connection, in order: payloads sent from
+/// where they were received (with what was encoded before them), then the
+/// bytes encoded since.
+#[derive(Debug)]
+pub(crate) struct Out {
+    chunks: VecDeque<Bytes>,
+    chunk_bytes: usize,
+    tail: BytesMut,
+}
+
+impl Out {
+    fn len(&self) -> usize {
+        self.chunk_bytes + self.tail.len()
+    }
+
+    fn push_chunk(&mut self, chunk: Bytes) {
+        self.chunk_bytes += chunk.len();
+        self.chunks.push_back(chunk);
+    }
+
+    /// `n` bytes from the front were written.
+    fn consume(&mut self, n: usize) {
+        match self.chunks.front_mut() {
+            Some(c) => {
+                c.advance(n);
+                self.chunk_bytes -= n;
+                if c.is_empty() {
+                    self.chunks.pop_front();
+                }
+            }
+            None => self.tail.advance(n),
         }
     }
 }
@@ -249,12 +294,33 @@ impl Conn {
 
     /// Bytes waiting to be written.
     pub(crate) fn buffered(&self) -> usize {
-        self.out.as_ref().map_or(0, |b| b.len())
+        self.out.as_ref().map_or(0, |o| o.len())
     }
 
-    /// The bytes waiting to be written, if any.
-    pub(crate) fn unwritten(&mut self) -> Option<&mut BytesMut> {
-        self.out.as_deref_mut().filter(|b| !b.is_empty())
+    /// Writes what waits, in order, until the transport takes no more
+    /// (`Pending`) or all is written.
+    pub(crate) fn poll_write_out(
+        &mut self,
+        io: &mut Transport,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        let Some(out) = self.out.as_deref_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        loop {
+            let chunk: &[u8] = match out.chunks.front() {
+                Some(c) => c,
+                None if out.tail.is_empty() => return Poll::Ready(Ok(())),
+                None => &out.tail,
+            };
+            let n = match Pin::new(&mut *io).poll_write(cx, chunk) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            out.consume(n);
+        }
     }
 
     /// Encodes into the write buffer (taken from the pool if need be) and
@@ -270,30 +336,44 @@ impl Conn {
         }
         let out = self.out.get_or_insert_with(|| turn.pool.take());
         match self.encoder.as_deref_mut() {
-            Some(e) => f(e, out),
-            None => f(&mut FrameEncoder::new(Role::Server), out),
+            Some(e) => f(e, &mut out.tail),
+            None => f(&mut FrameEncoder::new(Role::Server), &mut out.tail),
+        }
+    }
+
+    /// Queues `payload` as it is after what is queued (a header written
+    /// just before it): sent from where it was received, not copied.
+    fn queue_shared(&mut self, payload: Bytes) {
+        if let Some(out) = self.out.as_deref_mut() {
+            if !out.tail.is_empty() {
+                let head = out.tail.split().freeze();
+                out.push_chunk(head);
+            }
+            out.push_chunk(payload);
         }
     }
 
     /// Gives an emptied write buffer back to the pool (or to the allocator,
     /// if it grew large).
     pub(crate) fn release_out(&mut self, pool: &mut Pool) {
-        if self.out.as_ref().is_some_and(|b| !b.is_empty()) {
+        if self.out.as_ref().is_some_and(|o| o.len() > 0) {
             return;
         }
-        let Some(mut buf) = self.out.take() else {
+        let Some(mut out) = self.out.take() else {
             return;
         };
-        buf.clear();
+        out.tail.clear();
         // Reclaims the space already written from (no allocation).
-        buf.reserve(POOL_BUFFER);
-        pool.give(buf);
+        out.tail.reserve(POOL_BUFFER);
+        pool.give(out);
     }
 
     /// Drops what waits to be written.
     pub(crate) fn discard_out(&mut self, pool: &mut Pool) {
-        if let Some(b) = self.out.as_deref_mut() {
-            b.clear();
+        if let Some(o) = self.out.as_deref_mut() {
+            o.tail.clear();
+            o.chunks.clear();
+            o.chunk_bytes = 0;
         }
         self.release_out(pool);
     }
@@ -421,6 +501,26 @@ impl Conn {
         opcode: OpCode,
         payload: &[u8],
     ) -> Result<SendStatus> {
+        // The message being handled, sent on as it is (an echo, a relay):
+        // its header is written and its payload queued where it was read,
+        // when nothing transforms it (no compression on this connection).
+        let same = turn.current.as_ref().filter(|c| {
+            c.as_ptr() == payload.as_ptr() && c.len() == payload.len() && self.encoder.is_none()
+        });
+        if let Some(current) = same.cloned() {
+            let len = current.len();
+            let status = self.send_with(turn, opcode, true, |e, out| {
+                e.encode_header(true, opcode, len, out).map(|_| ())
+            })?;
+            if matches!(status, SendStatus::Sent | SendStatus::Backpressure) {
+                self.queue_shared(current);
+                if self.buffered() > turn.max_backpressure {
+                    self.wants_drain = true;
+                    return Ok(SendStatus::Backpressure);
+                }
+            }
+            return Ok(status);
+        }
         self.send_with(turn, opcode, true, |e, out| {
             e.encode_data(opcode, payload, out)
         })
