@@ -269,8 +269,11 @@ async fn announced_huge_frames_allocate_nothing_of_their_size() {
         honest.echo().await;
     })
     .await;
+    // What arrived, the buffer grown for the next read, and the honest
+    // client's write buffer: tens of KiB (the whole read buffer, 512 KiB,
+    // before the buffer grew with what arrives).
     assert!(
-        grew < 32 << 10,
+        grew < 64 << 10,
         "32 MiB announced, 1 KiB sent, {grew} bytes allocated"
     );
     assert!(hub.log().ended.is_empty(), "still waiting for the payload");
