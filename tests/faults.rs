@@ -79,43 +79,7 @@ async fn exchange(seed: u64, split_server: bool, deflate: bool) {
     let (ws, _) = wavesock::client_async_with_config("ws://faulty/", client_io, config(deflate))
         .await
         .expect("client handshake");
-    let (mut tx, mut rx) = ws.split();
-    let expected = sent.clone();
-    let sender = tokio::spawn(async move {
-        for msg in sent {
-            tx.send(msg).await.expect("client sends");
-        }
-        tx
-    });
-    let mut got = Vec::new();
-    while got.len() < expected.len() {
-        let msg = rx
-            .next()
-            .await
-            .expect("the connection stays up")
-            .expect("client receives");
-        if msg.is_data() {
-            got.push(msg);
-        }
-    }
-    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
-        assert!(
-            g == e,
-            "seed {seed}: message {i} differs ({} vs {} bytes)",
-            g.len(),
-            e.len()
-        );
-    }
-    // A clean close through the faults, too.
-    let mut tx = sender.await.unwrap();
-    futures_util::SinkExt::close(&mut tx).await.expect("close");
-    while let Some(msg) = rx.next().await {
-        let msg = msg.expect("closing");
-        assert!(
-            msg.is_close(),
-            "seed {seed}: nothing but the close after the echoes"
-        );
-    }
+    drop(faulty::echo_and_close(ws, sent, seed).await);
     server.await.expect("server task");
 
     // No spinning: a byte moves every few transport calls. Injected

@@ -112,41 +112,10 @@ async fn exchange(seed: u64, deflate: bool) {
         .get("sec-websocket-extensions")
         .is_some_and(|v| v.to_str().unwrap().contains("permessage-deflate"));
     assert_eq!(negotiated, deflate, "seed {seed}: compression negotiated");
-    let (mut tx, mut rx) = ws.split();
     let expected = sent.clone();
-    let sender = tokio::spawn(async move {
-        for msg in sent {
-            tx.send(msg).await.expect("client sends");
-        }
-        tx
-    });
-    let mut got = Vec::new();
-    while got.len() < expected.len() {
-        let msg = rx
-            .next()
-            .await
-            .expect("the connection stays up")
-            .expect("client receives");
-        if msg.is_data() {
-            got.push(msg);
-        }
-    }
-    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
-        assert!(
-            g == e,
-            "seed {seed}: echo {i} differs ({} vs {} bytes)",
-            g.len(),
-            e.len()
-        );
-    }
-    let mut tx = sender.await.unwrap();
-    futures_util::SinkExt::close(&mut tx).await.expect("close");
-    while let Some(msg) = rx.next().await {
-        let msg = msg.expect("closing");
-        assert!(msg.is_close(), "seed {seed}: nothing but the close");
-    }
+    let rx = faulty::echo_and_close(ws, sent, seed).await;
     assert!(rx.is_close_received(), "seed {seed}: the hub's close came");
-    drop((tx, rx));
+    drop(rx);
     hub_lets_go(dropped, &format!("seed {seed}")).await;
 
     let log = hub.stop().await;

@@ -231,3 +231,57 @@ pub fn client_frame(first: u8, payload: &[u8], announced: Option<u64>) -> Vec<u8
     out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
     out
 }
+
+/// A client's whole exchange through the faults: sends `sent` from a task
+/// of its own while this one reads the echoes, checks each came back whole
+/// and in order, then closes and reads to the end, where nothing but the
+/// close may come. Returns the receiving half, for what the caller checks
+/// after.
+pub async fn echo_and_close<S>(
+    ws: wavesock::WebSocketStream<S>,
+    sent: Vec<Message>,
+    seed: u64,
+) -> wavesock::WebSocketReceiver<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    use futures_util::{SinkExt, StreamExt};
+    let (mut tx, mut rx) = ws.split();
+    let expected = sent.clone();
+    let sender = tokio::spawn(async move {
+        for msg in sent {
+            tx.send(msg).await.expect("client sends");
+        }
+        tx
+    });
+    let mut got = Vec::new();
+    while got.len() < expected.len() {
+        let msg = rx
+            .next()
+            .await
+            .expect("the connection stays up")
+            .expect("client receives");
+        if msg.is_data() {
+            got.push(msg);
+        }
+    }
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        assert!(
+            g == e,
+            "seed {seed}: message {i} differs ({} vs {} bytes)",
+            g.len(),
+            e.len()
+        );
+    }
+    // A clean close through the faults, too.
+    let mut tx = sender.await.unwrap();
+    tx.close().await.expect("close");
+    while let Some(msg) = rx.next().await {
+        let msg = msg.expect("closing");
+        assert!(
+            msg.is_close(),
+            "seed {seed}: nothing but the close after the echoes"
+        );
+    }
+    rx
+}
