@@ -119,16 +119,28 @@ struct Server {
     done: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
-async fn start(config: HubConfig) -> Server {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+/// A hub running the recording handler, and what it records.
+#[allow(clippy::type_complexity)]
+fn recording_hub(
+    config: HubConfig,
+) -> (
+    Hub<Recorder>,
+    mpsc::UnboundedReceiver<Event>,
+    Arc<Mutex<Vec<SendStatus>>>,
+) {
     let (tx, events) = mpsc::unbounded_channel();
     let statuses = Arc::default();
     let handler = Recorder {
         events: tx,
         statuses: Arc::clone(&statuses),
     };
-    let hub = Hub::new(handler, config).unwrap();
+    (Hub::new(handler, config).unwrap(), events, statuses)
+}
+
+async fn start(config: HubConfig) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (hub, events, statuses) = recording_hub(config);
     let handle = hub.handle();
     let done = tokio::spawn(hub.serve(listener));
     Server {
@@ -696,15 +708,7 @@ async fn wss_through_tokio_rustls_handed_to_the_hub() {
     let (acceptor, cert) = acceptor(&["localhost"]);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let (tx, mut events) = mpsc::unbounded_channel();
-    let hub = Hub::new(
-        Recorder {
-            events: tx,
-            statuses: Arc::default(),
-        },
-        HubConfig::default(),
-    )
-    .unwrap();
+    let (hub, mut events, _) = recording_hub(HubConfig::default());
     let handle = hub.handle();
     // The hub serves connections handed to it; this task does TLS.
     tokio::spawn(hub.run());
@@ -754,15 +758,7 @@ async fn a_connection_upgraded_by_hyper_is_adopted() {
     use hyper_util::rt::TokioIo;
     use wavesock::handshake::server::{accept_response, check_request};
 
-    let (tx, mut events) = mpsc::unbounded_channel();
-    let hub = Hub::new(
-        Recorder {
-            events: tx,
-            statuses: Arc::default(),
-        },
-        HubConfig::default(),
-    )
-    .unwrap();
+    let (hub, mut events, _) = recording_hub(HubConfig::default());
     let adopter = hub.adopter();
     tokio::spawn(hub.run());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
