@@ -48,6 +48,14 @@ pub use split::{WebSocketReceiver, WebSocketSender};
 /// An idle connection holds no read or write buffer: reads land in a
 /// per-thread scratch buffer until a frame needs more bytes than arrived.
 ///
+/// A received message's payload may share its memory with others received
+/// on the same thread: a small read (up to 2 KiB) is copied into the
+/// thread's arena, chunks of 8 KiB freed when the last message taken from
+/// one is dropped, so that a small message costs no allocation of its own;
+/// messages of a burst read together share that read's buffer. To keep a
+/// message long after its neighbours are gone, keep a copy
+/// (`Bytes::copy_from_slice`).
+///
 /// Pings are answered (a pong with the ping's payload) and the peer's close
 /// frame echoed (its code and reason) automatically by the receiving side,
 /// even while nothing is being sent. After the peer's close frame is

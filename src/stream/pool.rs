@@ -20,8 +20,38 @@ const KEEP: usize = 4;
 /// A per-thread list of spare items of one kind.
 pub(crate) type Spares<T> = LocalKey<RefCell<Vec<T>>>;
 
+/// Reads of at most this many bytes are copied into the thread's arena.
+pub(crate) const ARENA_MAX: usize = 2 << 10;
+/// The arena's chunks: a few hundred small messages per allocation, and
+/// little memory kept alive by one message held long after the others.
+const ARENA_CHUNK: usize = 8 << 10;
+
 thread_local! {
     static SPARE: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+    /// What is left of the current arena chunk.
+    static ARENA: RefCell<Option<BytesMut>> = const { RefCell::new(None) };
+}
+
+/// `bytes` (at most [`ARENA_MAX`]) copied into the thread's arena: memory
+/// shared with other small reads of this thread, so that a small message
+/// costs a reference count instead of an allocation and a free. The chunk
+/// is freed when the last message split off it is dropped. `None` while the
+/// thread is shutting down.
+pub(crate) fn arena_copy(bytes: &[u8]) -> Option<BytesMut> {
+    debug_assert!(bytes.len() <= ARENA_MAX);
+    ARENA
+        .try_with(|arena| {
+            let mut arena = arena.try_borrow_mut().ok()?;
+            let chunk = match arena.as_mut() {
+                Some(chunk) if chunk.capacity() >= bytes.len() => chunk,
+                // Dropping the old chunk's view leaves it to the messages.
+                _ => arena.insert(BytesMut::with_capacity(ARENA_CHUNK)),
+            };
+            chunk.extend_from_slice(bytes);
+            Some(chunk.split())
+        })
+        .ok()
+        .flatten()
 }
 
 /// A kept item, if the thread has one (none while the list is in use or
@@ -86,6 +116,12 @@ pub(crate) fn fit(buf: &mut BytesMut, shared: bool) -> bool {
         give(old);
     }
     true
+}
+
+/// Starts the thread's next arena copy in a fresh chunk.
+#[cfg(test)]
+pub(crate) fn new_arena_chunk() {
+    ARENA.with(|a| *a.borrow_mut() = None);
 }
 
 /// How many spares this thread holds.

@@ -2,11 +2,13 @@
 //! memory to keep after it, in one place.
 //!
 //! The rules: an idle connection holds no buffer; a connection that has
-//! nothing buffered reads into the stack and keeps a buffer of exactly what
-//! came (small messages, the common case, touch no spare at all); once such
-//! a read comes full, input goes to a per-thread spare until the connection
-//! waits, and a read into an empty spare keeps it only if it filled a
-//! quarter of it; a frame being
+//! nothing buffered reads into the stack and copies what came into the
+//! thread's arena when it is small (small messages, the common case, cost no
+//! allocation of their own; the copy goes to memory of its own size if the
+//! connection waits with part of a frame), else into a buffer of its size;
+//! once such a read comes full, input goes to a per-thread spare until the
+//! connection waits, and a read into an empty spare keeps it only if it
+//! filled a quarter of it; a frame being
 //! received gets room in proportion to what has arrived (never to what its
 //! header announced), all of it once a quarter is here; and whenever a read
 //! waits, the buffer holds at most four times its bytes.
@@ -50,6 +52,10 @@ pub(crate) struct ReadBuf {
     /// The last read into an empty buffer filled the stack: input comes in
     /// bulk, so the next one goes straight to a spare.
     bulk: bool,
+    /// The buffer is a view into the thread's arena (see
+    /// [`pool::arena_copy`]): it must not outlive the read that made it,
+    /// or a frame left unfinished would keep a whole chunk alive.
+    arena: bool,
 }
 
 impl ReadBuf {
@@ -60,6 +66,7 @@ impl ReadBuf {
             shared: false,
             denied: None,
             bulk: false,
+            arena: false,
         }
     }
 
@@ -78,6 +85,7 @@ impl ReadBuf {
     pub(crate) fn release(&mut self, account: &mut BudgetAccount) {
         self.buf = BytesMut::new();
         self.shared = false;
+        self.arena = false;
         account.release(Held::ReadBuffer);
     }
 
@@ -111,6 +119,7 @@ impl ReadBuf {
             } else {
                 self.buf = exact;
             }
+            self.arena = false;
             account.set(Held::ReadBuffer, self.buf.capacity());
         }
     }
@@ -144,6 +153,7 @@ impl ReadBuf {
                 // Drops our share of the last burst; messages handed out keep theirs.
                 self.buf = pool::take();
                 self.shared = false;
+                self.arena = false;
             }
             self.settle(account);
         } else if account.is_on() {
@@ -197,6 +207,7 @@ impl ReadBuf {
             self.buf = BytesMut::new();
             self.shared = false;
         }
+        self.arena = false;
         let mut stack = [MaybeUninit::<u8>::uninit(); STACK_READ];
         let len = frame_left.map_or(STACK_READ, |want| {
             want.saturating_add(READ_CHUNK).min(STACK_READ)
@@ -213,7 +224,14 @@ impl ReadBuf {
             self.buf.extend_from_slice(got);
             self.settle(account);
         } else if !got.is_empty() {
-            self.buf = BytesMut::from(got);
+            // Small messages, the common case, come out of the thread's
+            // arena: no allocation of their own.
+            let view = (got.len() <= pool::ARENA_MAX)
+                .then(|| pool::arena_copy(got))
+                .flatten();
+            self.arena = view.is_some();
+            self.shared = self.arena;
+            self.buf = view.unwrap_or_else(|| BytesMut::from(got));
         }
         self.sync(account);
         Poll::Ready(Ok(got.len()))
@@ -222,6 +240,18 @@ impl ReadBuf {
     /// Keeps the memory in proportion to the bytes held (at most four
     /// times); called whenever the connection is about to wait.
     pub(crate) fn fit(&mut self, account: &mut BudgetAccount) {
+        if std::mem::take(&mut self.arena) {
+            // Waiting with part of a frame: keep those bytes in memory of
+            // their own rather than the arena's chunk.
+            self.buf = if self.buf.is_empty() {
+                BytesMut::new()
+            } else {
+                BytesMut::from(&self.buf[..])
+            };
+            self.shared = false;
+            self.sync(account);
+            return;
+        }
         if pool::fit(&mut self.buf, self.shared) {
             self.shared = false;
             self.sync(account);
@@ -266,6 +296,7 @@ impl ReadBuf {
         let mut bigger = BytesMut::with_capacity(len + additional);
         bigger.extend_from_slice(&self.buf);
         let old = std::mem::replace(&mut self.buf, bigger);
+        self.arena = false;
         if !std::mem::take(&mut self.shared) && old.capacity() <= pool::BUF_LEN {
             pool::give(old);
         }
@@ -306,6 +337,7 @@ impl ReadBuf {
             let mut bigger = BytesMut::with_capacity(len + additional);
             bigger.extend_from_slice(&self.buf);
             let spare = std::mem::replace(&mut self.buf, bigger);
+            self.arena = false;
             if !std::mem::take(&mut self.shared) {
                 pool::give(spare);
             }
@@ -388,6 +420,50 @@ mod tests {
         wait(&mut rb);
         assert_eq!(pool::pooled(), 1);
         assert_eq!(rb.buf.capacity(), 0);
+    }
+
+    #[test]
+    fn small_reads_share_the_threads_arena_and_larger_ones_do_not() {
+        pool::new_arena_chunk();
+        let (mut a, mut b, mut c) = (ReadBuf::default(), ReadBuf::default(), ReadBuf::default());
+        read(&mut a, &[1; 22], |_| None);
+        read(&mut b, &[2; pool::ARENA_MAX], |_| None);
+        read(&mut c, &[3; pool::ARENA_MAX + 1], |_| None);
+        assert!(a.arena && b.arena && !c.arena);
+        assert!(a.shared && b.shared, "never given to the pool");
+        // One after the other in one chunk: no allocation for the second.
+        assert_eq!(b.bytes().as_ptr(), a.bytes()[22..].as_ptr());
+        assert_eq!(c.bytes().capacity(), pool::ARENA_MAX + 1, "its own buffer");
+        let msg = a.bytes().split_to(22).freeze();
+        // The chunk outlives the arena's interest in it while a message
+        // holds it.
+        pool::new_arena_chunk();
+        drop(b);
+        let mut d = ReadBuf::default();
+        read(&mut d, &[4; 8], |_| None);
+        assert_eq!(&msg[..], &[1; 22][..]);
+        assert_eq!(&d.bytes()[..], &[4; 8][..]);
+    }
+
+    #[test]
+    fn part_of_a_frame_waits_in_memory_of_its_own_not_the_arena() {
+        pool::new_arena_chunk();
+        let mut rb = ReadBuf::default();
+        read(&mut rb, &[6; 10], |_| None);
+        let in_arena = rb.bytes().as_ptr();
+        rb.fit(&mut BudgetAccount::new(None));
+        assert!(!rb.arena && !rb.shared);
+        assert_ne!(rb.bytes().as_ptr(), in_arena, "copied out");
+        assert_eq!(&rb.bytes()[..], &[6; 10][..]);
+        assert_eq!(rb.bytes().capacity(), 10);
+        // Taken whole, then waiting: nothing held.
+        read(&mut ReadBuf::default(), &[0; 3], |_| None);
+        let mut rb = ReadBuf::default();
+        read(&mut rb, &[7; 12], |_| None);
+        drop(std::mem::take(rb.bytes()));
+        wait(&mut rb);
+        assert_eq!(rb.buf.capacity(), 0);
+        assert!(!rb.arena);
     }
 
     #[test]
