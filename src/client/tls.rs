@@ -6,10 +6,20 @@
 //! `wss://` URLs. With both, both sets are trusted. Without either, pass your
 //! own configuration as a [`Connector`].
 //!
-//! Crypto comes from the process-wide default rustls provider when one is
-//! installed, else from *ring*, passed explicitly: wavesock never installs a
+//! # The crypto provider
+//!
+//! [`crypto_provider`] picks it, in this order:
+//! 1. the process-wide default, if the application installed one
+//!    (`CryptoProvider::install_default`);
+//! 2. aws-lc-rs, with the `aws-lc-rs` feature;
+//! 3. *ring*, with the `ring` feature (a default feature);
+//! 4. none: `wss://` fails with [`ConnectError::NoCryptoProvider`], which
+//!    says what to enable.
+//!
+//! The provider is passed to rustls explicitly: wavesock never installs a
 //! process-wide provider and never hits rustls' "no process-level
-//! CryptoProvider" panic, even when another crate also enables aws-lc-rs.
+//! CryptoProvider" panic, whichever providers feature unification compiles
+//! in.
 //!
 //! # Your own client configuration
 //!
@@ -21,10 +31,10 @@
 //! # async fn run(my_ca: wavesock::rustls::pki_types::CertificateDer<'static>) -> wavesock::Result<()> {
 //! let mut roots = RootCertStore::empty();
 //! roots.add(my_ca).expect("a valid CA certificate");
-//! let provider = Arc::new(wavesock::rustls::crypto::ring::default_provider());
+//! let provider = wavesock::tls::crypto_provider()?;
 //! let tls = ClientConfig::builder_with_provider(provider)
 //!     .with_safe_default_protocol_versions()
-//!     .expect("ring supports the default versions")
+//!     .expect("the provider supports the default versions")
 //!     .with_root_certificates(roots)
 //!     .with_no_client_auth();
 //! let connector = Connector::Rustls(Arc::new(tls));
@@ -50,10 +60,10 @@
 //! use wavesock::tokio_rustls::TlsAcceptor;
 //!
 //! # async fn run(chain: Vec<CertificateDer<'static>>, key: PrivateKeyDer<'static>) -> wavesock::Result<()> {
-//! let provider = Arc::new(wavesock::rustls::crypto::ring::default_provider());
+//! let provider = wavesock::tls::crypto_provider()?;
 //! let tls = ServerConfig::builder_with_provider(provider)
 //!     .with_safe_default_protocol_versions()
-//!     .expect("ring supports the default versions")
+//!     .expect("the provider supports the default versions")
 //!     .with_no_client_auth()
 //!     .with_single_cert(chain, key)
 //!     .expect("a matching certificate and key");
@@ -76,6 +86,7 @@ use std::io;
 use std::sync::{Arc, OnceLock};
 
 use rustls::ClientConfig;
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsConnector;
@@ -152,15 +163,37 @@ fn default_config() -> Result<Arc<ClientConfig>> {
     if roots.is_empty() {
         return Err(ConnectError::NoRootCertificates(why_empty).into());
     }
-    let provider = rustls::crypto::CryptoProvider::get_default()
-        .cloned()
-        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
-    let config = ClientConfig::builder_with_provider(provider)
+    let config = ClientConfig::builder_with_provider(crypto_provider()?)
         .with_safe_default_protocol_versions()
         .map_err(ConnectError::Tls)?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(BUILT.get_or_init(|| Arc::new(config)).clone())
+}
+
+/// The rustls crypto provider wavesock's own configurations use: the
+/// process-wide default if one is installed, else aws-lc-rs (feature
+/// `aws-lc-rs`), else *ring* (feature `ring`); see the [module
+/// docs](self#the-crypto-provider). Use it to build a `ClientConfig` of
+/// your own with the same choice.
+///
+/// ```
+/// # fn main() -> wavesock::Result<()> {
+/// let provider = wavesock::tls::crypto_provider()?;
+/// let builder = wavesock::rustls::ClientConfig::builder_with_provider(provider);
+/// # let _ = builder;
+/// # Ok(()) }
+/// ```
+pub fn crypto_provider() -> Result<Arc<CryptoProvider>> {
+    if let Some(installed) = CryptoProvider::get_default() {
+        return Ok(installed.clone());
+    }
+    #[cfg(feature = "aws-lc-rs")]
+    return Ok(Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
+    #[cfg(all(feature = "ring", not(feature = "aws-lc-rs")))]
+    return Ok(Arc::new(rustls::crypto::ring::default_provider()));
+    #[cfg(not(any(feature = "ring", feature = "aws-lc-rs")))]
+    Err(ConnectError::NoCryptoProvider.into())
 }
 
 /// The TLS handshake over `io` for `host`, which is checked against the

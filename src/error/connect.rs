@@ -107,6 +107,13 @@ pub enum ConnectError {
         "no trusted root certificates for wss:// ({0}): enable the rustls-webpki-roots or rustls-native-roots feature, or pass Connector::Rustls with your own ClientConfig"
     )]
     NoRootCertificates(String),
+    /// A `wss://` URL with no rustls crypto provider: none is installed
+    /// process-wide and neither provider feature is enabled.
+    #[cfg(feature = "rustls")]
+    #[error(
+        "no rustls crypto provider for wss://: enable wavesock's `ring` or `aws-lc-rs` feature, install a process-wide default (rustls::crypto::CryptoProvider::install_default), or pass Connector::Rustls with your own ClientConfig"
+    )]
+    NoCryptoProvider,
 }
 
 fn socks_reply_text(code: u8) -> &'static str {
