@@ -6,6 +6,7 @@
 //! ```text
 //! cargo run --example h2_server -- 127.0.0.1:9443
 //! cargo run --features deflate --example h2_server -- 127.0.0.1:9443
+//! cargo run --example h2_server -- 0.0.0.0:443 --cert cert.pem --key key.pem
 //! ```
 //!
 //! - `GET /`: the page; its button echoes text and binary messages of 0 B
@@ -20,9 +21,11 @@
 //! already has to the origin, and only if the server announced
 //! `SETTINGS_ENABLE_CONNECT_PROTOCOL` on it; otherwise it opens an HTTP/1.1
 //! connection for the WebSocket. So the page's WebSockets share the page's
-//! connection, as the counters at `/stats` show. The certificate is self-signed and generated
-//! at start (for `localhost` and `127.0.0.1`), so browsers must be told to
-//! trust it: for Chromium the server prints an
+//! connection, as the counters at `/stats` show. With `--cert` and `--key`
+//! (PEM files: the certificate chain, and its key in PKCS #8, PKCS #1 or
+//! SEC1) it serves that certificate. Otherwise the certificate is
+//! self-signed and generated at start (for `localhost` and `127.0.0.1`), so
+//! browsers must be told to trust it: for Chromium the server prints an
 //! `--ignore-certificate-errors-spki-list` flag.
 
 use std::convert::Infallible;
@@ -150,6 +153,24 @@ async fn route(mut req: Request<Incoming>) -> Result<Response<Body>, Infallible>
     })
 }
 
+/// The TLS configuration for a certificate chain and key from PEM files.
+fn tls_config_from_pem(
+    cert: &str,
+    key: &str,
+) -> Result<rustls::ServerConfig, Box<dyn std::error::Error>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let chain = CertificateDer::pem_file_iter(cert)?.collect::<Result<Vec<_>, _>>()?;
+    let key = PrivateKeyDer::from_pem_file(key)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
 /// The TLS configuration with a fresh self-signed certificate, and the
 /// base64 sha256 of the certificate's public key (what Chromium's
 /// `--ignore-certificate-errors-spki-list` takes).
@@ -178,16 +199,34 @@ fn tls_config() -> Result<(rustls::ServerConfig, String), Box<dyn std::error::Er
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let addr = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let addr = args
+        .first()
+        .filter(|a| !a.starts_with("--"))
+        .cloned()
         .unwrap_or_else(|| "127.0.0.1:9443".into());
-    let (tls, spki) = tls_config()?;
+    let option = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+    };
+    let tls = match (option("--cert"), option("--key")) {
+        (Some(cert), Some(key)) => {
+            eprintln!("certificate: {cert}, key: {key}");
+            tls_config_from_pem(cert, key)?
+        }
+        (None, None) => {
+            let (tls, spki) = tls_config()?;
+            eprintln!(
+                "certificate: self-signed for localhost and 127.0.0.1, generated at start; \
+                 Chromium trusts it with --ignore-certificate-errors-spki-list={spki}"
+            );
+            tls
+        }
+        _ => return Err("--cert and --key go together".into()),
+    };
     let acceptor = TlsAcceptor::from(Arc::new(tls));
     let listener = TcpListener::bind(&addr).await?;
-    eprintln!(
-        "certificate: self-signed for localhost and 127.0.0.1, generated at start; \
-         Chromium trusts it with --ignore-certificate-errors-spki-list={spki}"
-    );
     eprintln!(
         "permessage-deflate on /echo: {}",
         if cfg!(feature = "deflate") {

@@ -37,7 +37,8 @@
 #    `cargo check --workspace --examples --keep-going` runs there with
 #    CARGO_TARGET_DIR=target/doc-deps/target (its own: features differ from
 #    the crate's builds). Every package depends on exactly
-#        wavesock     = { path = <repo>, features = <all but "default"> }
+#        wavesock     = { path = <repo>, features = <all but "default"
+#                       and the -vendored ones> }
 #        tokio        = { version = "1", features = ["full"] }
 #        futures-util = "0.3"
 #    plus its extra crates. Files are rewritten only when they change, so a
@@ -281,7 +282,13 @@ class Manifest:
         with open(os.path.join(root, "Cargo.toml"), "rb") as f:
             self.toml = tomllib.load(f)
         self.root = root
-        self.features = [f for f in self.toml.get("features", {}) if f != "default"]
+        # `-vendored` features change only how a C library is linked (and
+        # build it from source, minutes each time): not what examples see.
+        self.features = [
+            f
+            for f in self.toml.get("features", {})
+            if f != "default" and not f.endswith("-vendored")
+        ]
         self.name = self.toml["package"]["name"]
 
     def spec(self, crate):

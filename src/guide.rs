@@ -16,6 +16,7 @@
 //! - [Broadcast](#broadcast)
 //! - [Errors](#errors)
 //! - [Reconnecting](#reconnecting)
+//! - [Serving over TLS](#serving-over-tls)
 //! - [Testing with tokio-test](#testing-with-tokio-test)
 //! - [The hub](#the-hub)
 //!
@@ -518,6 +519,77 @@
 //! -- 127.0.0.1:9001` and `cargo run --example reconnect --
 //! ws://127.0.0.1:9001/`, then restart the server to watch the client back
 //! off and resume.
+//!
+//! # Serving over TLS
+//!
+//! [`accept_async`](crate::accept_async) takes any `AsyncRead +
+//! AsyncWrite`, so a server runs the TLS handshake first and the WebSocket
+//! one over its result. Behind a terminating proxy (nginx, a load balancer)
+//! there is nothing to do: the server sees plain TCP.
+//!
+//! With tokio-rustls (`wavesock::tokio_rustls`, feature `rustls`), the
+//! certificate chain and key loaded from PEM files:
+//!
+//! ```no_run
+//! # #[cfg(feature = "rustls")]
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use wavesock::rustls::ServerConfig;
+//! use wavesock::rustls::pki_types::pem::PemObject;
+//! use wavesock::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+//! use wavesock::tokio_rustls::TlsAcceptor;
+//!
+//! let chain = CertificateDer::pem_file_iter("cert.pem")?.collect::<Result<Vec<_>, _>>()?;
+//! let key = PrivateKeyDer::from_pem_file("key.pem")?;
+//! let config = ServerConfig::builder_with_provider(wavesock::tls::crypto_provider()?)
+//!     .with_safe_default_protocol_versions()?
+//!     .with_no_client_auth()
+//!     .with_single_cert(chain, key)?;
+//! let acceptor = TlsAcceptor::from(Arc::new(config));
+//! let listener = tokio::net::TcpListener::bind("0.0.0.0:443").await?;
+//! loop {
+//!     let (tcp, _) = listener.accept().await?;
+//!     let acceptor = acceptor.clone();
+//!     tokio::spawn(async move {
+//!         let tls = acceptor.accept(tcp).await?;
+//!         let ws = wavesock::accept_async(tls).await?;
+//!         // ... use ws as over plain TCP
+//!         # drop(ws);
+//!         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+//!     });
+//! }
+//! # }
+//! ```
+//!
+//! With tokio-native-tls (`wavesock::tokio_native_tls`, feature
+//! `native-tls`: OpenSSL on Linux), the same files:
+//!
+//! ```no_run
+//! # #[cfg(feature = "native-tls")]
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use wavesock::native_tls::Identity;
+//! use wavesock::tokio_native_tls::TlsAcceptor;
+//!
+//! // A PEM certificate chain and a PKCS #8 PEM key.
+//! let identity = Identity::from_pkcs8(&std::fs::read("cert.pem")?, &std::fs::read("key.pem")?)?;
+//! let acceptor = TlsAcceptor::from(wavesock::native_tls::TlsAcceptor::new(identity)?);
+//! let listener = tokio::net::TcpListener::bind("0.0.0.0:443").await?;
+//! loop {
+//!     let (tcp, _) = listener.accept().await?;
+//!     let acceptor = acceptor.clone();
+//!     tokio::spawn(async move {
+//!         let tls = acceptor.accept(tcp).await?;
+//!         let ws = wavesock::accept_async(tls).await?;
+//!         // ... use ws as over plain TCP
+//!         # drop(ws);
+//!         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+//!     });
+//! }
+//! # }
+//! ```
+//!
+//! `examples/h2_server.rs` serves HTTP/2 and HTTP/1.1 over tokio-rustls
+//! with `--cert FILE --key FILE` (a self-signed certificate otherwise).
 //!
 //! # Testing with tokio-test
 //!

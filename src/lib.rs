@@ -88,7 +88,7 @@ pub mod proxy;
 mod retry;
 mod server;
 pub mod stream;
-#[cfg(feature = "rustls")]
+#[cfg(feature = "__tls")]
 pub use client::tls;
 mod trace;
 #[cfg(feature = "hyper")]
@@ -117,13 +117,21 @@ pub use server::{
 };
 pub use stream::{MessagePieces, WebSocketReceiver, WebSocketSender, WebSocketStream};
 
-#[cfg(feature = "rustls")]
+#[cfg(feature = "__tls")]
 pub use client::connect_async_tls_with_config;
-#[cfg(feature = "rustls")]
+#[cfg(feature = "__tls")]
 pub use client::tls::Connector;
+/// The native-tls version wavesock is built with, for
+/// [`Connector::NativeTls`] connectors.
+#[cfg(feature = "native-tls")]
+pub use native_tls;
 /// The rustls version wavesock is built with, for [`Connector::Rustls`] configs.
 #[cfg(feature = "rustls")]
 pub use rustls;
+/// The tokio-native-tls version wavesock is built with (a server's
+/// `TlsAcceptor`).
+#[cfg(feature = "native-tls")]
+pub use tokio_native_tls;
 /// The tokio-rustls version wavesock is built with (a server's `TlsAcceptor`).
 #[cfg(feature = "rustls")]
 pub use tokio_rustls;

@@ -1,6 +1,6 @@
 //! The HTTP/2 client over TLS: ALPN picks the protocol, and the client
 //! falls back to HTTP/1.1 the way a browser does.
-#![cfg(all(feature = "rustls", feature = "http2", feature = "hyper"))]
+#![cfg(all(feature = "__tls", feature = "http2", feature = "hyper"))]
 
 mod proxy_support;
 
@@ -16,13 +16,16 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use wavesock::http2::{Http2Connection, connect_async_http2_tls_with_config};
-use wavesock::rustls::ServerConfig;
-use wavesock::rustls::pki_types::CertificateDer;
-use wavesock::tokio_rustls::TlsAcceptor;
+// The server is tokio-rustls (a dev-dependency) whatever the client's stack.
+use rustls::ServerConfig;
+use rustls::pki_types::CertificateDer;
+use tokio_rustls::TlsAcceptor;
+#[cfg(feature = "rustls")]
+use wavesock::ConnectError;
 use wavesock::upgrade::{self, Body};
-use wavesock::{Config, ConnectError, Connector, Error, Message};
+use wavesock::{Config, Connector, Error, Message};
 
-use proxy_support::tls::{self_signed, trusting};
+use proxy_support::tls::self_signed;
 
 #[derive(Default)]
 struct Seen {
@@ -55,14 +58,13 @@ async fn handle(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<
 /// A TLS server offering `alpn` and, on HTTP/2, RFC 8441 if `rfc8441`.
 async fn server(alpn: &[&str], rfc8441: bool) -> (SocketAddr, CertificateDer<'static>, Arc<Seen>) {
     let (cert, key) = self_signed(&["localhost"]);
-    let mut config = ServerConfig::builder_with_provider(Arc::new(
-        wavesock::rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(vec![cert.clone()], key)
-    .unwrap();
+    let mut config =
+        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.clone()], key)
+            .unwrap();
     config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
     let acceptor = TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -101,8 +103,45 @@ async fn server(alpn: &[&str], rfc8441: bool) -> (SocketAddr, CertificateDer<'st
     (addr, cert, seen)
 }
 
+/// A rustls connector trusting `cert`: the client replaces its ALPN offer
+/// as each attempt needs, which the tests without native-tls check.
+#[cfg(feature = "rustls")]
 fn trust(cert: &CertificateDer<'static>) -> Option<Connector> {
-    Some(Connector::Rustls(trusting(cert)))
+    Some(Connector::Rustls(proxy_support::tls::trusting(cert)))
+}
+
+/// A native-tls connector trusting `cert`, offering `h2` then `http/1.1`:
+/// its ALPN offer is fixed when built, so it is the caller's to make.
+#[cfg(feature = "native-tls")]
+fn native_h2(cert: &CertificateDer<'static>) -> Connector {
+    let cert = wavesock::native_tls::Certificate::from_der(cert).unwrap();
+    let connector = wavesock::native_tls::TlsConnector::builder()
+        .add_root_certificate(cert)
+        .request_alpns(&["h2", "http/1.1"])
+        .build()
+        .unwrap();
+    Connector::NativeTls(connector)
+}
+
+#[cfg(feature = "native-tls")]
+#[tokio::test]
+async fn native_tls_carries_the_websocket_over_http2() {
+    let (addr, cert, seen) = server(&["h2", "http/1.1"], true).await;
+    let url = format!("wss://localhost:{}/echo", addr.port());
+    let (mut ws, response) =
+        connect_async_http2_tls_with_config(&url, Config::default(), Some(native_h2(&cert)))
+            .await
+            .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(ws.get_ref().is_http2());
+    echo_once(&mut ws, "over h2, native-tls").await;
+    let conn = Http2Connection::connect_tls(&url, Config::default(), Some(native_h2(&cert)))
+        .await
+        .unwrap();
+    let (mut a, _) = conn.websocket(&url).await.unwrap();
+    echo_once(&mut a, "a").await;
+    assert_eq!(*seen.alpn.lock().unwrap(), ["h2", "h2"]);
+    assert_eq!(seen.http2_websockets.load(Ordering::SeqCst), 2);
 }
 
 async fn echo_once<S>(ws: &mut wavesock::WebSocketStream<S>, text: &str)
@@ -113,6 +152,7 @@ where
     assert_eq!(ws.next().await.unwrap().unwrap(), Message::text(text));
 }
 
+#[cfg(feature = "rustls")]
 #[tokio::test]
 async fn alpn_h2_with_rfc8441_carries_the_websocket_over_http2() {
     let (addr, cert, seen) = server(&["h2", "http/1.1"], true).await;
@@ -137,6 +177,7 @@ async fn alpn_h2_with_rfc8441_carries_the_websocket_over_http2() {
     assert_eq!(seen.http2_websockets.load(Ordering::SeqCst), 3);
 }
 
+#[cfg(feature = "rustls")]
 #[tokio::test]
 async fn a_server_choosing_http1_in_alpn_upgrades_the_same_connection() {
     let (addr, cert, seen) = server(&["http/1.1"], true).await;
@@ -165,6 +206,7 @@ async fn a_server_choosing_http1_in_alpn_upgrades_the_same_connection() {
     );
 }
 
+#[cfg(feature = "rustls")]
 #[tokio::test]
 async fn a_server_without_alpn_is_no_http2_connection() {
     let (addr, cert, seen) = server(&[], true).await;
@@ -185,6 +227,7 @@ async fn a_server_without_alpn_is_no_http2_connection() {
     assert_eq!(seen.alpn.lock().unwrap().len(), 2);
 }
 
+#[cfg(feature = "rustls")]
 #[tokio::test]
 async fn http2_without_rfc8441_falls_back_to_a_new_http1_connection() {
     let (addr, cert, seen) = server(&["h2", "http/1.1"], false).await;

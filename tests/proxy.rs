@@ -264,17 +264,39 @@ fn environment_selection_over_a_provided_map() {
     assert!(Proxy::from_env_vars(&"ws://x/".parse().unwrap(), |_| None).is_none());
 }
 
-#[cfg(feature = "rustls")]
+#[cfg(feature = "__tls")]
 mod wss {
     use super::*;
-    use proxy_support::tls::{tls_echo_server, trusting};
-    use wavesock::Connector;
+    use proxy_support::tls::{self_signed, tls_echo_server};
+    use wavesock::{Connector, MaybeTlsStream};
+
+    /// A connector of each TLS stack compiled in, trusting `cert`.
+    fn connectors(cert: &rustls::pki_types::CertificateDer<'static>) -> Vec<Connector> {
+        vec![
+            #[cfg(feature = "rustls")]
+            proxy_support::tls::trusting(cert).into(),
+            #[cfg(feature = "native-tls")]
+            proxy_support::tls::native_trusting(cert),
+        ]
+    }
+
+    /// Whether `stream` was made by the stack of `connector`.
+    fn made_by<S>(connector: &Connector, stream: &MaybeTlsStream<S>) -> bool {
+        match (connector, stream) {
+            #[cfg(feature = "rustls")]
+            (Connector::Rustls(_), MaybeTlsStream::Rustls(_)) => true,
+            #[cfg(feature = "native-tls")]
+            (Connector::NativeTls(_), MaybeTlsStream::NativeTls(_)) => true,
+            _ => false,
+        }
+    }
 
     async fn round_trip_tls(url: &str, config: Config, connector: Connector) {
-        let (mut ws, _) = wavesock::connect_async_tls_with_config(url, config, Some(connector))
-            .await
-            .unwrap();
-        assert!(matches!(ws.get_ref(), wavesock::MaybeTlsStream::Rustls(_)));
+        let (mut ws, _) =
+            wavesock::connect_async_tls_with_config(url, config, Some(connector.clone()))
+                .await
+                .unwrap();
+        assert!(made_by(&connector, ws.get_ref()), "{connector:?}");
         ws.send(Message::text("TLS in the tunnel")).await.unwrap();
         assert_eq!(
             ws.next().await.unwrap().unwrap(),
@@ -288,16 +310,16 @@ mod wss {
         let (server, cert) = tls_echo_server(&["localhost"]).await;
         let url = format!("wss://localhost:{}/", server.port());
         let (open, seen) = http_proxy(None).await;
-        round_trip_tls(
-            &url,
-            via(Proxy::http(&format!("http://{open}"))),
-            trusting(&cert).into(),
-        )
-        .await;
         let (guarded, _) = http_proxy(Some(("alice", "s3cret"))).await;
-        let p = Proxy::http(&format!("http://alice:s3cret@{guarded}"));
-        round_trip_tls(&url, via(p), trusting(&cert).into()).await;
-        assert_eq!(seen.all(), [(format!("localhost:{}", server.port()), 0)]);
+        let stacks = connectors(&cert);
+        for connector in &stacks {
+            let p = Proxy::http(&format!("http://{open}"));
+            round_trip_tls(&url, via(p), connector.clone()).await;
+            let p = Proxy::http(&format!("http://alice:s3cret@{guarded}"));
+            round_trip_tls(&url, via(p), connector.clone()).await;
+        }
+        let target = (format!("localhost:{}", server.port()), 0);
+        assert_eq!(seen.all(), vec![target; stacks.len()]);
     }
 
     #[tokio::test]
@@ -305,35 +327,46 @@ mod wss {
         let (server, cert) = tls_echo_server(&["localhost"]).await;
         let url = format!("wss://localhost:{}/", server.port());
         let (open, seen) = socks5_proxy(None).await;
-        round_trip_tls(
-            &url,
-            via(Proxy::socks5(&format!("{open}"))),
-            trusting(&cert).into(),
-        )
-        .await;
-        assert_eq!(seen.all(), [(format!("localhost:{}", server.port()), 3)]);
         let (guarded, _) = socks5_proxy(Some(("bob", "hunter2"))).await;
-        let p = Proxy::socks5(&format!("socks5://{guarded}")).credentials("bob", "hunter2");
-        round_trip_tls(&url, via(p), trusting(&cert).into()).await;
+        let stacks = connectors(&cert);
+        for connector in &stacks {
+            round_trip_tls(
+                &url,
+                via(Proxy::socks5(&format!("{open}"))),
+                connector.clone(),
+            )
+            .await;
+            let p = Proxy::socks5(&format!("socks5://{guarded}")).credentials("bob", "hunter2");
+            round_trip_tls(&url, via(p), connector.clone()).await;
+        }
+        let target = (format!("localhost:{}", server.port()), 3);
+        assert_eq!(seen.all(), vec![target; stacks.len()]);
     }
 
     #[tokio::test]
     async fn the_certificate_is_checked_inside_the_tunnel() {
         // The proxy is trusted to carry bytes, not to vouch for the server.
         let (server, _) = tls_echo_server(&["localhost"]).await;
-        let (other_cert, _) = proxy_support::tls::self_signed(&["localhost"]);
+        let (other_cert, _) = self_signed(&["localhost"]);
         let (proxy, _) = http_proxy(None).await;
         let url = format!("wss://localhost:{}/", server.port());
-        let result = wavesock::connect_async_tls_with_config(
-            &url,
-            via(Proxy::http(&format!("http://{proxy}"))),
-            Some(trusting(&other_cert).into()),
-        )
-        .await;
-        assert!(matches!(
-            connect_error(result),
-            ConnectError::Certificate(wavesock::rustls::Error::InvalidCertificate(_))
-        ));
+        for connector in connectors(&other_cert) {
+            let result = wavesock::connect_async_tls_with_config(
+                &url,
+                via(Proxy::http(&format!("http://{proxy}"))),
+                Some(connector),
+            )
+            .await;
+            match connect_error(result) {
+                #[cfg(feature = "rustls")]
+                ConnectError::Certificate(rustls::Error::InvalidCertificate(_)) => {}
+                #[cfg(feature = "native-tls")]
+                ConnectError::NativeTls(e) => {
+                    assert!(e.to_string().contains("certificate"), "{e}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }
 

@@ -84,7 +84,8 @@ async fn untrusted_certificate_is_refused_with_a_certificate_error() {
     assert!(matches!(err, CertificateError::UnknownIssuer), "{err:?}");
 }
 
-#[cfg(feature = "rustls-webpki-roots")]
+// With native-tls on, `connect_async` uses it (tests/tls_stacks.rs).
+#[cfg(all(feature = "rustls-webpki-roots", not(feature = "native-tls")))]
 #[tokio::test]
 async fn default_roots_refuse_a_self_signed_certificate() {
     let (addr, _) = tls_echo_server(&["localhost"]).await;
@@ -169,7 +170,11 @@ async fn a_plain_connector_still_connects_ws() {
     assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("plain"));
 }
 
-#[cfg(not(any(feature = "rustls-webpki-roots", feature = "rustls-native-roots")))]
+#[cfg(not(any(
+    feature = "rustls-webpki-roots",
+    feature = "rustls-native-roots",
+    feature = "native-tls"
+)))]
 #[tokio::test]
 async fn without_a_root_store_wss_needs_a_connector() {
     let err = connect_error(wavesock::connect_async("wss://127.0.0.1:1/").await);

@@ -6,7 +6,7 @@
 //! running test process is not sound, so each test makes its certificates,
 //! then runs this test binary again with the variable set, asking for one
 //! of the `#[ignore]`d tests below that do the connecting.
-#![cfg(feature = "rustls")]
+#![cfg(any(feature = "rustls", feature = "native-tls"))]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,11 +15,12 @@ use std::sync::Arc;
 use futures_util::{SinkExt, StreamExt};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tokio::net::TcpListener;
-use wavesock::rustls::ServerConfig;
-use wavesock::rustls::crypto::CryptoProvider;
-use wavesock::rustls::pki_types::pem::PemObject;
-use wavesock::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use wavesock::tokio_rustls::TlsAcceptor;
+// The servers are tokio-rustls (dev-dependencies) whatever the client's
+// stack.
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::TlsAcceptor;
 use wavesock::{ConnectError, Error, MaybeTlsStream};
 
 /// Where the child finds the certificates.
@@ -96,7 +97,7 @@ fn run_child(child: &str) {
 async fn server(dir: &Path, leaf: &str) -> u16 {
     let chain = vec![CertificateDer::from_pem_file(dir.join(format!("{leaf}.pem"))).unwrap()];
     let key = PrivateKeyDer::from_pem_file(dir.join(format!("{leaf}.key"))).unwrap();
-    let provider = Arc::new(wavesock::rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
@@ -128,9 +129,12 @@ async fn server(dir: &Path, leaf: &str) -> u16 {
 }
 
 /// The error and everything it wraps, in one line, lowercased.
-#[cfg(all(
-    feature = "rustls-native-roots",
-    any(feature = "ring", feature = "aws-lc-rs")
+#[cfg(any(
+    feature = "native-tls",
+    all(
+        feature = "rustls-native-roots",
+        any(feature = "ring", feature = "aws-lc-rs")
+    )
 ))]
 fn chain(e: &Error) -> String {
     let mut text = e.to_string();
@@ -143,27 +147,50 @@ fn chain(e: &Error) -> String {
     text.to_lowercase()
 }
 
-/// Which stack the features make `connect_async` use, as the stream says.
+/// The stack the features make `connect_async` use: native-tls first.
+#[cfg(any(
+    feature = "native-tls",
+    all(
+        feature = "rustls-native-roots",
+        any(feature = "ring", feature = "aws-lc-rs")
+    )
+))]
+const EXPECTED_STACK: &str = if cfg!(feature = "native-tls") {
+    "native-tls"
+} else {
+    "rustls"
+};
+
+/// Which stack a connection used, as the stream says.
 fn stack<S>(stream: &MaybeTlsStream<S>) -> &'static str {
     match stream {
         MaybeTlsStream::Plain(_) => "plain",
+        #[cfg(feature = "rustls")]
         MaybeTlsStream::Rustls(_) => "rustls",
+        #[cfg(feature = "native-tls")]
+        MaybeTlsStream::NativeTls(_) => "native-tls",
         _ => "other",
     }
 }
 
-#[cfg(all(
-    feature = "rustls-native-roots",
-    any(feature = "ring", feature = "aws-lc-rs")
+#[cfg(any(
+    feature = "native-tls",
+    all(
+        feature = "rustls-native-roots",
+        any(feature = "ring", feature = "aws-lc-rs")
+    )
 ))]
 #[test]
 fn wss_trusts_the_systems_store_and_names_each_refusal() {
     run_child("child_connects_through_the_systems_store");
 }
 
-#[cfg(all(
-    feature = "rustls-native-roots",
-    any(feature = "ring", feature = "aws-lc-rs")
+#[cfg(any(
+    feature = "native-tls",
+    all(
+        feature = "rustls-native-roots",
+        any(feature = "ring", feature = "aws-lc-rs")
+    )
 ))]
 #[tokio::test]
 #[ignore = "run by wss_trusts_the_systems_store_and_names_each_refusal"]
@@ -174,7 +201,7 @@ async fn child_connects_through_the_systems_store() {
         .await
         .unwrap();
     assert_eq!(response.status(), 101);
-    assert_eq!(stack(ws.get_ref()), "rustls");
+    assert_eq!(stack(ws.get_ref()), EXPECTED_STACK);
     let msg = wavesock::Message::text("trusted");
     ws.send(msg.clone()).await.unwrap();
     assert_eq!(ws.next().await.unwrap().unwrap(), msg);
@@ -190,10 +217,13 @@ async fn child_connects_through_the_systems_store() {
             .await
             .err()
             .unwrap_or_else(|| panic!("{leaf}: connected"));
-        assert!(
-            matches!(&err, Error::Connect(ConnectError::Certificate(_))),
-            "{leaf}: {err:?}"
-        );
+        match &err {
+            #[cfg(feature = "native-tls")]
+            Error::Connect(ConnectError::NativeTls(_)) => {}
+            #[cfg(not(feature = "native-tls"))]
+            Error::Connect(ConnectError::Certificate(_)) => {}
+            other => panic!("{leaf}: {other:?}"),
+        }
         let text = chain(&err);
         assert!(
             text.contains(says),
@@ -202,76 +232,195 @@ async fn child_connects_through_the_systems_store() {
     }
 }
 
-/// The provider the features choose, as rustls prints its key provider.
-fn key_provider(provider: &CryptoProvider) -> String {
-    format!("{:?}", provider.key_provider)
+/// Node (https and the `ws` package from tests/interop, installed there if
+/// missing) serving `leaf`; the port it listens on.
+#[cfg(feature = "native-tls")]
+async fn node_server(dir: &Path, leaf: &str) -> (tokio::process::Child, u16) {
+    use tokio::io::AsyncBufReadExt;
+    let interop = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
+    if !interop.join("node_modules/ws").exists() {
+        let npm = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent"])
+            .current_dir(&interop)
+            .status()
+            .expect("npm (Node.js) is needed for this test");
+        assert!(npm.success(), "npm install failed in {interop:?}");
+    }
+    let mut node = tokio::process::Command::new("node")
+        .arg(interop.join("wss-echo.mjs"))
+        .arg(dir.join(format!("{leaf}.pem")))
+        .arg(dir.join(format!("{leaf}.key")))
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node (Node.js) is needed for this test");
+    let mut lines = tokio::io::BufReader::new(node.stdout.take().unwrap()).lines();
+    let line = lines
+        .next_line()
+        .await
+        .unwrap()
+        .expect("node printed its port");
+    let port = line.strip_prefix("listening ").unwrap().parse().unwrap();
+    (node, port)
 }
 
+#[cfg(feature = "native-tls")]
 #[test]
-fn with_no_provider_installed_the_features_choose() {
-    run_child("child_with_no_provider_installed");
+fn native_tls_talks_to_a_server_that_is_not_rust() {
+    run_child("child_connects_to_node");
 }
 
+#[cfg(feature = "native-tls")]
 #[tokio::test]
-#[ignore = "run by with_no_provider_installed_the_features_choose"]
-async fn child_with_no_provider_installed() {
-    assert!(CryptoProvider::get_default().is_none());
-    let chosen = wavesock::tls::crypto_provider();
-    if cfg!(feature = "aws-lc-rs") {
-        assert_eq!(key_provider(&chosen.unwrap()), "AwsLcRs");
-    } else if cfg!(feature = "ring") {
-        assert_eq!(key_provider(&chosen.unwrap()), "Ring");
-    } else {
-        let err = chosen.unwrap_err();
-        assert!(matches!(
-            err,
-            Error::Connect(ConnectError::NoCryptoProvider)
-        ));
-        let text = err.to_string();
-        assert!(
-            text.contains("`ring`") && text.contains("`aws-lc-rs`"),
-            "{text}"
-        );
-    }
-    // No panic either way, and no provider installed behind the
-    // application's back.
-    if !cfg!(feature = "rustls-native-roots") {
-        return;
-    }
+#[ignore = "run by native_tls_talks_to_a_server_that_is_not_rust"]
+async fn child_connects_to_node() {
     let dir = PathBuf::from(std::env::var_os(DIR).expect("run by the parent test"));
-    let port = server(&dir, "good").await;
-    let connected = wavesock::connect_async(format!("wss://localhost:{port}/")).await;
-    assert_eq!(
-        connected.is_ok(),
-        cfg!(any(feature = "ring", feature = "aws-lc-rs")),
-        "{:?}",
-        connected.err()
-    );
-    assert!(CryptoProvider::get_default().is_none());
-}
-
-#[test]
-fn an_installed_provider_comes_first() {
-    run_child("child_with_a_provider_installed");
-}
-
-#[tokio::test]
-#[ignore = "run by an_installed_provider_comes_first"]
-async fn child_with_a_provider_installed() {
-    // *ring*, which the features would choose last (or not at all).
-    wavesock::rustls::crypto::ring::default_provider()
-        .install_default()
-        .unwrap();
-    let installed = CryptoProvider::get_default().unwrap();
-    let chosen = wavesock::tls::crypto_provider().unwrap();
-    assert!(Arc::ptr_eq(installed, &chosen));
-    if !cfg!(feature = "rustls-native-roots") {
-        return;
-    }
-    let dir = PathBuf::from(std::env::var_os(DIR).expect("run by the parent test"));
-    let port = server(&dir, "good").await;
-    let (ws, _) = wavesock::connect_async(format!("wss://localhost:{port}/"))
+    let (_node, port) = node_server(&dir, "good").await;
+    let (mut ws, _) = wavesock::connect_async(format!("wss://localhost:{port}/"))
         .await
         .unwrap();
-    assert_eq!(stack(ws.get_ref()), "rustls");
+    assert!(matches!(ws.get_ref(), MaybeTlsStream::NativeTls(_)));
+    for msg in [
+        wavesock::Message::text("from OpenSSL to Node"),
+        // Larger than a TLS record.
+        wavesock::Message::binary(vec![5u8; 100_000]),
+    ] {
+        ws.send(msg.clone()).await.unwrap();
+        assert_eq!(ws.next().await.unwrap().unwrap(), msg);
+    }
+    ws.close(None).await.unwrap();
+    let (_node, port) = node_server(&dir, "wrong-name").await;
+    let err = wavesock::connect_async(format!("wss://localhost:{port}/"))
+        .await
+        .expect_err("a certificate for another name");
+    assert!(chain(&err).contains("name"), "{err}");
+}
+
+/// A server as the guide's "Serving over TLS" writes it with
+/// tokio-native-tls: identity from the PEM files, `accept_async` over the
+/// TLS stream; a client trusting the test CA.
+#[cfg(feature = "native-tls")]
+#[tokio::test]
+async fn accept_async_over_tokio_native_tls() {
+    use wavesock::native_tls::{Certificate, Identity, TlsConnector};
+    let dir = make_certificates("native-server");
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    let identity = Identity::from_pkcs8(&read("good.pem"), &read("good.key")).unwrap();
+    let acceptor = wavesock::tokio_native_tls::TlsAcceptor::from(
+        wavesock::native_tls::TlsAcceptor::new(identity).unwrap(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let tls = acceptor.accept(tcp).await.unwrap();
+        let mut ws = wavesock::accept_async(tls).await.unwrap();
+        let msg = ws.next().await.unwrap().unwrap();
+        ws.send(msg).await.unwrap();
+        ws.close(None).await.unwrap();
+    });
+    let client = TlsConnector::builder()
+        .add_root_certificate(Certificate::from_pem(&read("ca.pem")).unwrap())
+        .build()
+        .unwrap();
+    let (mut ws, _) = wavesock::connect_async_tls_with_config(
+        format!("wss://localhost:{port}/"),
+        wavesock::Config::default(),
+        Some(wavesock::Connector::NativeTls(client)),
+    )
+    .await
+    .unwrap();
+    let msg = wavesock::Message::text("served by OpenSSL");
+    ws.send(msg.clone()).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), msg);
+    server.await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The rustls crypto provider: what `tls::crypto_provider` chooses, and
+/// that `connect_async` makes the same choice without a panic.
+#[cfg(feature = "rustls")]
+mod provider {
+    use super::*;
+    use wavesock::rustls::crypto::CryptoProvider;
+
+    /// The provider the features choose, as rustls prints its key provider.
+    fn key_provider(provider: &CryptoProvider) -> String {
+        format!("{:?}", provider.key_provider)
+    }
+
+    #[test]
+    fn with_no_provider_installed_the_features_choose() {
+        run_child("provider::child_with_no_provider_installed");
+    }
+
+    #[tokio::test]
+    #[ignore = "run by with_no_provider_installed_the_features_choose"]
+    async fn child_with_no_provider_installed() {
+        assert!(CryptoProvider::get_default().is_none());
+        let chosen = wavesock::tls::crypto_provider();
+        if cfg!(feature = "aws-lc-rs") {
+            assert_eq!(key_provider(&chosen.unwrap()), "AwsLcRs");
+        } else if cfg!(feature = "ring") {
+            assert_eq!(key_provider(&chosen.unwrap()), "Ring");
+        } else {
+            let err = chosen.unwrap_err();
+            assert!(matches!(
+                err,
+                Error::Connect(ConnectError::NoCryptoProvider)
+            ));
+            let text = err.to_string();
+            assert!(
+                text.contains("`ring`") && text.contains("`aws-lc-rs`"),
+                "{text}"
+            );
+        }
+        // No panic either way, and no provider installed behind the
+        // application's back.
+        if let Some(connected) = connect_through_rustls().await {
+            assert_eq!(
+                connected.is_ok(),
+                cfg!(any(feature = "ring", feature = "aws-lc-rs")),
+                "{:?}",
+                connected.err()
+            );
+        }
+        assert!(CryptoProvider::get_default().is_none());
+    }
+
+    /// `connect_async` to a server with the test CA's good certificate, when
+    /// the features make that go through rustls and the system's store
+    /// (`None` otherwise).
+    async fn connect_through_rustls() -> Option<wavesock::Result<wavesock::ClientStream>> {
+        if !cfg!(all(
+            feature = "rustls-native-roots",
+            not(feature = "native-tls")
+        )) {
+            return None;
+        }
+        let dir = PathBuf::from(std::env::var_os(DIR).expect("run by the parent test"));
+        let port = server(&dir, "good").await;
+        let connected = wavesock::connect_async(format!("wss://localhost:{port}/")).await;
+        Some(connected.map(|(ws, _)| ws))
+    }
+
+    #[test]
+    fn an_installed_provider_comes_first() {
+        run_child("provider::child_with_a_provider_installed");
+    }
+
+    #[tokio::test]
+    #[ignore = "run by an_installed_provider_comes_first"]
+    async fn child_with_a_provider_installed() {
+        // *ring*, which the features would choose last (or not at all).
+        wavesock::rustls::crypto::ring::default_provider()
+            .install_default()
+            .unwrap();
+        let installed = CryptoProvider::get_default().unwrap();
+        let chosen = wavesock::tls::crypto_provider().unwrap();
+        assert!(Arc::ptr_eq(installed, &chosen));
+        if let Some(connected) = connect_through_rustls().await {
+            assert_eq!(stack(connected.unwrap().get_ref()), "rustls");
+        }
+    }
 }

@@ -7,6 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use http::Uri;
 use tokio::net::TcpStream;
 
+pub(crate) use super::alpn::Alpn;
 use super::transport::MaybeTlsStream;
 use crate::config::Config;
 use crate::deadline::{after, within};
@@ -15,12 +16,12 @@ use crate::error::{HandshakeError, Result};
 use crate::handshake::client::target::{is_secure, port_or_default, ws_scheme_is_secure};
 use crate::proxy::tunnel::tunnel;
 
-/// What secures `wss://`: with the `rustls` feature, the caller's connector
-/// or the built-in configuration.
-#[cfg(feature = "rustls")]
+/// What secures `wss://`: with a TLS feature, the caller's connector or
+/// the one the features choose.
+#[cfg(feature = "__tls")]
 pub(crate) type Tls = Option<super::tls::Connector>;
 /// Without a TLS feature there is nothing to choose.
-#[cfg(not(feature = "rustls"))]
+#[cfg(not(feature = "__tls"))]
 pub(crate) type Tls = ();
 
 /// Refuses a URL whose scheme is not `ws` or `wss`: nothing to connect to.
@@ -54,21 +55,13 @@ pub(crate) async fn open(
     let port = port_or_default(uri)?;
     // Settle everything that needs no network first, so that a bad
     // configuration fails at once.
-    #[cfg(feature = "rustls")]
-    let tls_config = if secure {
-        let config = super::tls::client_config(tls)?;
-        Some(match alpn {
-            Alpn::None => config,
-            _ => {
-                let mut config = (*config).clone();
-                config.alpn_protocols = alpn.protocols();
-                std::sync::Arc::new(config)
-            }
-        })
+    #[cfg(feature = "__tls")]
+    let prepared = if secure {
+        Some(super::tls::prepare(tls, alpn)?)
     } else {
         None
     };
-    #[cfg(not(feature = "rustls"))]
+    #[cfg(not(feature = "__tls"))]
     {
         let ((), _) = (tls, alpn);
         if secure {
@@ -88,44 +81,15 @@ pub(crate) async fn open(
             None => tcp_connect(host, port).await?,
         };
         tcp.set_nodelay(true)?;
-        #[cfg(feature = "rustls")]
-        if let Some(tls_config) = tls_config {
-            let tls = super::tls::handshake(tcp, host, tls_config).await?;
-            return Ok(MaybeTlsStream::Rustls(Box::new(tls)));
+        #[cfg(feature = "__tls")]
+        if let Some(prepared) = prepared {
+            return super::tls::handshake(tcp, host, prepared).await;
         }
         Ok(MaybeTlsStream::Plain(tcp))
     };
     within(deadline, opening)
         .await
         .ok_or(ConnectError::Timeout)?
-}
-
-// Only the `http2` feature offers h2.
-#[cfg_attr(not(feature = "http2"), allow(dead_code))]
-/// Which protocols a TLS client offers in ALPN.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Alpn {
-    /// None: the WebSocket is an HTTP/1.1 upgrade.
-    None,
-    /// `h2` only: an HTTP/2 connection.
-    H2Only,
-    /// `h2`, then `http/1.1`: a browser's offer.
-    H2OrHttp1,
-    /// `http/1.1` only: the fallback once HTTP/2 failed us.
-    Http1Only,
-}
-
-impl Alpn {
-    // Only TLS speaks ALPN.
-    #[cfg_attr(not(feature = "rustls"), allow(dead_code))]
-    pub(crate) fn protocols(self) -> Vec<Vec<u8>> {
-        match self {
-            Alpn::None => vec![],
-            Alpn::H2Only => vec![b"h2".to_vec()],
-            Alpn::H2OrHttp1 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
-            Alpn::Http1Only => vec![b"http/1.1".to_vec()],
-        }
-    }
 }
 
 /// Resolves `host` and connects to its addresses in turn.

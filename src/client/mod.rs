@@ -2,12 +2,13 @@
 //! any stream.
 //!
 //! Inside, dependencies run one way: this module uses [`connect`] (opening
-//! TCP, a proxy tunnel, TLS), which uses [`tls`] and [`transport`]
-//! ([`MaybeTlsStream`]); [`error`] ([`ConnectError`]) is used by all and
-//! uses none of them.
+//! TCP, a proxy tunnel, TLS), which uses [`tls`] (one file per stack) and
+//! [`transport`] ([`MaybeTlsStream`]); `alpn`, the ALPN offer, sits below
+//! both; [`error`] ([`ConnectError`]) is used by all and uses none of them.
 
+mod alpn;
 pub(crate) mod connect;
-#[cfg(feature = "rustls")]
+#[cfg(feature = "__tls")]
 pub mod tls;
 mod transport;
 
@@ -122,9 +123,9 @@ where
 {
     config.validate()?;
     let request = request_to_connect(request)?;
-    #[cfg(feature = "rustls")]
+    #[cfg(feature = "__tls")]
     let tls = None;
-    #[cfg(not(feature = "rustls"))]
+    #[cfg(not(feature = "__tls"))]
     let tls = ();
     let io = connect::open(request.uri(), &config, tls, connect::Alpn::None).await?;
     handshake(request, io, config).await
@@ -135,17 +136,17 @@ where
 /// the root store features). `ws://` URLs stay plain whatever the connector.
 ///
 /// ```no_run
-/// use std::sync::Arc;
 /// use wavesock::{Config, Connector};
 ///
-/// # async fn run(tls: wavesock::rustls::ClientConfig) -> wavesock::Result<()> {
-/// let connector = Connector::Rustls(Arc::new(tls));
+/// # async fn run() -> wavesock::Result<()> {
+/// // The stack the features choose, as `connect_async` would use it.
+/// let connector = Connector::from_features()?;
 /// let (ws, _) =
 ///     wavesock::connect_async_tls_with_config("wss://example.com/", Config::default(), Some(connector))
 ///         .await?;
 /// # Ok(()) }
 /// ```
-#[cfg(feature = "rustls")]
+#[cfg(feature = "__tls")]
 pub async fn connect_async_tls_with_config<R>(
     request: R,
     config: Config,

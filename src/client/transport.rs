@@ -7,8 +7,8 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The transport [`connect_async`](crate::connect_async) opens: plain TCP for `ws://`, TLS over
-/// TCP for `wss://` (with a `rustls` feature). Through a proxy, the TCP
-/// connection is the tunnel.
+/// TCP for `wss://` (with a TLS feature; the variant says which stack).
+/// Through a proxy, the TCP connection is the tunnel.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum MaybeTlsStream<S> {
@@ -18,6 +18,9 @@ pub enum MaybeTlsStream<S> {
     /// kilobyte, which plain connections should not pay for.
     #[cfg(feature = "rustls")]
     Rustls(Box<tokio_rustls::client::TlsStream<S>>),
+    /// A TLS connection made with native-tls. Boxed, as for rustls.
+    #[cfg(feature = "native-tls")]
+    NativeTls(Box<tokio_native_tls::TlsStream<S>>),
 }
 
 impl<S> MaybeTlsStream<S> {
@@ -27,9 +30,13 @@ impl<S> MaybeTlsStream<S> {
             MaybeTlsStream::Plain(s) => s,
             #[cfg(feature = "rustls")]
             MaybeTlsStream::Rustls(s) => s.get_ref().0,
+            #[cfg(feature = "native-tls")]
+            MaybeTlsStream::NativeTls(s) => s.get_ref().get_ref().get_ref(),
         }
     }
+}
 
+impl<S: AsyncRead + AsyncWrite + Unpin> MaybeTlsStream<S> {
     /// Whether TLS negotiated HTTP/2 in ALPN.
     #[cfg_attr(not(feature = "http2"), allow(dead_code))]
     pub(crate) fn is_h2(&self) -> bool {
@@ -37,6 +44,10 @@ impl<S> MaybeTlsStream<S> {
             MaybeTlsStream::Plain(_) => false,
             #[cfg(feature = "rustls")]
             MaybeTlsStream::Rustls(s) => s.get_ref().1.alpn_protocol() == Some(b"h2"),
+            #[cfg(feature = "native-tls")]
+            MaybeTlsStream::NativeTls(s) => {
+                matches!(s.get_ref().negotiated_alpn(), Ok(Some(p)) if p == b"h2")
+            }
         }
     }
 }
@@ -51,6 +62,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTlsStream<S> {
             MaybeTlsStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             #[cfg(feature = "rustls")]
             MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            #[cfg(feature = "native-tls")]
+            MaybeTlsStream::NativeTls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -65,6 +78,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
             MaybeTlsStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             #[cfg(feature = "rustls")]
             MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            #[cfg(feature = "native-tls")]
+            MaybeTlsStream::NativeTls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -77,6 +92,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
             MaybeTlsStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             #[cfg(feature = "rustls")]
             MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            #[cfg(feature = "native-tls")]
+            MaybeTlsStream::NativeTls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -85,6 +102,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
             MaybeTlsStream::Plain(s) => s.is_write_vectored(),
             #[cfg(feature = "rustls")]
             MaybeTlsStream::Rustls(s) => s.is_write_vectored(),
+            #[cfg(feature = "native-tls")]
+            MaybeTlsStream::NativeTls(s) => s.is_write_vectored(),
         }
     }
 
@@ -93,6 +112,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
             MaybeTlsStream::Plain(s) => Pin::new(s).poll_flush(cx),
             #[cfg(feature = "rustls")]
             MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            #[cfg(feature = "native-tls")]
+            MaybeTlsStream::NativeTls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
@@ -101,6 +122,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
             MaybeTlsStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             #[cfg(feature = "rustls")]
             MaybeTlsStream::Rustls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            #[cfg(feature = "native-tls")]
+            MaybeTlsStream::NativeTls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }

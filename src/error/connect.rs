@@ -98,7 +98,7 @@ pub enum ConnectError {
     InvalidServerName(String),
     /// A `wss://` URL with [`Connector::Plain`](crate::Connector::Plain),
     /// which refuses TLS.
-    #[cfg(feature = "rustls")]
+    #[cfg(feature = "__tls")]
     #[error("a wss:// URL with Connector::Plain; use ws:// or a TLS connector")]
     PlainConnectorForWss,
     /// A `wss://` URL with no root certificates to check the server against.
@@ -114,6 +114,13 @@ pub enum ConnectError {
         "no rustls crypto provider for wss://: enable wavesock's `ring` or `aws-lc-rs` feature, install a process-wide default (rustls::crypto::CryptoProvider::install_default), or pass Connector::Rustls with your own ClientConfig"
     )]
     NoCryptoProvider,
+    /// The native-tls handshake failed: the server's certificate was not
+    /// accepted (the text says why: "certificate has expired", "unable to
+    /// get local issuer certificate", "hostname mismatch", ...), the
+    /// server is not speaking TLS, or the stack could not be set up.
+    #[cfg(feature = "native-tls")]
+    #[error("TLS (native-tls) failed: {0}")]
+    NativeTls(#[source] native_tls::Error),
 }
 
 fn socks_reply_text(code: u8) -> &'static str {

@@ -90,16 +90,16 @@ impl Http2Connection {
     /// Fails with [`ConnectError::Http2NotNegotiated`] when a TLS server
     /// picks another protocol. The path of `url` is not used.
     pub async fn connect<R: IntoClientRequest>(url: R, config: Config) -> Result<Self> {
-        #[cfg(feature = "rustls")]
+        #[cfg(feature = "__tls")]
         let tls = None;
-        #[cfg(not(feature = "rustls"))]
+        #[cfg(not(feature = "__tls"))]
         let tls = ();
         Self::connect_inner(url, config, tls).await
     }
 
     /// Like [`connect`](Self::connect), securing `wss://` with the given
     /// [`Connector`](crate::Connector) (its ALPN list is replaced by `h2`).
-    #[cfg(feature = "rustls")]
+    #[cfg(feature = "__tls")]
     pub async fn connect_tls<R: IntoClientRequest>(
         url: R,
         config: Config,
@@ -386,16 +386,16 @@ pub async fn connect_async_http2_with_config<R: IntoClientRequest>(
     request: R,
     config: Config,
 ) -> Result<(WebSocketStream<MaybeHttp2Stream>, ClientResponse)> {
-    #[cfg(feature = "rustls")]
+    #[cfg(feature = "__tls")]
     let tls = None;
-    #[cfg(not(feature = "rustls"))]
+    #[cfg(not(feature = "__tls"))]
     let tls = ();
     connect_inner(request, config, tls).await
 }
 
 /// Like [`connect_async_http2_with_config`], securing `wss://` with the
 /// given [`Connector`](crate::Connector) (its ALPN list is replaced).
-#[cfg(feature = "rustls")]
+#[cfg(feature = "__tls")]
 pub async fn connect_async_http2_tls_with_config<R: IntoClientRequest>(
     request: R,
     config: Config,
@@ -404,11 +404,8 @@ pub async fn connect_async_http2_tls_with_config<R: IntoClientRequest>(
     connect_inner(request, config, connector).await
 }
 
-// Without `rustls`, the TLS choice is `()`.
-#[cfg_attr(
-    not(feature = "rustls"),
-    allow(clippy::unit_arg, clippy::clone_on_copy)
-)]
+// Without a TLS feature, the TLS choice is `()`.
+#[cfg_attr(not(feature = "__tls"), allow(clippy::unit_arg, clippy::clone_on_copy))]
 async fn connect_inner<R: IntoClientRequest>(
     request: R,
     config: Config,

@@ -11,7 +11,7 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-#[cfg(feature = "rustls")]
+#[cfg(feature = "__tls")]
 pub mod tls;
 
 /// What a proxy was asked for, in order: the target as the client named it

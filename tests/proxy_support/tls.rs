@@ -1,16 +1,17 @@
-//! Certificates made at test time, and a wavesock echo server over TLS.
+//! Certificates made at test time, and a wavesock echo server over TLS
+//! (tokio-rustls, a dev-dependency, whatever the client's stack).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::net::TcpListener;
-use wavesock::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use wavesock::rustls::{ClientConfig, RootCertStore, ServerConfig};
-use wavesock::tokio_rustls::TlsAcceptor;
+use tokio_rustls::TlsAcceptor;
 
-fn ring() -> Arc<wavesock::rustls::crypto::CryptoProvider> {
-    Arc::new(wavesock::rustls::crypto::ring::default_provider())
+fn ring() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// A self-signed certificate for `names` (host names or IP addresses),
@@ -72,4 +73,16 @@ pub async fn tls_echo_server(names: &[&str]) -> (SocketAddr, CertificateDer<'sta
         }
     });
     (addr, cert)
+}
+
+/// A native-tls connector trusting only `cert` (and the system's roots,
+/// which do not include it).
+#[cfg(feature = "native-tls")]
+pub fn native_trusting(cert: &CertificateDer<'static>) -> wavesock::Connector {
+    let cert = wavesock::native_tls::Certificate::from_der(cert).unwrap();
+    let connector = wavesock::native_tls::TlsConnector::builder()
+        .add_root_certificate(cert)
+        .build()
+        .unwrap();
+    wavesock::Connector::NativeTls(connector)
 }
