@@ -173,6 +173,7 @@ async fn a_plain_connector_still_connects_ws() {
 #[cfg(not(any(
     feature = "rustls-webpki-roots",
     feature = "rustls-native-roots",
+    feature = "rustls-platform-verifier",
     feature = "native-tls"
 )))]
 #[tokio::test]

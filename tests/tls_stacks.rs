@@ -1,6 +1,7 @@
 //! `connect_async("wss://…")` with no connector, trusting a CA the way a
-//! user's system would: `SSL_CERT_FILE`, which rustls-native-certs and
-//! OpenSSL read on Linux. Run under each TLS feature set by `.ci/run`.
+//! user's system would: `SSL_CERT_FILE`, which OpenSSL (native-tls),
+//! rustls-native-certs and rustls-platform-verifier read on Linux. Run
+//! under each TLS feature set by `.ci/run`.
 //!
 //! The variable must be set before anything reads it, and setting one in a
 //! running test process is not sound, so each test makes its certificates,
@@ -132,7 +133,7 @@ async fn server(dir: &Path, leaf: &str) -> u16 {
 #[cfg(any(
     feature = "native-tls",
     all(
-        feature = "rustls-native-roots",
+        any(feature = "rustls-native-roots", feature = "rustls-platform-verifier"),
         any(feature = "ring", feature = "aws-lc-rs")
     )
 ))]
@@ -151,7 +152,7 @@ fn chain(e: &Error) -> String {
 #[cfg(any(
     feature = "native-tls",
     all(
-        feature = "rustls-native-roots",
+        any(feature = "rustls-native-roots", feature = "rustls-platform-verifier"),
         any(feature = "ring", feature = "aws-lc-rs")
     )
 ))]
@@ -176,7 +177,7 @@ fn stack<S>(stream: &MaybeTlsStream<S>) -> &'static str {
 #[cfg(any(
     feature = "native-tls",
     all(
-        feature = "rustls-native-roots",
+        any(feature = "rustls-native-roots", feature = "rustls-platform-verifier"),
         any(feature = "ring", feature = "aws-lc-rs")
     )
 ))]
@@ -188,7 +189,7 @@ fn wss_trusts_the_systems_store_and_names_each_refusal() {
 #[cfg(any(
     feature = "native-tls",
     all(
-        feature = "rustls-native-roots",
+        any(feature = "rustls-native-roots", feature = "rustls-platform-verifier"),
         any(feature = "ring", feature = "aws-lc-rs")
     )
 ))]
@@ -393,7 +394,10 @@ mod provider {
     /// (`None` otherwise).
     async fn connect_through_rustls() -> Option<wavesock::Result<wavesock::ClientStream>> {
         if !cfg!(all(
-            feature = "rustls-native-roots",
+            any(
+                feature = "rustls-native-roots",
+                feature = "rustls-platform-verifier"
+            ),
             not(feature = "native-tls")
         )) {
             return None;

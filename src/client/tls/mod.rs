@@ -9,8 +9,11 @@
 //! - **rustls** (feature `rustls`), trusting the roots the features add:
 //!   `rustls-webpki-roots` (Mozilla's roots, compiled in),
 //!   `rustls-native-roots` (the platform's store, loaded once; on Linux
-//!   `SSL_CERT_FILE` and `SSL_CERT_DIR` when set), or both. Without either,
-//!   pass your own configuration as a [`Connector`].
+//!   `SSL_CERT_FILE` and `SSL_CERT_DIR` when set), or both; or, with
+//!   `rustls-platform-verifier`, the platform's own verifier
+//!   (Security.framework, Windows, Android; the system's store on Linux),
+//!   which then comes first. Without any, pass your own configuration as a
+//!   [`Connector`].
 //!
 //! # Which stack `connect_async` uses
 //!

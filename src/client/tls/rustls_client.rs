@@ -15,8 +15,9 @@ use crate::client::alpn::Alpn;
 use crate::error::ConnectError;
 use crate::error::{Error, Result};
 
-/// The configuration built from the roots features, made once: loading the
-/// platform's store reads files.
+/// The configuration the features build, made once: loading the
+/// platform's store reads files. The platform's verifier when its feature
+/// is on, else the roots of the root store features.
 // With native-tls on, it comes first: this is left for the tests.
 #[cfg_attr(feature = "native-tls", allow(dead_code))]
 pub(crate) fn default_config() -> Result<Arc<ClientConfig>> {
@@ -24,6 +25,27 @@ pub(crate) fn default_config() -> Result<Arc<ClientConfig>> {
     if let Some(config) = BUILT.get() {
         return Ok(config.clone());
     }
+    let builder = ClientConfig::builder_with_provider(crypto_provider()?)
+        .with_safe_default_protocol_versions()
+        .map_err(ConnectError::Tls)?;
+    #[cfg(feature = "rustls-platform-verifier")]
+    let builder = {
+        use rustls_platform_verifier::BuilderVerifierExt;
+        // On Linux it loads the system's store now, and fails if empty.
+        builder
+            .with_platform_verifier()
+            .map_err(|e| ConnectError::NoRootCertificates(format!("the platform verifier: {e}")))?
+    };
+    #[cfg(not(feature = "rustls-platform-verifier"))]
+    let builder = builder.with_root_certificates(feature_roots()?);
+    let config = builder.with_no_client_auth();
+    Ok(BUILT.get_or_init(|| Arc::new(config)).clone())
+}
+
+/// The roots of the root store features: the platform's store, Mozilla's,
+/// or both.
+#[cfg(not(feature = "rustls-platform-verifier"))]
+fn feature_roots() -> Result<rustls::RootCertStore> {
     #[allow(unused_mut)]
     let mut roots = rustls::RootCertStore::empty();
     #[cfg(feature = "rustls-native-roots")]
@@ -43,12 +65,7 @@ pub(crate) fn default_config() -> Result<Arc<ClientConfig>> {
     if roots.is_empty() {
         return Err(ConnectError::NoRootCertificates(why_empty).into());
     }
-    let config = ClientConfig::builder_with_provider(crypto_provider()?)
-        .with_safe_default_protocol_versions()
-        .map_err(ConnectError::Tls)?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(BUILT.get_or_init(|| Arc::new(config)).clone())
+    Ok(roots)
 }
 
 /// The rustls crypto provider wavesock's own configurations use: the
@@ -163,7 +180,11 @@ mod tests {
         ));
     }
 
-    #[cfg(not(any(feature = "rustls-webpki-roots", feature = "rustls-native-roots")))]
+    #[cfg(not(any(
+        feature = "rustls-webpki-roots",
+        feature = "rustls-native-roots",
+        feature = "rustls-platform-verifier"
+    )))]
     #[test]
     fn no_roots_is_a_clear_error() {
         assert!(matches!(
