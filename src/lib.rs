@@ -18,8 +18,9 @@
 //!   [`client_async`] over any stream you opened, given a URL, an
 //!   [`http::Request`] or a [`ClientRequestBuilder`] (and a `url::Url`
 //!   with the `url` feature).
-//! - `wss://` with rustls behind the `rustls`, `rustls-webpki-roots` and
-//!   `rustls-native-roots` features (the `tls` module), and client
+//! - `wss://` with rustls (features `rustls`, `rustls-webpki-roots`,
+//!   `rustls-native-roots`, `rustls-platform-verifier`) or the operating
+//!   system's TLS (`native-tls`), see the `tls` module, and client
 //!   connections through HTTP `CONNECT` and SOCKS5 proxies ([`proxy`]).
 //! - [`PreparedMessage`]: a message encoded once and sent to many
 //!   connections without a copy per connection.

@@ -125,6 +125,23 @@ fn native_h2(cert: &CertificateDer<'static>) -> Connector {
 
 #[cfg(feature = "native-tls")]
 #[tokio::test]
+async fn a_native_connector_offering_h2_cannot_fall_back_to_http1() {
+    // h2 without RFC 8441: the client falls back to HTTP/1.1, and this
+    // connector offers h2 again, which the server takes.
+    let (addr, cert, _) = server(&["h2", "http/1.1"], false).await;
+    let url = format!("wss://localhost:{}/echo", addr.port());
+    let err = connect_async_http2_tls_with_config(&url, Config::default(), Some(native_h2(&cert)))
+        .await
+        .expect_err("no HTTP/1.1 connection to fall back on");
+    assert!(
+        matches!(err, Error::Connect(wavesock::ConnectError::UnwantedHttp2)),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("request_alpns"), "{err}");
+}
+
+#[cfg(feature = "native-tls")]
+#[tokio::test]
 async fn native_tls_carries_the_websocket_over_http2() {
     let (addr, cert, seen) = server(&["h2", "http/1.1"], true).await;
     let url = format!("wss://localhost:{}/echo", addr.port());

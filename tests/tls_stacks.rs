@@ -47,6 +47,8 @@ fn make_certificates(test: &str) -> PathBuf {
     let (params, key) = ca("trusted");
     std::fs::write(dir.join("ca.pem"), params.self_signed(&key).unwrap().pem()).unwrap();
     let trusted = Issuer::new(params, key);
+    // A system store with nothing in it (a slim container's).
+    std::fs::write(dir.join("empty.pem"), "").unwrap();
     let (params, key) = ca("untrusted");
     let untrusted = Issuer::new(params, key);
     for leaf in LEAVES {
@@ -76,10 +78,16 @@ fn make_certificates(test: &str) -> PathBuf {
 /// Runs the ignored test `child` in a new process that trusts only the
 /// test CA, through `SSL_CERT_FILE`.
 fn run_child(child: &str) {
+    run_child_trusting(child, "ca.pem");
+}
+
+/// Runs the ignored test `child` in a new process whose system store is
+/// `store`, one of the files [`make_certificates`] writes.
+fn run_child_trusting(child: &str, store: &str) {
     let dir = make_certificates(child);
     let out = Command::new(std::env::current_exe().unwrap())
         .args([child, "--exact", "--ignored", "--nocapture"])
-        .env("SSL_CERT_FILE", dir.join("ca.pem"))
+        .env("SSL_CERT_FILE", dir.join(store))
         .env_remove("SSL_CERT_DIR")
         .env(DIR, &dir)
         .output()
@@ -230,6 +238,46 @@ async fn child_connects_through_the_systems_store() {
             text.contains(says),
             "{leaf}: {text:?} does not say {says:?}"
         );
+    }
+}
+
+#[cfg(all(
+    feature = "rustls-platform-verifier",
+    not(feature = "native-tls"),
+    any(feature = "ring", feature = "aws-lc-rs")
+))]
+#[test]
+fn an_empty_system_store_leaves_the_platform_verifier_to_the_feature_roots() {
+    run_child_trusting("child_with_an_empty_system_store", "empty.pem");
+}
+
+#[cfg(all(
+    feature = "rustls-platform-verifier",
+    not(feature = "native-tls"),
+    any(feature = "ring", feature = "aws-lc-rs")
+))]
+#[tokio::test]
+#[ignore = "run by an_empty_system_store_leaves_the_platform_verifier_to_the_feature_roots"]
+async fn child_with_an_empty_system_store() {
+    let dir = PathBuf::from(std::env::var_os(DIR).expect("run by the parent test"));
+    let port = server(&dir, "good").await;
+    let err = wavesock::connect_async(format!("wss://localhost:{port}/"))
+        .await
+        .expect_err("nothing trusts the test CA");
+    let text = chain(&err);
+    if cfg!(feature = "rustls-webpki-roots") {
+        // Mozilla's roots checked it, and do not know its issuer.
+        assert!(
+            matches!(err, Error::Connect(ConnectError::Certificate(_))),
+            "{err:?}"
+        );
+        assert!(text.contains("issuer"), "{text}");
+    } else {
+        assert!(
+            matches!(err, Error::Connect(ConnectError::NoRootCertificates(_))),
+            "{err:?}"
+        );
+        assert!(text.contains("platform verifier"), "{text}");
     }
 }
 

@@ -83,7 +83,14 @@ pub(crate) async fn open(
         tcp.set_nodelay(true)?;
         #[cfg(feature = "__tls")]
         if let Some(prepared) = prepared {
-            return super::tls::handshake(tcp, host, prepared).await;
+            let stream = super::tls::handshake(tcp, host, prepared).await?;
+            // Only a caller's native-tls connector can offer h2 on an
+            // HTTP/1.1 attempt: wavesock sets every other offer itself.
+            #[cfg(feature = "native-tls")]
+            if matches!(alpn, Alpn::None | Alpn::Http1Only) && stream.is_h2() {
+                return Err(ConnectError::UnwantedHttp2.into());
+            }
+            return Ok(stream);
         }
         Ok(MaybeTlsStream::Plain(tcp))
     };

@@ -67,10 +67,11 @@ pub type ClientResponse = Response<Option<Vec<u8>>>;
 ///
 /// `request` is a URL or an [`http::Request`] with your own headers (see
 /// [`IntoClientRequest`]). Returns the connection and the server's `101`
-/// response. `wss://` needs the `rustls` feature and a root store feature
-/// (`rustls-webpki-roots` or `rustls-native-roots`), else it is refused
-/// with [`ConnectError::UnsupportedScheme`](crate::ConnectError::UnsupportedScheme) or
-/// `ConnectError::NoRootCertificates`; with your own rustls configuration,
+/// response. `wss://` needs a TLS feature: `native-tls`, or `rustls` with
+/// a root store (`rustls-webpki-roots`, `rustls-native-roots` or
+/// `rustls-platform-verifier`); else it is refused with
+/// [`ConnectError::UnsupportedScheme`](crate::ConnectError::UnsupportedScheme) or
+/// `ConnectError::NoRootCertificates`. With your own TLS configuration,
 /// use `connect_async_tls_with_config`. Failures to resolve, connect,
 /// get through a proxy or agree on TLS are [`Error::Connect`](crate::Error::Connect).
 ///

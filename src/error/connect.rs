@@ -14,10 +14,11 @@ use http::StatusCode;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectError {
-    /// The URL's scheme cannot be connected to: `wss://` needs a `rustls`
-    /// feature; anything but `ws://` and `wss://` is not WebSocket.
+    /// The URL's scheme cannot be connected to: `wss://` needs a TLS
+    /// feature (`rustls` or `native-tls`); anything but `ws://` and
+    /// `wss://` is not WebSocket.
     #[error(
-        "unsupported URL scheme {0:?}: connect_async takes ws://, and wss:// with a rustls feature (or open the TLS stream yourself and use client_async)"
+        "unsupported URL scheme {0:?}: connect_async takes ws://, and wss:// with a TLS feature, rustls or native-tls (or open the TLS stream yourself and use client_async)"
     )]
     UnsupportedScheme(String),
     /// The connection (name resolution, TCP, proxy tunnel and TLS handshake
@@ -121,6 +122,14 @@ pub enum ConnectError {
     #[cfg(feature = "native-tls")]
     #[error("TLS (native-tls) failed: {0}")]
     NativeTls(#[source] native_tls::Error),
+    /// The server chose HTTP/2 in ALPN on a connection that speaks
+    /// HTTP/1.1: a native-tls connector's ALPN offer is fixed when it is
+    /// built, so one offering `h2` cannot make the HTTP/1.1 attempts.
+    #[cfg(feature = "native-tls")]
+    #[error(
+        "the server chose HTTP/2 (ALPN h2) for an HTTP/1.1 connection: this native-tls connector offers h2; build one without request_alpns for HTTP/1.1, or pass no connector"
+    )]
+    UnwantedHttp2,
 }
 
 fn socks_reply_text(code: u8) -> &'static str {

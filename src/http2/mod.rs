@@ -98,7 +98,9 @@ impl Http2Connection {
     }
 
     /// Like [`connect`](Self::connect), securing `wss://` with the given
-    /// [`Connector`](crate::Connector) (its ALPN list is replaced by `h2`).
+    /// [`Connector`](crate::Connector): a rustls configuration's ALPN list
+    /// is replaced by `h2`; a native-tls connector offers what it was built
+    /// with, so build it with `request_alpns(&["h2"])`.
     #[cfg(feature = "__tls")]
     pub async fn connect_tls<R: IntoClientRequest>(
         url: R,
@@ -394,7 +396,10 @@ pub async fn connect_async_http2_with_config<R: IntoClientRequest>(
 }
 
 /// Like [`connect_async_http2_with_config`], securing `wss://` with the
-/// given [`Connector`](crate::Connector) (its ALPN list is replaced).
+/// given [`Connector`](crate::Connector): a rustls configuration's ALPN
+/// list is replaced for each attempt; a native-tls connector offers what
+/// it was built with, and one offering `h2` makes the HTTP/1.1 fallback
+/// fail with `ConnectError::UnwantedHttp2`.
 #[cfg(feature = "__tls")]
 pub async fn connect_async_http2_tls_with_config<R: IntoClientRequest>(
     request: R,

@@ -12,8 +12,10 @@
 //!   `SSL_CERT_FILE` and `SSL_CERT_DIR` when set), or both; or, with
 //!   `rustls-platform-verifier`, the platform's own verifier
 //!   (Security.framework, Windows, Android; the system's store on Linux),
-//!   which then comes first. Without any, pass your own configuration as a
-//!   [`Connector`].
+//!   which then comes first (if it finds no roots on Linux, Mozilla's are
+//!   used when `rustls-webpki-roots` is on; on Android it needs the
+//!   crate's JNI initialisation first). Without any, pass your own
+//!   configuration as a [`Connector`].
 //!
 //! # Which stack `connect_async` uses
 //!
@@ -54,6 +56,10 @@
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::alpn::Alpn;
+
+// `__tls` only says that some stack is compiled in.
+#[cfg(not(any(feature = "rustls", feature = "native-tls")))]
+compile_error!("the `__tls` feature is internal: enable `rustls` or `native-tls`");
 use super::transport::MaybeTlsStream;
 use crate::error::ConnectError;
 use crate::error::Result;
@@ -70,7 +76,7 @@ pub use rustls_client::crypto_provider;
 /// [`connect_async_tls_with_config`](crate::connect_async_tls_with_config).
 ///
 /// `ws://` URLs are always plain, whatever the connector.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Connector {
     /// No TLS: `wss://` URLs are refused.
@@ -103,8 +109,11 @@ pub enum Connector {
     /// ```
     #[cfg(feature = "rustls")]
     Rustls(std::sync::Arc<rustls::ClientConfig>),
-    /// native-tls with this connector (roots, client identity, ALPN: for
-    /// the HTTP/2 client, build it with `request_alpns(&["h2"])`).
+    /// native-tls with this connector (roots, client identity, ALPN). Its
+    /// ALPN offer is fixed when it is built: for the HTTP/2 client's h2
+    /// attempts build it with `request_alpns(&["h2"])`, and one without
+    /// for HTTP/1.1; a server choosing h2 on an HTTP/1.1 attempt fails it
+    /// with `ConnectError::UnwantedHttp2`.
     ///
     /// ```no_run
     /// use wavesock::native_tls::{Certificate, TlsConnector};
@@ -127,25 +136,13 @@ pub enum Connector {
     NativeTls(native_tls::TlsConnector),
 }
 
-impl std::fmt::Debug for Connector {
-    // native-tls' connector has no `Debug`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Connector::Plain => f.write_str("Plain"),
-            #[cfg(feature = "rustls")]
-            Connector::Rustls(config) => f.debug_tuple("Rustls").field(config).finish(),
-            #[cfg(feature = "native-tls")]
-            Connector::NativeTls(_) => f.write_str("NativeTls(..)"),
-        }
-    }
-}
-
 impl Connector {
     /// The connector [`connect_async`](crate::connect_async) uses for
     /// `wss://` when given none, made from the features (see the [module
     /// docs](self#which-stack-connect_async-uses)): its variant says which
     /// stack that is. Built once per process: loading a trust store reads
-    /// files.
+    /// files. It offers no protocol in ALPN: for the HTTP/2 client, pass no
+    /// connector, and the one built for each attempt offers what it needs.
     pub fn from_features() -> Result<Connector> {
         #[cfg(feature = "native-tls")]
         return native_client::default_connector(Alpn::None).map(Connector::NativeTls);

@@ -31,10 +31,16 @@ pub(crate) fn default_config() -> Result<Arc<ClientConfig>> {
     #[cfg(feature = "rustls-platform-verifier")]
     let builder = {
         use rustls_platform_verifier::BuilderVerifierExt;
-        // On Linux it loads the system's store now, and fails if empty.
-        builder
-            .with_platform_verifier()
-            .map_err(|e| ConnectError::NoRootCertificates(format!("the platform verifier: {e}")))?
+        // On Linux it loads the system's store now, and fails if empty (a
+        // slim container): then the root store features' roots, if any,
+        // so that a dependency turning the verifier on does not take away
+        // the Mozilla roots another part of the build relies on.
+        match builder.clone().with_platform_verifier() {
+            Ok(verifying) => verifying,
+            Err(e) => builder.with_root_certificates(feature_roots().map_err(|_| {
+                ConnectError::NoRootCertificates(format!("the platform verifier: {e}"))
+            })?),
+        }
     };
     #[cfg(not(feature = "rustls-platform-verifier"))]
     let builder = builder.with_root_certificates(feature_roots()?);
@@ -44,7 +50,6 @@ pub(crate) fn default_config() -> Result<Arc<ClientConfig>> {
 
 /// The roots of the root store features: the platform's store, Mozilla's,
 /// or both.
-#[cfg(not(feature = "rustls-platform-verifier"))]
 fn feature_roots() -> Result<rustls::RootCertStore> {
     #[allow(unused_mut)]
     let mut roots = rustls::RootCertStore::empty();
