@@ -55,6 +55,11 @@ use wavesock::hub::{
 };
 use wavesock::{CloseCode, CloseFrame, Config, ErrorResponse, Message};
 
+#[path = "support/interleave.rs"]
+mod interleave;
+
+use interleave::{AsPayload, depth};
+
 type BoxFut<T> = Pin<Box<dyn Future<Output = T>>>;
 
 /// The duplex's capacity each way: a couple of the server's messages fill
@@ -876,27 +881,6 @@ fn check(scenario: &Scenario, schedule: &[Step], w: &World) {
             "{why}: a handle message queued before its close is missing"
         );
     }
-}
-
-trait AsPayload {
-    fn as_payload(&self) -> &[u8];
-}
-
-impl AsPayload for Message {
-    fn as_payload(&self) -> &[u8] {
-        match self {
-            Message::Text(t) => t.as_bytes(),
-            Message::Binary(b) => b,
-            _ => &[],
-        }
-    }
-}
-
-fn depth() -> usize {
-    std::env::var("INTERLEAVE_DEPTH")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(7)
 }
 
 /// Runs every schedule inside a runtime's context (the engine makes

@@ -25,6 +25,11 @@ use wavesock::{
     WebSocketStream,
 };
 
+#[path = "support/interleave.rs"]
+mod interleave;
+
+use interleave::{AsPayload, depth};
+
 type Io = DuplexStream;
 type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 /// A receive in progress: it gives the receiver back with what it got.
@@ -341,27 +346,6 @@ impl ParseForTest for CloseFrame {
             std::str::from_utf8(&payload[2..]).unwrap(),
         ))
     }
-}
-
-trait AsPayload {
-    fn as_payload(&self) -> &[u8];
-}
-
-impl AsPayload for Message {
-    fn as_payload(&self) -> &[u8] {
-        match self {
-            Message::Text(t) => t.as_bytes(),
-            Message::Binary(b) => b,
-            _ => &[],
-        }
-    }
-}
-
-fn depth() -> usize {
-    std::env::var("INTERLEAVE_DEPTH")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(7)
 }
 
 /// Runs every schedule inside a runtime's context (timers need one) but
