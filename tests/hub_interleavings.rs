@@ -58,7 +58,7 @@ use wavesock::{CloseCode, CloseFrame, Config, ErrorResponse, Message};
 #[path = "support/interleave.rs"]
 mod interleave;
 
-use interleave::{AsPayload, depth};
+use interleave::{AsPayload, client_frame, depth, paused_runtime};
 
 type BoxFut<T> = Pin<Box<dyn Future<Output = T>>>;
 
@@ -77,16 +77,6 @@ const QUEUE: usize = 2;
 const SPINS: usize = 4;
 /// Rounds of the fair drain before a schedule counts as stuck.
 const ROUNDS: usize = 200;
-
-/// A masked frame from the peer (a client).
-fn client_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    assert!(payload.len() < 126);
-    let key = [7, 1, 9, 3];
-    let mut out = vec![0x80 | opcode, 0x80 | payload.len() as u8];
-    out.extend_from_slice(&key);
-    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
-    out
-}
 
 /// The opcode and payload of a frame made by [`client_frame`].
 fn unmask(frame: &[u8]) -> (u8, Vec<u8>) {
@@ -887,11 +877,7 @@ fn check(scenario: &Scenario, schedule: &[Step], w: &World) {
 /// `Sleep`s for its close timer) but outside any task, with the clock
 /// paused: nothing fires by itself, so every schedule is deterministic.
 fn explore(scenario: &Scenario) -> usize {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = paused_runtime();
     let _context = rt.enter();
     run(scenario, &[]);
     let mut count = 1;

@@ -28,7 +28,7 @@ use wavesock::{
 #[path = "support/interleave.rs"]
 mod interleave;
 
-use interleave::{AsPayload, depth};
+use interleave::{AsPayload, client_frame, depth, paused_runtime};
 
 type Io = DuplexStream;
 type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
@@ -36,15 +36,6 @@ type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 type Next = BoxFut<'static, (WebSocketReceiver<Io>, Option<Result<Message, Error>>)>;
 /// A send in progress: it gives the sender back with the outcome.
 type Send = BoxFut<'static, (WebSocketSender<Io>, Result<(), Error>)>;
-
-/// A masked frame from the peer (a client).
-fn client_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let key = [7, 1, 9, 3];
-    let mut out = vec![0x80 | opcode, 0x80 | payload.len() as u8];
-    out.extend_from_slice(&key);
-    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
-    out
-}
 
 /// A server frame as the peer reads it.
 #[derive(Debug, Clone, PartialEq)]
@@ -352,11 +343,7 @@ impl ParseForTest for CloseFrame {
 /// outside any task: the halves are polled by hand, and a task's
 /// cooperative budget would make Tokio's I/O say `Pending` after a while.
 fn explore(scenario: &Scenario) -> usize {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = paused_runtime();
     let _context = rt.enter();
     let depth = depth();
     let mut count = 0;

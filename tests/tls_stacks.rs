@@ -75,6 +75,11 @@ fn make_certificates(test: &str) -> PathBuf {
     dir
 }
 
+/// In a child test: the directory of the certificates its parent made.
+fn child_dir() -> PathBuf {
+    PathBuf::from(std::env::var_os(DIR).expect("run by the parent test"))
+}
+
 /// Runs the ignored test `child` in a new process that trusts only the
 /// test CA, through `SSL_CERT_FILE`.
 fn run_child(child: &str) {
@@ -204,7 +209,7 @@ fn wss_trusts_the_systems_store_and_names_each_refusal() {
 #[tokio::test]
 #[ignore = "run by wss_trusts_the_systems_store_and_names_each_refusal"]
 async fn child_connects_through_the_systems_store() {
-    let dir = PathBuf::from(std::env::var_os(DIR).expect("run by the parent test"));
+    let dir = child_dir();
     let port = server(&dir, "good").await;
     let (mut ws, response) = wavesock::connect_async(format!("wss://localhost:{port}/"))
         .await
@@ -259,7 +264,7 @@ fn an_empty_system_store_leaves_the_platform_verifier_to_the_feature_roots() {
 #[tokio::test]
 #[ignore = "run by an_empty_system_store_leaves_the_platform_verifier_to_the_feature_roots"]
 async fn child_with_an_empty_system_store() {
-    let dir = PathBuf::from(std::env::var_os(DIR).expect("run by the parent test"));
+    let dir = child_dir();
     let port = server(&dir, "good").await;
     let err = wavesock::connect_async(format!("wss://localhost:{port}/"))
         .await
@@ -323,7 +328,7 @@ fn native_tls_talks_to_a_server_that_is_not_rust() {
 #[tokio::test]
 #[ignore = "run by native_tls_talks_to_a_server_that_is_not_rust"]
 async fn child_connects_to_node() {
-    let dir = PathBuf::from(std::env::var_os(DIR).expect("run by the parent test"));
+    let dir = child_dir();
     let (_node, port) = node_server(&dir, "good").await;
     let (mut ws, _) = wavesock::connect_async(format!("wss://localhost:{port}/"))
         .await
@@ -450,7 +455,7 @@ mod provider {
         )) {
             return None;
         }
-        let dir = PathBuf::from(std::env::var_os(DIR).expect("run by the parent test"));
+        let dir = child_dir();
         let port = server(&dir, "good").await;
         let connected = wavesock::connect_async(format!("wss://localhost:{port}/")).await;
         Some(connected.map(|(ws, _)| ws))
