@@ -89,6 +89,7 @@ pub mod proxy;
 mod retry;
 mod server;
 pub mod stream;
+pub mod topics;
 #[cfg(feature = "__tls")]
 pub use client::tls;
 mod trace;

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::topics::Topics;
 
 /// A hub's settings: the connections' [`Config`] and what the hub adds.
 ///
@@ -47,6 +48,9 @@ pub struct HubConfig {
     /// their closing handshakes (code 1001) before they are dropped.
     /// Default 5 s.
     pub shutdown_timeout: Duration,
+    /// The registry of topics the hub's connections subscribe and publish
+    /// to. Default [`Topics::global`]: shared by every hub of the process.
+    pub topics: Topics,
 }
 
 impl Default for HubConfig {
@@ -59,6 +63,7 @@ impl Default for HubConfig {
             engines: Some(1),
             handle_capacity: 1024,
             shutdown_timeout: Duration::from_secs(5),
+            topics: Topics::global(),
         }
     }
 }
@@ -103,6 +108,13 @@ impl HubConfig {
     /// Sets [`shutdown_timeout`](Self::shutdown_timeout).
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Sets [`topics`](Self::topics): a registry of the hub's own, or one
+    /// shared with some hubs only.
+    pub fn topics(mut self, topics: Topics) -> Self {
+        self.topics = topics;
         self
     }
 

@@ -29,6 +29,7 @@ use crate::hub::event::{Closed, ConnId, HubMessage};
 use crate::hub::handle::{Adopted, Adopter, Command, HubHandle};
 use crate::hub::handler::Handler;
 use crate::hub::slot::{Conn, Reading, Slot, Stage, Transport, Turn, Ws};
+use crate::hub::subs::{Subs, token};
 use crate::hub::timers::Timers;
 use crate::hub::wake::{ConnWaker, Key, ReadyQueue};
 use crate::negotiated::Negotiated;
@@ -38,6 +39,7 @@ use crate::proto::conn::{Connection, Phase};
 use crate::proto::decoder::MessageDecoder;
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::message::Message;
+use crate::topics::Delivery;
 
 /// Reads per connection per turn before the others get theirs.
 const READS_PER_TURN: usize = 4;
@@ -92,7 +94,7 @@ impl<H: Handler> Hub<H> {
         }
         Ok(Hub {
             engines,
-            handle: HubHandle::new(senders),
+            handle: HubHandle::new(senders, config.topics.clone()),
         })
     }
 
@@ -214,6 +216,10 @@ struct Engine<H: Handler> {
     commands: Option<mpsc::Receiver<Command>>,
     /// Shutting down, until this deadline.
     shutdown: Option<Instant>,
+    /// Publishes taken from the inbox, being delivered.
+    published: std::collections::VecDeque<Delivery>,
+    /// Subscribers of the publish being delivered.
+    subscribers: Vec<Key>,
 }
 
 impl<H: Handler> std::fmt::Debug for Engine<H> {
@@ -235,6 +241,7 @@ impl<H: Handler> Engine<H> {
             dirty: Vec::new(),
             max_backpressure: config.max_backpressure,
             policy: config.backpressure_policy,
+            subs: Subs::new(config.topics.clone()),
         };
         Engine {
             index,
@@ -254,6 +261,8 @@ impl<H: Handler> Engine<H> {
             accept_paused_until: None,
             commands: Some(commands),
             shutdown: None,
+            published: Default::default(),
+            subscribers: Vec::new(),
         }
     }
 
@@ -413,6 +422,7 @@ impl<H: Handler> Engine<H> {
         entry.0 = entry.0.wrapping_add(1);
         self.free.push(key.slot);
         self.live -= 1;
+        self.turn.subs.end(key.slot);
         slot.c.discard_out(&mut self.turn.pool);
         if let Some(r) = slot.reading.take() {
             lend_back(r, &mut self.readers);
@@ -479,6 +489,12 @@ impl<H: Handler> Engine<H> {
             Command::Close(id, code, reason) => self.with_conn(id, |c, turn| {
                 let _ = c.close(turn, code, &reason);
             }),
+            Command::Subscribe(id, topic) => self.with_conn(id, |c, turn| {
+                turn.subs.subscribe(c.key, &topic);
+            }),
+            Command::Unsubscribe(id, topic) => self.with_conn(id, |c, turn| {
+                turn.subs.unsubscribe(c.key, &topic);
+            }),
         }
     }
 
@@ -522,6 +538,38 @@ impl<H: Handler> Engine<H> {
                 Stage::Ending => {}
             }
         }
+    }
+
+    /// Sends what was published to topics to this engine's subscribers:
+    /// each publish is one prepared frame, written to each subscriber as to
+    /// any other send (its backpressure policy included).
+    fn deliver_published(&mut self) {
+        let mut published = std::mem::take(&mut self.published);
+        self.turn.subs.inbox.take(&mut published);
+        let mut keys = std::mem::take(&mut self.subscribers);
+        while let Some(d) = published.pop_front() {
+            keys.clear();
+            self.turn.subs.subscribers(&d.topic, &mut keys);
+            // Entries naming a connection come only from this engine.
+            let except = d.except.map(|(_, t)| t);
+            for &key in &keys {
+                if except == Some(token(key)) {
+                    continue;
+                }
+                let Engine { slots, turn, .. } = self;
+                let Some((generation, Some(slot))) = slots.get_mut(key.slot as usize) else {
+                    continue;
+                };
+                if *generation != key.generation || slot.stage != Stage::Open {
+                    continue;
+                }
+                let _ = slot.c.send_prepared(turn, &d.msg);
+                self.settle(key);
+            }
+        }
+        keys.clear();
+        self.subscribers = keys;
+        self.published = published;
     }
 
     /// Writes out every connection that has bytes corked this turn.
@@ -637,6 +685,7 @@ impl<H: Handler> Engine<H> {
 
     fn poll_turn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.queue.register(cx.waker());
+        self.turn.subs.inbox.register(cx.waker());
         // Read from the clock when first needed this turn: an echo
         // without timers needs none.
         self.turn.now = None;
@@ -657,6 +706,8 @@ impl<H: Handler> Engine<H> {
             }
             self.drop_stale_timers();
         }
+        // After the handlers ran: what they published goes out this turn.
+        self.deliver_published();
         self.flush_dirty();
         if let Some(deadline) = self.shutdown {
             if self.live == 0 {

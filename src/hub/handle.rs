@@ -14,12 +14,15 @@ use crate::hub::event::ConnId;
 use crate::hub::slot::Io;
 use crate::proto::close::CloseCode;
 use crate::proto::message::{Message, PreparedMessage};
+use crate::topics::{Published, Topics};
 
 /// What other tasks ask of an engine.
 pub(crate) enum Command {
     Send(ConnId, Message),
     SendPrepared(ConnId, PreparedMessage),
     Close(ConnId, CloseCode, String),
+    Subscribe(ConnId, String),
+    Unsubscribe(ConnId, String),
     /// A connection accepted by the hub's acceptor, for this engine.
     Accept(TcpStream),
     /// A transport of another kind, its HTTP upgrade still to come.
@@ -36,6 +39,8 @@ impl std::fmt::Debug for Command {
             Command::Send(..) => "Send",
             Command::SendPrepared(..) => "SendPrepared",
             Command::Close(..) => "Close",
+            Command::Subscribe(..) => "Subscribe",
+            Command::Unsubscribe(..) => "Unsubscribe",
             Command::Accept(_) => "Accept",
             Command::AcceptIo(_) => "AcceptIo",
             Command::Adopt(_) => "Adopt",
@@ -73,14 +78,16 @@ pub struct HubHandle {
     next: Arc<std::sync::atomic::AtomicUsize>,
     /// Set on shutdown, for the acceptor of several engines.
     stop: Arc<tokio::sync::watch::Sender<bool>>,
+    topics: Topics,
 }
 
 impl HubHandle {
-    pub(crate) fn new(engines: Vec<mpsc::Sender<Command>>) -> Self {
+    pub(crate) fn new(engines: Vec<mpsc::Sender<Command>>, topics: Topics) -> Self {
         HubHandle {
             engines: engines.into(),
             next: Arc::default(),
             stop: Arc::new(tokio::sync::watch::Sender::new(false)),
+            topics,
         }
     }
 
@@ -142,6 +149,48 @@ impl HubHandle {
         tx.send(Command::Close(id, code, reason.to_owned()))
             .await
             .map_err(|_| HandleError::Stopped)
+    }
+
+    /// Subscribes connection `id` to `topic` (see
+    /// [`Ws::subscribe`](crate::hub::Ws::subscribe)), waiting for room in
+    /// the queue. Subscribing twice is once.
+    pub async fn subscribe(&self, id: ConnId, topic: &str) -> Result<(), HandleError> {
+        let tx = self.engine(id)?;
+        tx.send(Command::Subscribe(id, topic.to_owned()))
+            .await
+            .map_err(|_| HandleError::Stopped)
+    }
+
+    /// Subscribes connection `id` to `topic` if the queue has room.
+    pub fn try_subscribe(&self, id: ConnId, topic: &str) -> Result<(), HandleError> {
+        self.try_command(id, Command::Subscribe(id, topic.to_owned()))
+    }
+
+    /// Unsubscribes connection `id` from `topic`, waiting for room in the
+    /// queue.
+    pub async fn unsubscribe(&self, id: ConnId, topic: &str) -> Result<(), HandleError> {
+        let tx = self.engine(id)?;
+        tx.send(Command::Unsubscribe(id, topic.to_owned()))
+            .await
+            .map_err(|_| HandleError::Stopped)
+    }
+
+    /// Unsubscribes connection `id` from `topic` if the queue has room.
+    pub fn try_unsubscribe(&self, id: ConnId, topic: &str) -> Result<(), HandleError> {
+        self.try_command(id, Command::Unsubscribe(id, topic.to_owned()))
+    }
+
+    /// Publishes `msg` to every subscriber of `topic` (see
+    /// [`Topics::publish`]): on every hub sharing the hub's registry and,
+    /// with a link, on every linked server. It goes straight to the
+    /// engines' inboxes, not through the command queue: it never waits.
+    pub fn publish(&self, topic: &str, msg: &PreparedMessage) -> Published {
+        self.topics.publish(topic, msg)
+    }
+
+    /// The hub's registry of topics.
+    pub fn topics(&self) -> &Topics {
+        &self.topics
     }
 
     /// Hands the hub a connection over any transport (TLS from

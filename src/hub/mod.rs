@@ -60,6 +60,7 @@ mod event;
 mod handle;
 mod handler;
 mod slot;
+mod subs;
 mod timers;
 mod wake;
 

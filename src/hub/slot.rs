@@ -17,6 +17,7 @@ use tokio::net::TcpStream;
 use crate::error::{Error, Result};
 use crate::hub::config::BackpressurePolicy;
 use crate::hub::event::{ConnId, HubMessage, SendStatus};
+use crate::hub::subs::{Subs, token};
 use crate::hub::wake::{ConnWaker, Key};
 use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
@@ -26,6 +27,7 @@ use crate::proto::encoder::FrameEncoder;
 use crate::proto::header::OpCode;
 use crate::proto::message::{Message, PreparedMessage};
 use crate::retry::Retrying;
+use crate::topics::{Published, Topics};
 
 /// Where a connection stands in the hub's eyes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +183,8 @@ pub(crate) struct Turn {
     pub(crate) dirty: Vec<u32>,
     pub(crate) max_backpressure: usize,
     pub(crate) policy: BackpressurePolicy,
+    /// The engine's subscriptions to topics.
+    pub(crate) subs: Subs,
 }
 
 impl Turn {
@@ -625,5 +629,56 @@ impl<T> Ws<'_, T> {
     /// sent.
     pub fn is_closing(&self) -> bool {
         self.c.abandoned || self.c.conn.is_close_sent() || self.c.conn.is_peer_gone()
+    }
+
+    /// Subscribes the connection to `topic`: what is published to it from
+    /// now on is sent to this peer, until it unsubscribes or is gone. False
+    /// if it was subscribed already.
+    pub fn subscribe(&mut self, topic: &str) -> bool {
+        self.turn.subs.subscribe(self.c.key, topic)
+    }
+
+    /// Unsubscribes the connection from `topic`; false if it was not
+    /// subscribed.
+    pub fn unsubscribe(&mut self, topic: &str) -> bool {
+        self.turn.subs.unsubscribe(self.c.key, topic)
+    }
+
+    /// Whether the connection subscribes to `topic`.
+    pub fn is_subscribed(&self, topic: &str) -> bool {
+        self.turn.subs.is_subscribed(self.c.key, topic)
+    }
+
+    /// The topics the connection subscribes to.
+    pub fn topics(&self) -> impl Iterator<Item = &str> {
+        self.turn.subs.of(self.c.key).iter().map(|t| &**t)
+    }
+
+    /// The registry the hub's topics live in, to publish to everyone
+    /// (this connection included) or look around.
+    pub fn registry(&self) -> &Topics {
+        &self.turn.subs.topics
+    }
+
+    /// Publishes a message to `topic`: to every subscriber but this
+    /// connection (as uWebSockets' `ws.publish`; publish through
+    /// [`registry`](Self::registry) to include it), on every hub of the
+    /// registry and, with a link, every linked server. Encoded once.
+    pub fn publish(&mut self, topic: &str, msg: HubMessage<'_>) -> Published {
+        let msg = match msg {
+            HubMessage::Text(t) => Message::text(t.to_owned()),
+            HubMessage::Binary(b) => Message::binary(Bytes::copy_from_slice(b)),
+        };
+        let prepared = PreparedMessage::new(&msg).expect("data messages always prepare");
+        self.publish_prepared(topic, &prepared)
+    }
+
+    /// Publishes a prepared message to `topic`, as [`publish`](Self::publish).
+    pub fn publish_prepared(&mut self, topic: &str, msg: &PreparedMessage) -> Published {
+        let subs = &self.turn.subs;
+        let except = subs
+            .is_subscribed(self.c.key, topic)
+            .then(|| (subs.inbox.id(), token(self.c.key)));
+        subs.topics.publish_except(topic, msg, except)
     }
 }

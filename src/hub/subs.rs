@@ -1,0 +1,191 @@
+//! An engine's side of topics: which of its connections subscribe to
+//! what. The process's registry knows only how many each engine has, so a
+//! publish is one inbox entry per engine, not one per subscriber.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::hub::wake::Key;
+use crate::topics::{Inbox, Topics};
+
+/// One engine's subscriptions.
+#[derive(Debug)]
+pub(crate) struct Subs {
+    pub(crate) topics: Topics,
+    pub(crate) inbox: Arc<Inbox>,
+    /// Subscribers per topic: slot to generation.
+    by_topic: HashMap<Arc<str>, HashMap<u32, u32>>,
+    /// Topics per subscribing slot, to unsubscribe when it ends. Kept here,
+    /// not in the connection: a connection that subscribes to nothing pays
+    /// nothing for topics.
+    by_slot: HashMap<u32, Vec<Arc<str>>>,
+}
+
+impl Subs {
+    pub(crate) fn new(topics: Topics) -> Self {
+        let inbox = topics.inbox();
+        Subs {
+            topics,
+            inbox,
+            by_topic: HashMap::new(),
+            by_slot: HashMap::new(),
+        }
+    }
+
+    /// Subscribes `key`; false if it was already.
+    pub(crate) fn subscribe(&mut self, key: Key, topic: &str) -> bool {
+        let mine = self.by_slot.entry(key.slot).or_default();
+        if mine.iter().any(|t| &**t == topic) {
+            return false;
+        }
+        let name = match self.by_topic.get_key_value(topic) {
+            Some((name, _)) => name.clone(),
+            None => topic.into(),
+        };
+        self.topics.add(&self.inbox, topic);
+        mine.push(name.clone());
+        self.by_topic
+            .entry(name)
+            .or_default()
+            .insert(key.slot, key.generation);
+        true
+    }
+
+    /// Unsubscribes `key`; false if it was not subscribed.
+    pub(crate) fn unsubscribe(&mut self, key: Key, topic: &str) -> bool {
+        let Some(mine) = self.by_slot.get_mut(&key.slot) else {
+            return false;
+        };
+        let Some(at) = mine.iter().position(|t| &**t == topic) else {
+            return false;
+        };
+        mine.swap_remove(at);
+        if mine.is_empty() {
+            self.by_slot.remove(&key.slot);
+        }
+        self.forget(key.slot, topic);
+        true
+    }
+
+    fn forget(&mut self, slot: u32, topic: &str) {
+        if let Some(subs) = self.by_topic.get_mut(topic) {
+            subs.remove(&slot);
+            if subs.is_empty() {
+                self.by_topic.remove(topic);
+            }
+        }
+        self.topics.remove(&self.inbox, topic);
+    }
+
+    /// The connection in `slot` is gone: drops its subscriptions.
+    pub(crate) fn end(&mut self, slot: u32) {
+        if let Some(mine) = self.by_slot.remove(&slot) {
+            for topic in mine {
+                self.forget(slot, &topic);
+            }
+        }
+    }
+
+    pub(crate) fn is_subscribed(&self, key: Key, topic: &str) -> bool {
+        self.by_slot
+            .get(&key.slot)
+            .is_some_and(|mine| mine.iter().any(|t| &**t == topic))
+    }
+
+    /// The topics `key` subscribes to.
+    pub(crate) fn of(&self, key: Key) -> &[Arc<str>] {
+        self.by_slot.get(&key.slot).map_or(&[], |v| v.as_slice())
+    }
+
+    /// The subscribers of `topic`, appended to `into`.
+    pub(crate) fn subscribers(&self, topic: &str, into: &mut Vec<Key>) {
+        if let Some(subs) = self.by_topic.get(topic) {
+            into.extend(
+                subs.iter()
+                    .map(|(&slot, &generation)| Key { slot, generation }),
+            );
+        }
+    }
+}
+
+impl Drop for Subs {
+    /// An engine that stops (its runtime shut down, or the hub) takes its
+    /// subscriptions with it: no publish queues for it any more.
+    fn drop(&mut self) {
+        for (topic, subs) in self.by_topic.drain() {
+            for _ in 0..subs.len() {
+                self.topics.remove(&self.inbox, &topic);
+            }
+        }
+    }
+}
+
+/// The token naming a connection in its engine's inbox entries.
+pub(crate) fn token(key: Key) -> u64 {
+    (u64::from(key.slot) << 32) | u64::from(key.generation)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(slot: u32) -> Key {
+        Key {
+            slot,
+            generation: 1,
+        }
+    }
+
+    #[test]
+    fn subscriptions_follow_connections_and_reach_the_registry() {
+        let topics = Topics::new();
+        let mut subs = Subs::new(topics.clone());
+        assert!(subs.subscribe(key(1), "a"));
+        assert!(!subs.subscribe(key(1), "a"), "twice is once");
+        assert!(subs.subscribe(key(2), "a"));
+        assert!(subs.subscribe(key(2), "b"));
+        assert_eq!(topics.subscribers("a"), 2);
+        assert!(subs.is_subscribed(key(2), "b"));
+        assert_eq!(subs.of(key(2)).len(), 2);
+        let mut got = Vec::new();
+        subs.subscribers("a", &mut got);
+        got.sort_by_key(|k| k.slot);
+        assert_eq!(got, [key(1), key(2)]);
+        assert!(subs.unsubscribe(key(1), "a"));
+        assert!(!subs.unsubscribe(key(1), "a"));
+        assert_eq!(topics.subscribers("a"), 1);
+        subs.end(2);
+        assert_eq!(topics.subscribers("a"), 0);
+        assert!(topics.names().is_empty());
+        assert!(subs.of(key(2)).is_empty());
+        got.clear();
+        subs.subscribers("a", &mut got);
+        assert!(got.is_empty());
+    }
+
+    #[test]
+    fn a_dropped_engine_leaves_the_registry() {
+        let topics = Topics::new();
+        let mut subs = Subs::new(topics.clone());
+        subs.subscribe(key(1), "a");
+        subs.subscribe(key(2), "a");
+        subs.subscribe(key(2), "b");
+        drop(subs);
+        assert_eq!(topics.subscribers("a"), 0);
+        assert!(topics.names().is_empty());
+    }
+
+    #[test]
+    fn tokens_tell_slots_and_generations_apart() {
+        let a = Key {
+            slot: 1,
+            generation: 2,
+        };
+        let b = Key {
+            slot: 2,
+            generation: 1,
+        };
+        assert_ne!(token(a), token(b));
+        assert_eq!(token(a), (1 << 32) | 2);
+    }
+}

@@ -1,0 +1,614 @@
+//! Topics: publish a message once and reach every subscriber, on every
+//! [`Hub`](crate::hub::Hub) of the process and, with the `redis` feature,
+//! on every server linked through Redis.
+//!
+//! A [`Topics`] registry maps topic names to subscribers. Hub connections
+//! subscribe with [`Ws::subscribe`](crate::hub::Ws::subscribe) (or
+//! [`HubHandle::subscribe`](crate::hub::HubHandle::subscribe)); tasks
+//! serving a [`WebSocketStream`](crate::WebSocketStream) subscribe with
+//! [`Topics::subscribe`], which gives a [`TopicReceiver`]. A publish
+//! encodes the frame once ([`PreparedMessage`]: compressed once per window
+//! size for permessage-deflate connections) and queues it, under one lock,
+//! in the inbox of each engine that has subscribers to the topic; each
+//! engine then writes it to its subscribers.
+//!
+//! What holds:
+//!
+//! - **Order per topic.** Publishes to one topic reach every subscriber in
+//!   one order, the order they took the registry's lock, whichever engine
+//!   or task published them.
+//! - **Slow subscribers.** A hub connection with more than
+//!   [`max_backpressure`](crate::hub::HubConfig::max_backpressure) waiting
+//!   meets its hub's [`BackpressurePolicy`](crate::hub::BackpressurePolicy)
+//!   (closed, or the message skipped for it) while the others go on. A
+//!   [`TopicReceiver`] more than [`TopicsConfig::stream_capacity`] behind
+//!   skips ahead and is told how many it missed.
+//! - **Bounded inboxes.** An engine more than
+//!   [`TopicsConfig::inbox_capacity`] publishes behind (its thread starved)
+//!   misses publishes rather than queue without limit; they are counted in
+//!   [`TopicsStats::inbox_dropped`].
+//! - **Shared by every hub of a process**: hubs use [`Topics::global`]
+//!   unless given their own with
+//!   [`HubConfig::topics`](crate::hub::HubConfig::topics).
+//!
+//! ```
+//! use wavesock::topics::Topics;
+//! use wavesock::{Message, PreparedMessage};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let topics = Topics::new();
+//! let mut prices = topics.subscribe("prices");
+//! let msg = PreparedMessage::new(&Message::text("EURUSD 1.0842")).unwrap();
+//! let published = topics.publish("prices", &msg);
+//! assert_eq!(published.local, 1);
+//! assert_eq!(prices.recv().await.unwrap(), msg);
+//! # }
+//! ```
+
+#[cfg(feature = "redis")]
+pub mod redis;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::Waker;
+
+use futures_util::task::AtomicWaker;
+use tokio::sync::broadcast;
+
+use crate::proto::message::PreparedMessage;
+
+/// Settings of a [`Topics`] registry.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct TopicsConfig {
+    /// Messages a [`TopicReceiver`] may fall behind before it skips ahead.
+    /// Default 1 024.
+    pub stream_capacity: usize,
+    /// Publishes an engine may have waiting before it misses more. Default
+    /// 65 536.
+    pub inbox_capacity: usize,
+}
+
+impl Default for TopicsConfig {
+    fn default() -> Self {
+        TopicsConfig {
+            stream_capacity: 1024,
+            inbox_capacity: 1 << 16,
+        }
+    }
+}
+
+impl TopicsConfig {
+    /// Sets [`stream_capacity`](Self::stream_capacity) (at least 1).
+    pub fn stream_capacity(mut self, messages: usize) -> Self {
+        self.stream_capacity = messages.max(1);
+        self
+    }
+
+    /// Sets [`inbox_capacity`](Self::inbox_capacity) (at least 1).
+    pub fn inbox_capacity(mut self, messages: usize) -> Self {
+        self.inbox_capacity = messages.max(1);
+        self
+    }
+}
+
+/// What a [`Topics::publish`] reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Published {
+    /// Subscribers in this process it was queued for (hub connections and
+    /// [`TopicReceiver`]s).
+    pub local: usize,
+    /// What became of it for other servers.
+    pub remote: Remote,
+}
+
+/// What became of a publish for other servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Remote {
+    /// No link to other servers: this process only.
+    NoLink,
+    /// Queued for the link, to go out in its next round trip.
+    Queued,
+    /// Not sent to other servers: the link is down, or its queue is full.
+    /// Counted in the link's stats.
+    Dropped,
+}
+
+/// Counters of a [`Topics`] registry, from [`Topics::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TopicsStats {
+    /// Publishes (from this process and from the link).
+    pub published: u64,
+    /// Publishes an engine missed because its inbox was full.
+    pub inbox_dropped: u64,
+}
+
+/// Where publishes go beyond this process (the Redis link).
+pub(crate) trait Link: Send + Sync + std::fmt::Debug {
+    fn send(&self, topic: &str, msg: &PreparedMessage) -> Remote;
+}
+
+/// A publish waiting in an engine's inbox.
+#[derive(Debug)]
+pub(crate) struct Delivery {
+    pub(crate) topic: Arc<str>,
+    pub(crate) msg: PreparedMessage,
+    /// The connection that published it, which does not receive it (as
+    /// uWebSockets' `ws.publish`): the inbox's id and the engine's token.
+    pub(crate) except: Option<(u64, u64)>,
+}
+
+/// An engine's inbox: publishes for its subscribers, and the engine's
+/// task to wake for them.
+#[derive(Debug)]
+pub(crate) struct Inbox {
+    id: u64,
+    items: Mutex<VecDeque<Delivery>>,
+    waker: AtomicWaker,
+}
+
+impl Inbox {
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Registers the engine's task, at each poll.
+    pub(crate) fn register(&self, waker: &Waker) {
+        self.waker.register(waker);
+    }
+
+    /// Moves every waiting publish into `into`.
+    pub(crate) fn take(&self, into: &mut VecDeque<Delivery>) {
+        let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        if into.is_empty() {
+            std::mem::swap(&mut *items, into);
+        } else {
+            into.append(&mut items);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    name: Arc<str>,
+    /// Engines with subscribers, and how many each has.
+    engines: Vec<(Arc<Inbox>, usize)>,
+    /// Subscribers outside hubs.
+    streams: Option<broadcast::Sender<PreparedMessage>>,
+}
+
+impl Entry {
+    fn is_empty(&self) -> bool {
+        self.engines.is_empty()
+            && self
+                .streams
+                .as_ref()
+                .is_none_or(|s| s.receiver_count() == 0)
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: TopicsConfig,
+    topics: Mutex<HashMap<Arc<str>, Entry>>,
+    link: OnceLock<Box<dyn Link>>,
+    published: AtomicU64,
+    inbox_dropped: AtomicU64,
+}
+
+/// A registry of topics; cheap to clone (clones share it). See the
+/// [module docs](crate::topics).
+#[derive(Debug, Clone)]
+pub struct Topics {
+    inner: Arc<Inner>,
+}
+
+impl Default for Topics {
+    fn default() -> Self {
+        Topics::new()
+    }
+}
+
+static NEXT_INBOX: AtomicU64 = AtomicU64::new(1);
+
+impl Topics {
+    /// A registry of its own, with default settings.
+    pub fn new() -> Topics {
+        Topics::with_config(TopicsConfig::default())
+    }
+
+    /// A registry of its own.
+    pub fn with_config(config: TopicsConfig) -> Topics {
+        Topics {
+            inner: Arc::new(Inner {
+                config,
+                topics: Mutex::default(),
+                link: OnceLock::new(),
+                published: AtomicU64::new(0),
+                inbox_dropped: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The process's registry, which hubs use unless configured otherwise.
+    pub fn global() -> Topics {
+        static GLOBAL: OnceLock<Topics> = OnceLock::new();
+        GLOBAL.get_or_init(Topics::new).clone()
+    }
+
+    /// Whether `self` and `other` are the same registry.
+    pub fn same(&self, other: &Topics) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The registry's settings.
+    pub fn config(&self) -> &TopicsConfig {
+        &self.inner.config
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Entry>> {
+        self.inner
+            .topics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Publishes `msg` to `topic`: to its subscribers in this process and,
+    /// with a link, to those of every linked server.
+    pub fn publish(&self, topic: &str, msg: &PreparedMessage) -> Published {
+        self.publish_except(topic, msg, None)
+    }
+
+    /// [`publish`](Self::publish), leaving out one hub connection.
+    pub(crate) fn publish_except(
+        &self,
+        topic: &str,
+        msg: &PreparedMessage,
+        except: Option<(u64, u64)>,
+    ) -> Published {
+        let local = self.deliver(topic, msg, except);
+        let remote = match self.inner.link.get() {
+            Some(link) => link.send(topic, msg),
+            None => Remote::NoLink,
+        };
+        Published { local, remote }
+    }
+
+    /// Publishes to this process's subscribers only (what the link
+    /// received, or a publish from a connection, `except` it).
+    pub(crate) fn deliver(
+        &self,
+        topic: &str,
+        msg: &PreparedMessage,
+        except: Option<(u64, u64)>,
+    ) -> usize {
+        self.inner.published.fetch_add(1, Ordering::Relaxed);
+        let mut wake = Vec::new();
+        let mut reached = 0;
+        {
+            let mut topics = self.lock();
+            let Some(entry) = topics.get_mut(topic) else {
+                return 0;
+            };
+            for (inbox, count) in &entry.engines {
+                let mut items = inbox.items.lock().unwrap_or_else(PoisonError::into_inner);
+                if items.len() >= self.inner.config.inbox_capacity {
+                    self.inner.inbox_dropped.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let except = except.filter(|&(id, _)| id == inbox.id);
+                if items.is_empty() {
+                    wake.push(inbox.clone());
+                }
+                items.push_back(Delivery {
+                    topic: entry.name.clone(),
+                    msg: msg.clone(),
+                    except,
+                });
+                reached += count - usize::from(except.is_some());
+            }
+            if let Some(streams) = &entry.streams {
+                // Err: no receiver left.
+                reached += streams.send(msg.clone()).unwrap_or(0);
+            }
+            if entry.is_empty() {
+                topics.remove(topic);
+            }
+        }
+        for inbox in wake {
+            inbox.waker.wake();
+        }
+        reached
+    }
+
+    /// Subscribes a task to `topic`: what is published to it from now on
+    /// arrives through the receiver, until the receiver is dropped.
+    pub fn subscribe(&self, topic: &str) -> TopicReceiver {
+        let mut topics = self.lock();
+        let entry = self.entry(&mut topics, topic);
+        let capacity = self.inner.config.stream_capacity;
+        let rx = entry
+            .streams
+            .get_or_insert_with(|| broadcast::channel(capacity).0)
+            .subscribe();
+        TopicReceiver {
+            rx,
+            topic: entry.name.clone(),
+        }
+    }
+
+    fn entry<'a>(&self, topics: &'a mut HashMap<Arc<str>, Entry>, topic: &str) -> &'a mut Entry {
+        if !topics.contains_key(topic) {
+            let name: Arc<str> = topic.into();
+            topics.insert(
+                name.clone(),
+                Entry {
+                    name,
+                    engines: Vec::new(),
+                    streams: None,
+                },
+            );
+        }
+        topics.get_mut(topic).expect("inserted above")
+    }
+
+    /// Subscribers to `topic` in this process (hub connections and
+    /// receivers).
+    pub fn subscribers(&self, topic: &str) -> usize {
+        let topics = self.lock();
+        topics.get(topic).map_or(0, |e| {
+            e.engines.iter().map(|(_, n)| n).sum::<usize>()
+                + e.streams.as_ref().map_or(0, |s| s.receiver_count())
+        })
+    }
+
+    /// The topics that have subscribers in this process.
+    pub fn names(&self) -> Vec<String> {
+        let topics = self.lock();
+        let mut names: Vec<String> = topics
+            .values()
+            .filter(|e| !e.is_empty())
+            .map(|e| e.name.to_string())
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The registry's counters.
+    pub fn stats(&self) -> TopicsStats {
+        TopicsStats {
+            published: self.inner.published.load(Ordering::Relaxed),
+            inbox_dropped: self.inner.inbox_dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// An inbox for a new engine.
+    pub(crate) fn inbox(&self) -> Arc<Inbox> {
+        Arc::new(Inbox {
+            id: NEXT_INBOX.fetch_add(1, Ordering::Relaxed),
+            items: Mutex::default(),
+            waker: AtomicWaker::new(),
+        })
+    }
+
+    /// One more subscriber to `topic` on the engine of `inbox`; the
+    /// topic's shared name.
+    pub(crate) fn add(&self, inbox: &Arc<Inbox>, topic: &str) -> Arc<str> {
+        let mut topics = self.lock();
+        let entry = self.entry(&mut topics, topic);
+        match entry
+            .engines
+            .iter_mut()
+            .find(|(i, _)| Arc::ptr_eq(i, inbox))
+        {
+            Some((_, n)) => *n += 1,
+            None => entry.engines.push((inbox.clone(), 1)),
+        }
+        entry.name.clone()
+    }
+
+    /// One subscriber fewer to `topic` on the engine of `inbox`.
+    pub(crate) fn remove(&self, inbox: &Arc<Inbox>, topic: &str) {
+        let mut topics = self.lock();
+        let Some(entry) = topics.get_mut(topic) else {
+            return;
+        };
+        if let Some(at) = entry
+            .engines
+            .iter()
+            .position(|(i, _)| Arc::ptr_eq(i, inbox))
+        {
+            entry.engines[at].1 -= 1;
+            if entry.engines[at].1 == 0 {
+                entry.engines.swap_remove(at);
+            }
+        }
+        if entry.is_empty() {
+            topics.remove(topic);
+        }
+    }
+
+    /// Sets the link to other servers; false if there is one already.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn set_link(&self, link: Box<dyn Link>) -> bool {
+        self.inner.link.set(link).is_ok()
+    }
+}
+
+/// A task's subscription to a topic, from [`Topics::subscribe`]. Dropping
+/// it unsubscribes.
+#[derive(Debug)]
+pub struct TopicReceiver {
+    rx: broadcast::Receiver<PreparedMessage>,
+    topic: Arc<str>,
+}
+
+/// Why [`TopicReceiver::recv`] returned no message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecvError {
+    /// The receiver fell more than
+    /// [`TopicsConfig::stream_capacity`] behind and skipped this many
+    /// messages; the next `recv` returns the oldest still kept.
+    #[error("fell behind and skipped {0} messages")]
+    Lagged(u64),
+}
+
+impl TopicReceiver {
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The next message published to the topic. Never ends on its own: the
+    /// registry lives as long as any receiver.
+    pub async fn recv(&mut self) -> Result<PreparedMessage, RecvError> {
+        match self.rx.recv().await {
+            Ok(m) => Ok(m),
+            Err(broadcast::error::RecvError::Lagged(n)) => Err(RecvError::Lagged(n)),
+            // The sender lives in the registry's entry, removed only when
+            // no receiver is left: not while this one exists.
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+        }
+    }
+
+    /// The next message if one is waiting (`Ok(None)` if not).
+    pub fn try_recv(&mut self) -> Result<Option<PreparedMessage>, RecvError> {
+        match self.rx.try_recv() {
+            Ok(m) => Ok(Some(m)),
+            Err(broadcast::error::TryRecvError::Lagged(n)) => Err(RecvError::Lagged(n)),
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::message::Message;
+
+    fn prepared(s: &str) -> PreparedMessage {
+        PreparedMessage::new(&Message::text(s.to_owned())).unwrap()
+    }
+
+    #[test]
+    fn publish_queues_once_per_engine_in_order_and_counts_subscribers() {
+        let topics = Topics::new();
+        let a = topics.inbox();
+        let b = topics.inbox();
+        topics.add(&a, "t");
+        topics.add(&a, "t");
+        topics.add(&b, "t");
+        topics.add(&b, "other");
+        assert_eq!(topics.subscribers("t"), 3);
+        for i in 0..3 {
+            let p = topics.publish("t", &prepared(&i.to_string()));
+            assert_eq!(p.local, 3);
+            assert_eq!(p.remote, Remote::NoLink);
+        }
+        let mut got = VecDeque::new();
+        a.take(&mut got);
+        let texts: Vec<_> = got.iter().map(|d| d.msg.payload.clone()).collect();
+        assert_eq!(texts, ["0", "1", "2"]);
+        assert!(got.iter().all(|d| &*d.topic == "t" && d.except.is_none()));
+        got.clear();
+        b.take(&mut got);
+        assert_eq!(got.len(), 3, "one delivery per engine, not per subscriber");
+        assert_eq!(topics.publish("nobody", &prepared("x")).local, 0);
+        assert_eq!(topics.stats().published, 4);
+    }
+
+    #[test]
+    fn the_publisher_is_left_out_on_its_own_engine_only() {
+        let topics = Topics::new();
+        let a = topics.inbox();
+        let b = topics.inbox();
+        topics.add(&a, "t");
+        topics.add(&a, "t");
+        topics.add(&b, "t");
+        let reached = topics.deliver("t", &prepared("x"), Some((a.id(), 7)));
+        assert_eq!(reached, 2);
+        let mut got = VecDeque::new();
+        a.take(&mut got);
+        assert_eq!(got[0].except, Some((a.id(), 7)));
+        got.clear();
+        b.take(&mut got);
+        assert_eq!(got[0].except, None);
+    }
+
+    #[test]
+    fn removing_the_last_subscriber_forgets_the_topic() {
+        let topics = Topics::new();
+        let a = topics.inbox();
+        topics.add(&a, "t");
+        topics.add(&a, "t");
+        topics.remove(&a, "t");
+        assert_eq!(topics.names(), ["t"]);
+        topics.remove(&a, "t");
+        assert!(topics.names().is_empty());
+        assert_eq!(topics.publish("t", &prepared("x")).local, 0);
+        let mut got = VecDeque::new();
+        a.take(&mut got);
+        assert!(got.is_empty());
+        // Removing again is harmless.
+        topics.remove(&a, "t");
+        assert_eq!(topics.subscribers("t"), 0);
+    }
+
+    #[test]
+    fn a_full_inbox_misses_publishes_and_counts_them() {
+        let topics = Topics::with_config(TopicsConfig::default().inbox_capacity(2));
+        let a = topics.inbox();
+        let b = topics.inbox();
+        topics.add(&a, "t");
+        topics.add(&b, "t");
+        for i in 0..3 {
+            topics.publish("t", &prepared(&i.to_string()));
+            if i < 2 {
+                let mut got = VecDeque::new();
+                b.take(&mut got);
+                assert_eq!(got.len(), 1);
+            }
+        }
+        let mut got = VecDeque::new();
+        a.take(&mut got);
+        assert_eq!(got.len(), 2, "the third did not fit");
+        got.clear();
+        b.take(&mut got);
+        assert_eq!(got.len(), 1, "the engine that kept up got it");
+        assert_eq!(topics.stats().inbox_dropped, 1);
+    }
+
+    #[tokio::test]
+    async fn receivers_get_every_publish_and_a_slow_one_skips_ahead() {
+        let topics = Topics::with_config(TopicsConfig::default().stream_capacity(4));
+        let mut fast = topics.subscribe("t");
+        let mut slow = topics.subscribe("t");
+        assert_eq!(fast.topic(), "t");
+        for i in 0..6 {
+            assert_eq!(topics.publish("t", &prepared(&i.to_string())).local, 2);
+            assert_eq!(fast.recv().await.unwrap().payload, i.to_string());
+        }
+        assert_eq!(slow.recv().await, Err(RecvError::Lagged(2)));
+        assert_eq!(slow.recv().await.unwrap().payload, "2");
+        assert_eq!(fast.try_recv(), Ok(None));
+        drop((fast, slow));
+        assert!(topics.names().is_empty() || topics.subscribers("t") == 0);
+        topics.publish("t", &prepared("gone"));
+        assert!(
+            topics.names().is_empty(),
+            "the entry goes with its last receiver"
+        );
+    }
+
+    #[test]
+    fn the_global_registry_is_one() {
+        assert!(Topics::global().same(&Topics::global()));
+        assert!(!Topics::new().same(&Topics::new()));
+    }
+}

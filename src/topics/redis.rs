@@ -1,0 +1,1 @@
+//! Topics across servers through Redis.
