@@ -145,6 +145,9 @@ pub use bytes::Bytes;
 /// response's headers, or answer a server callback, without adding `http`
 /// to your own dependencies.
 pub use http;
+/// redis-rs, for [`Topics::link_redis`](topics::Topics::link_redis)'s client.
+#[cfg(feature = "redis")]
+pub use redis;
 
 // The README's and the migration guide's examples are compiled as doc tests
 // so that they stay true.
