@@ -14,12 +14,12 @@
 //! bytes the browser sent after it.
 //!
 //! With `--redis URL`, several chat servers (processes, on one machine or
-//! many) share one room: each publishes its clients' lines to a Redis
-//! channel and fans out what it receives from that channel to its own
-//! clients, encoding each line once per process. While Redis is
-//! unreachable the room is split: each server's clients hear only each
-//! other, are told so, and lines said meanwhile do not reach the other
-//! servers. The link reconnects with backoff.
+//! many) share one room through wavesock's Redis link
+//! (`Topics::link_redis`): a line is shown to the server's own guests at
+//! once and published through Redis to the others, encoded once per
+//! process. While Redis is unreachable the room is split: each server's
+//! guests hear only each other, are told so, and lines said meanwhile do
+//! not reach the other servers. The link reconnects with jittered backoff.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,10 +30,11 @@ use futures_util::StreamExt;
 use http::{Method, Request, Response, StatusCode, header};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{broadcast, mpsc};
 use wavesock::handshake::server::{
     accept_response, check_request, error_response, parse_request, write_response,
 };
+use wavesock::topics::redis::{LinkState, RedisLink, RedisLinkConfig};
+use wavesock::topics::{RecvError, Topics};
 use wavesock::{Config, Message, PreparedMessage, Role, WebSocketStream};
 
 const PAGE: &str = include_str!("chat.html");
@@ -44,53 +45,42 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Chat lines are short; anything longer is a misbehaving client.
 const MAX_CHAT_MESSAGE: usize = 4 << 10;
 
-type Hub = broadcast::Sender<PreparedMessage>;
-
-/// The Redis channel every server of one room publishes to.
-const CHANNEL: &str = "wavesock-chat";
-/// Lines waiting for Redis; past this many (Redis stalled), lines are
-/// shown here only.
-const PUBLISH_QUEUE: usize = 1024;
-/// Most lines published in one round trip to Redis.
-const PUBLISH_BATCH: usize = 64;
-/// Reconnection to Redis: doubling from the first delay up to the cap.
-const BACKOFF_FIRST: Duration = Duration::from_millis(100);
-const BACKOFF_CAP: Duration = Duration::from_secs(5);
-/// A Redis command or connection attempt that takes longer is a failure.
-const REDIS_TIMEOUT: Duration = Duration::from_secs(3);
+/// The topic every guest subscribes to.
+const ROOM: &str = "room";
 
 /// One server's view of the room.
 #[derive(Clone)]
 struct Room {
     /// This server's name, shown on the page and after guests' names.
     server: Arc<str>,
-    /// Fan-out to this server's clients.
-    hub: Hub,
-    /// With Redis: lines to publish to every server of the room.
-    outgoing: Option<mpsc::Sender<String>>,
+    /// The room's topic lives here; with Redis, linked to every server's.
+    topics: Topics,
+    /// Whether other servers share the room (through Redis).
+    linked: bool,
 }
 
 impl Room {
-    /// Says `line` to the whole room: through Redis when there is one,
-    /// else (or when Redis is too far behind) to this server's clients.
+    /// Says `line` to the whole room: this server's guests at once, the
+    /// other servers' through Redis while it is reachable.
     fn say(&self, line: String) {
-        match &self.outgoing {
-            None => deliver(&self.hub, line),
-            Some(outgoing) => {
-                if let Err(e) = outgoing.try_send(line) {
-                    let (mpsc::error::TrySendError::Full(line)
-                    | mpsc::error::TrySendError::Closed(line)) = e;
-                    deliver(&self.hub, line);
-                }
-            }
+        if let Some(msg) = prepare(line) {
+            self.topics.publish(ROOM, &msg);
+        }
+    }
+
+    /// Tells this server's guests only.
+    fn notice(&self, line: String) {
+        if let Some(msg) = prepare(line) {
+            self.topics.publish_local(ROOM, &msg);
         }
     }
 
     /// A guest's name: with several servers, which one they are on too.
     fn guest(&self, id: u64) -> String {
-        match self.outgoing {
-            None => format!("guest {id}"),
-            Some(_) => format!("guest {id}@{}", self.server),
+        if self.linked {
+            format!("guest {id}@{}", self.server)
+        } else {
+            format!("guest {id}")
         }
     }
 }
@@ -100,117 +90,34 @@ fn system(text: &str) -> String {
     format!("* {text}")
 }
 
-/// Keeps this server in the room through Redis: publishes what its
-/// clients say, and fans out to them what any server published. Runs for
-/// the life of the process, reconnecting with backoff when Redis goes away.
-async fn redis_link(
-    client: redis::Client,
-    hub: Hub,
-    server: Arc<str>,
-    mut outgoing: mpsc::Receiver<String>,
-) {
-    let mut backoff = BACKOFF_FIRST;
+/// Tells this server's guests when the room splits (Redis unreachable)
+/// and when it is whole again, for as long as the link lives.
+async fn watch_link(link: RedisLink, room: Room) {
+    let mut status = link.status();
     let mut split = false;
     loop {
-        match redis_connect(&client).await {
-            Ok((mut publisher, mut subscriber)) => {
-                eprintln!("{server}: joined the room through Redis");
+        let state = status.borrow_and_update().clone();
+        match state {
+            LinkState::Up => {
+                eprintln!("{}: joined the room through Redis", room.server);
                 if split {
-                    deliver(
-                        &hub,
-                        system("the room is whole again: lines reach every server"),
-                    );
+                    room.notice(system("the room is whole again: lines reach every server"));
                     split = false;
                 }
-                backoff = BACKOFF_FIRST;
-                let mut incoming = subscriber.on_message();
-                loop {
-                    tokio::select! {
-                        line = outgoing.recv() => {
-                            let Some(line) = line else { return };
-                            // Whatever else is queued goes in the same round
-                            // trip, in order: one pipeline of PUBLISH commands.
-                            let mut batch = vec![line];
-                            while batch.len() < PUBLISH_BATCH {
-                                match outgoing.try_recv() {
-                                    Ok(line) => batch.push(line),
-                                    Err(_) => break,
-                                }
-                            }
-                            let mut pipe = redis::pipe();
-                            for line in &batch {
-                                pipe.publish(CHANNEL, line).ignore();
-                            }
-                            let sent = tokio::time::timeout(
-                                REDIS_TIMEOUT,
-                                pipe.query_async::<()>(&mut publisher),
-                            )
-                            .await;
-                            if !matches!(sent, Ok(Ok(()))) {
-                                // Not lost for this server's clients, at least.
-                                batch.into_iter().for_each(|line| deliver(&hub, line));
-                                break;
-                            }
-                        }
-                        msg = incoming.next() => match msg {
-                            Some(msg) => match msg.get_payload::<String>() {
-                                Ok(line) => deliver(&hub, line),
-                                Err(e) => eprintln!("{server}: unreadable line from Redis: {e}"),
-                            },
-                            // Redis closed the subscription: it went away.
-                            None => break,
-                        },
-                    }
-                }
             }
-            Err(e) => eprintln!("{server}: cannot reach Redis: {e}"),
-        }
-        if !split {
-            eprintln!("{server}: room split, reconnecting to Redis");
-            deliver(
-                &hub,
-                system(
+            LinkState::Down(why) if !split => {
+                eprintln!("{}: room split ({why}), reconnecting to Redis", room.server);
+                room.notice(system(
                     "the room is split: Redis is unreachable, so lines reach only this server's guests until it is back",
-                ),
-            );
-            split = true;
-        }
-        // Meanwhile this server's guests still hear each other.
-        let wait = tokio::time::sleep(jittered(backoff));
-        tokio::pin!(wait);
-        loop {
-            tokio::select! {
-                () = &mut wait => break,
-                line = outgoing.recv() => match line {
-                    Some(line) => deliver(&hub, line),
-                    None => return,
-                },
+                ));
+                split = true;
             }
+            _ => {}
         }
-        backoff = (backoff * 2).min(BACKOFF_CAP);
+        if status.changed().await.is_err() {
+            return;
+        }
     }
-}
-
-/// A connection to publish on and one subscribed to the room's channel.
-async fn redis_connect(
-    client: &redis::Client,
-) -> redis::RedisResult<(redis::aio::MultiplexedConnection, redis::aio::PubSub)> {
-    let timed_out = || redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
-    let connect = async {
-        let publisher = client.get_multiplexed_async_connection().await?;
-        let mut subscriber = client.get_async_pubsub().await?;
-        subscriber.subscribe(CHANNEL).await?;
-        Ok((publisher, subscriber))
-    };
-    tokio::time::timeout(REDIS_TIMEOUT, connect)
-        .await
-        .unwrap_or_else(|_| Err(timed_out()))
-}
-
-/// Between half and all of `d`, so that servers that lost Redis together
-/// do not all come back at the same instant.
-fn jittered(d: Duration) -> Duration {
-    d.mul_f64(0.5 + rand::random::<f64>() / 2.0)
 }
 
 /// Guests are numbered as they join.
@@ -317,13 +224,11 @@ async fn route(mut tcp: TcpStream, room: Room) -> wavesock::Result<()> {
     }
 }
 
-/// Shows a line to this server's clients, encoding it once for all of them.
-fn deliver(hub: &Hub, text: String) {
-    match PreparedMessage::new(&Message::text(text)) {
-        // Err only means nobody is listening.
-        Ok(prepared) => drop(hub.send(prepared)),
-        Err(e) => eprintln!("cannot prepare message: {e}"),
-    }
+/// A line encoded once for every guest it goes to.
+fn prepare(text: String) -> Option<PreparedMessage> {
+    PreparedMessage::new(&Message::text(text))
+        .map_err(|e| eprintln!("cannot prepare message: {e}"))
+        .ok()
 }
 
 /// Enough escaping for text placed in HTML.
@@ -338,23 +243,25 @@ async fn chat(ws: WebSocketStream<TcpStream>, room: Room, id: u64) -> wavesock::
     // A second handle on the same connection, for lines meant for this
     // client alone; the fan-out task sends through the first.
     let mut private = tx.clone();
-    let mut inbox = room.hub.subscribe();
+    let mut inbox = room.topics.subscribe(ROOM);
     let name = room.guest(id);
     let fan_out = tokio::spawn(async move {
         loop {
             let first = match inbox.recv().await {
                 Ok(m) => m,
                 // A slow client misses lines rather than holding memory.
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return Ok::<_, wavesock::Error>(()),
+                Err(RecvError::Lagged(_)) => continue,
             };
             tx.feed_prepared(&first).await?;
             // Whatever else is already waiting goes out in the same write.
-            while let Ok(more) = inbox.try_recv() {
+            while let Ok(Some(more)) = inbox.try_recv() {
                 tx.feed_prepared(&more).await?;
             }
             tx.flush().await?;
         }
+        // The loop ends only with a failed send; this names its type.
+        #[allow(unreachable_code)]
+        Ok::<(), wavesock::Error>(())
     });
     room.say(format!("{name} joined"));
     private
@@ -395,20 +302,22 @@ pub async fn serve(listener: TcpListener) -> std::io::Result<()> {
 /// room shared with every server using the same Redis.
 pub async fn serve_with(
     listener: TcpListener,
-    redis: Option<redis::Client>,
+    redis: Option<wavesock::redis::Client>,
 ) -> std::io::Result<()> {
-    let (hub, _) = broadcast::channel(256);
     let server: Arc<str> = listener.local_addr()?.to_string().into();
-    let outgoing = redis.map(|client| {
-        let (tx, rx) = mpsc::channel(PUBLISH_QUEUE);
-        tokio::spawn(redis_link(client, hub.clone(), server.clone(), rx));
-        tx
-    });
+    // A registry of this room's own: tests run several rooms in one process.
+    let topics = Topics::new();
     let room = Room {
         server,
-        hub,
-        outgoing,
+        topics: topics.clone(),
+        linked: redis.is_some(),
     };
+    if let Some(client) = redis {
+        let link = topics
+            .link_redis(client, RedisLinkConfig::default().channel("wavesock-chat"))
+            .map_err(std::io::Error::other)?;
+        tokio::spawn(watch_link(link, room.clone()));
+    }
     loop {
         let (tcp, _) = listener.accept().await?;
         let room = room.clone();
@@ -431,7 +340,7 @@ async fn main() -> std::io::Result<()> {
                 eprintln!("usage: chat [ADDR] [--redis redis://HOST:PORT/]");
                 std::process::exit(2);
             };
-            match redis::Client::open(url.as_str()) {
+            match wavesock::redis::Client::open(url.as_str()) {
                 Ok(client) => redis = Some(client),
                 Err(e) => {
                     eprintln!("bad Redis URL {url}: {e}");

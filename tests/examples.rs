@@ -1,4 +1,4 @@
-//! The chat and axum examples, served in-process and driven by wavesock
+//! The chat (on streams and on a hub's topics) and axum examples, served in-process and driven by wavesock
 //! clients, so that `cargo test` notices when they break. (The chat page
 //! itself is tested in a real browser by tests/browser/run.sh.)
 
@@ -12,6 +12,10 @@ use wavesock::{Message, WebSocketStream};
 #[allow(dead_code)] // its main() is not ours to call
 #[path = "../examples/chat.rs"]
 mod chat;
+
+#[allow(dead_code)]
+#[path = "../examples/hub_chat.rs"]
+mod hub_chat;
 
 #[allow(dead_code)]
 #[path = "../examples/axum_server.rs"]
@@ -112,6 +116,67 @@ async fn chat_refuses_oversized_lines_with_1009() {
     ws.send(Message::text("x".repeat(5000))).await.unwrap();
     let close = loop {
         match ws.next().await {
+            Some(Ok(Message::Close(frame))) => break frame,
+            Some(Ok(_)) => {}
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    };
+    assert_eq!(close.unwrap().code, wavesock::CloseCode::MESSAGE_TOO_BIG);
+}
+
+#[tokio::test]
+async fn hub_chat_serves_its_page_and_publishes_to_every_guest() {
+    let (listener, addr) = local().await;
+    tokio::spawn(hub_chat::serve(listener, None));
+
+    let page = http_get(&addr, "/").await;
+    assert!(page.starts_with("HTTP/1.1 200 OK\r\n"), "{page}");
+    assert!(page.contains("content-type: text/html"), "{page}");
+    assert!(
+        page.contains(&format!("server: {addr}")),
+        "the page names its server"
+    );
+    assert!(
+        http_get(&addr, "/missing")
+            .await
+            .starts_with("HTTP/1.1 404")
+    );
+    // A plain GET on the endpoint is not an upgrade.
+    let plain = http_get(&addr, "/ws").await;
+    assert!(
+        plain.starts_with("HTTP/1.1 400") || plain.starts_with("HTTP/1.1 426"),
+        "{plain}"
+    );
+
+    let url = format!("ws://{addr}/ws");
+    let (mut a, _) = wavesock::connect_async(url.as_str()).await.unwrap();
+    let welcome = text_containing(&mut a, "welcome, you are guest ").await;
+    text_containing(&mut a, "joined").await;
+    let (mut b, _) = wavesock::connect_async(url.as_str()).await.unwrap();
+    text_containing(&mut b, "welcome, you are guest ").await;
+    let joined = text_containing(&mut a, "joined").await;
+    assert!(
+        !welcome.contains(joined.trim_end_matches(" joined")),
+        "another guest"
+    );
+    a.send(Message::text("hello, b")).await.unwrap();
+    let heard = text_containing(&mut b, "hello, b").await;
+    assert!(
+        heard.starts_with("guest ") && heard.ends_with(": hello, b"),
+        "{heard}"
+    );
+    // The sender gets the same line, from the same publish.
+    assert_eq!(text_containing(&mut a, "hello, b").await, heard);
+    a.send(Message::binary(vec![1, 2, 3])).await.unwrap();
+    text_containing(&mut a, "binary messages are not chat").await;
+
+    b.close(None).await.unwrap();
+    text_containing(&mut a, "left").await;
+
+    // Lines over the limit close the guest with 1009.
+    a.send(Message::text("x".repeat(5000))).await.unwrap();
+    let close = loop {
+        match a.next().await {
             Some(Ok(Message::Close(frame))) => break frame,
             Some(Ok(_)) => {}
             other => panic!("expected a close frame, got {other:?}"),

@@ -264,6 +264,13 @@ impl Topics {
         self.publish_except(topic, msg, None)
     }
 
+    /// Publishes `msg` to `topic`'s subscribers in this process only, link
+    /// or not: a notice about this server (such as its link going down);
+    /// how many it was queued for.
+    pub fn publish_local(&self, topic: &str, msg: &PreparedMessage) -> usize {
+        self.deliver(topic, msg, None)
+    }
+
     /// [`publish`](Self::publish), leaving out one hub connection.
     pub(crate) fn publish_except(
         &self,
@@ -450,7 +457,6 @@ pub struct TopicReceiver {
 
 /// Why [`TopicReceiver::recv`] returned no message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
 pub enum RecvError {
     /// The receiver fell more than
     /// [`TopicsConfig::stream_capacity`] behind and skipped this many

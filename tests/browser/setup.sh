@@ -57,12 +57,14 @@ start_server() {
 }
 
 CHAT_BUILT=
-# start_chat ARGS...: starts `chat 127.0.0.1:0 ARGS...` (port 0: the OS picks
-# a free port) and sets URL to the address it prints.
+# start_chat ARGS...: starts `$CHAT_EXAMPLE 127.0.0.1:0 ARGS...` (the chat
+# example by default, or hub_chat; port 0: the OS picks a free port) and
+# sets URL to the address it prints.
 start_chat() {
-  if [ -z "$CHAT_BUILT" ]; then
-    (cd "$ROOT" && cargo build --example chat)
-    CHAT_BUILT=1
+  local example=${CHAT_EXAMPLE:-chat}
+  if [ "$CHAT_BUILT" != "$example" ]; then
+    (cd "$ROOT" && cargo build --example "$example")
+    CHAT_BUILT=$example
   fi
-  start_server "chat server on" "$ROOT/target/debug/examples/chat" 127.0.0.1:0 "$@"
+  start_server "chat server on" "$ROOT/target/debug/examples/$example" 127.0.0.1:0 "$@"
 }
