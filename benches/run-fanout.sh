@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# The chat room's fan-out, one process against several sharing the room
-# through Redis: builds examples/chat and the fanout client, starts
+# Topics across processes: the chat room's fan-out, one process against
+# several sharing the room through wavesock's Redis link. Builds the chat
+# examples (examples/hub_chat: a hub and its topics; examples/chat: a task
+# per guest and a TopicReceiver each) and the fanout client, starts
 # redis-server (installing it if missing) on a free port, and for each
-# configuration starts fresh chat servers and runs `fanout` against them.
+# example and configuration starts fresh servers and runs `fanout` against
+# them. The Redis leg alone (redis_rtt: PUBLISH round trip and
+# publish-to-subscriber on plain sockets) is measured first.
 #
-# usage: benches/run-fanout.sh [--clients TOTAL] [--procs "2 4"] [--messages K]
-#                              [--size S] [--no-build]
+# usage: benches/run-fanout.sh [--clients TOTAL] [--procs "1 2 3"] [--messages K]
+#                              [--size S] [--examples "hub_chat chat"] [--no-build]
 #   --clients TOTAL   receiving clients in all (default 200), spread evenly
-#   --procs "N ..."   server counts to run through Redis (default "1 2 4");
-#                     the single-process broadcast (no Redis) always runs first
+#   --procs "N ..."   server counts to run through Redis (default "1 2 3");
+#                     the single process without Redis always runs first
 #   --messages K      lines in the throughput phase (default 2000)
 #   --size S          bytes per line (default 64)
+#   --examples "E"    which chat servers (default "hub_chat chat")
 #
 # Prints a markdown table: publish-to-last-receipt latency (p50, p99, max,
 # one line at a time) and lines/s and deliveries/s (lines × clients) with
@@ -18,7 +23,8 @@
 set -euo pipefail
 
 total=200
-procs="1 2 4"
+procs="1 2 3"
+examples="hub_chat chat"
 messages=2000
 size=64
 build=1
@@ -28,16 +34,17 @@ while [[ $# -gt 0 ]]; do
         --procs) procs=$2; shift 2 ;;
         --messages) messages=$2; shift 2 ;;
         --size) size=$2; shift 2 ;;
+        --examples) examples=$2; shift 2 ;;
         --no-build) build=0; shift ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
 
 cd "$(dirname "$0")/.."
 if [[ $build == 1 ]]; then
-    cargo build --profile bench --example chat
-    cargo build --profile bench -p wavesock-benches --bin fanout
+    cargo build --profile bench --example chat --example hub_chat
+    cargo build --profile bench -p wavesock-benches --bin fanout --bin redis_rtt
 fi
 if ! command -v redis-server >/dev/null; then
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server
@@ -60,13 +67,13 @@ REDIS_PORT=$(free_port)
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >/dev/null &
 REDIS=$!
 
-# start_servers N [--redis URL]: N chat servers; sets URLS.
+# start_servers EXAMPLE N [--redis URL]: N chat servers; sets URLS.
 start_servers() {
-    local n=$1; shift
+    local example=$1 n=$2; shift 2
     URLS=
     for i in $(seq 1 "$n"); do
         local log=$TMP/chat-$i.log
-        target/release/examples/chat 127.0.0.1:0 "$@" 2>"$log" &
+        target/release/examples/$example 127.0.0.1:0 "$@" 2>"$log" &
         PIDS+=($!)
         local url=
         for _ in $(seq 1 100); do
@@ -81,13 +88,20 @@ start_servers() {
 
 echo "| configuration | servers × clients | p50 | p99 | max | lines/s | deliveries/s |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
-start_servers 1
-target/release/fanout --urls "$URLS" --clients "$total" --messages "$messages" --size "$size" \
-    --label "one process, broadcast" | grep '^|'
-stop_all
-for n in $procs; do
-    start_servers "$n" --redis "redis://127.0.0.1:$REDIS_PORT/"
-    target/release/fanout --urls "$URLS" --clients $((total / n)) --messages "$messages" --size "$size" \
-        --label "$n process(es) through Redis" | grep '^|'
+for _ in $(seq 1 50); do
+    target/release/redis_rtt --addr "127.0.0.1:$REDIS_PORT" --count 10 >/dev/null 2>&1 && break
+    sleep 0.1
+done
+target/release/redis_rtt --addr "127.0.0.1:$REDIS_PORT" --count 2000 --size "$size"
+for example in $examples; do
+    start_servers "$example" 1
+    target/release/fanout --urls "$URLS" --clients "$total" --messages "$messages" --size "$size" \
+        --label "$example, one process" | grep '^|'
     stop_all
+    for n in $procs; do
+        start_servers "$example" "$n" --redis "redis://127.0.0.1:$REDIS_PORT/"
+        target/release/fanout --urls "$URLS" --clients $((total / n)) --messages "$messages" --size "$size" \
+            --label "$example, $n process(es) through Redis" | grep '^|'
+        stop_all
+    done
 done
