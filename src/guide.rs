@@ -434,6 +434,40 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Topics
+//!
+//! With many subjects (rooms, tickers, users), a channel per subject is
+//! bookkeeping [`topics::Topics`](crate::topics::Topics) does for you:
+//! [`Topics::subscribe`](crate::topics::Topics::subscribe) gives a
+//! receiver per topic (as above, with `Lagged` when it falls behind),
+//! and [`Topics::publish`](crate::topics::Topics::publish) encodes once and
+//! reaches every subscriber, hub connections included
+//! ([`Ws::subscribe`](crate::hub::Ws::subscribe)). With the `redis`
+//! feature, [`Topics::link_redis`](crate::topics::Topics) carries publishes
+//! to every server linked to the same Redis. `examples/chat.rs` (a task
+//! per guest) and `examples/hub_chat.rs` (a hub) are the same chat room on
+//! topics.
+//!
+//! ```no_run
+//! use wavesock::topics::{RecvError, Topics};
+//! use wavesock::WebSocketSender;
+//!
+//! async fn forward(
+//!     mut tx: WebSocketSender<tokio::net::TcpStream>,
+//!     topics: Topics,
+//!     room: &str,
+//! ) -> wavesock::Result<()> {
+//!     let mut news = topics.subscribe(room);
+//!     loop {
+//!         match news.recv().await {
+//!             Ok(prepared) => tx.send_prepared(&prepared).await?,
+//!             // Fell behind: skipped ahead.
+//!             Err(RecvError::Lagged(_)) => continue,
+//!         }
+//!     }
+//! }
+//! ```
+//!
 //! # Errors
 //!
 //! One [`Error`] type covers a connection's life; once `next()` has returned
@@ -796,6 +830,46 @@
 //! connections to them in turn. One listener as you give it, and an even
 //! spread (the kernel's `SO_REUSEPORT` hashing can be uneven with few
 //! client addresses).
+//!
+//! **Topics.** [`Ws::subscribe`](crate::hub::Ws::subscribe) (or
+//! [`HubHandle::subscribe`](crate::hub::HubHandle::subscribe) by id) puts
+//! a connection on a topic; [`Ws::publish`](crate::hub::Ws::publish)
+//! reaches every other subscriber,
+//! [`HubHandle::publish`](crate::hub::HubHandle::publish) and
+//! [`Topics::publish`](crate::topics::Topics::publish) every one. The
+//! frame is encoded once per publish and queued once per engine; the
+//! engine writes it to each subscriber as any other send, so a subscriber
+//! over `max_backpressure` meets the policy above while the others receive
+//! every message, in one order per topic. Hubs share
+//! [`Topics::global`](crate::topics::Topics::global) unless
+//! [`HubConfig::topics`](crate::hub::HubConfig::topics) gives them
+//! another; a connection's subscriptions end with it.
+//!
+//! ```no_run
+//! use wavesock::hub::{Handler, HubMessage, Ws};
+//! use wavesock::http::{Request, Response};
+//! use wavesock::ErrorResponse;
+//!
+//! #[derive(Clone)]
+//! struct Room;
+//!
+//! impl Handler for Room {
+//!     type Data = ();
+//!
+//!     fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), ErrorResponse> {
+//!         Ok(())
+//!     }
+//!
+//!     fn open(&mut self, ws: &mut Ws<'_, ()>) {
+//!         ws.subscribe("lobby");
+//!     }
+//!
+//!     fn message(&mut self, ws: &mut Ws<'_, ()>, msg: HubMessage<'_>) {
+//!         // To everyone else in the lobby, on every hub of the process.
+//!         ws.publish("lobby", msg);
+//!     }
+//! }
+//! ```
 //!
 //! What it costs: an idle connection is its socket's registration with
 //! Tokio, a waker and about 160 bytes of state (`tests/hub_memory.rs`
