@@ -1,7 +1,7 @@
 //! One hub connection: its transport, protocol core, encoder and the bytes
 //! it holds, and [`Ws`], what a handler sees of it.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -87,6 +87,24 @@ impl AsyncWrite for Transport {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_write(cx, buf),
             Transport::Other(t) => Pin::new(&mut Retrying(t)).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Transport::Tcp(t) => Pin::new(t).poll_write_vectored(cx, bufs),
+            Transport::Other(t) => Pin::new(&mut Retrying(t)).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Transport::Tcp(t) => t.is_write_vectored(),
+            Transport::Other(t) => t.is_write_vectored(),
         }
     }
 
@@ -210,6 +228,15 @@ const POOL_BUFFER_MAX: usize = 256 << 10;
 const POOL_BYTES_MAX: usize = 8 << 20;
 /// A pooled buffer's size when the pool is empty.
 const POOL_BUFFER: usize = 16 << 10;
+/// The pool keeps at most this many buffers (those holding only shared
+/// frames have no bytes of their own to count).
+const POOL_COUNT_MAX: usize = 4096;
+/// Pieces (shared frames and encoded bytes) written in one system call.
+const MAX_SLICES: usize = 64;
+/// A prepared frame at least this large is queued as a reference to the
+/// one shared copy; a smaller one is copied (cheaper than a piece of its
+/// own).
+const SHARE_PREPARED_MIN: usize = 256;
 
 /// Write buffers lent to connections while they hold bytes to write, so
 /// that an idle connection holds none and a busy one allocates none.
@@ -228,10 +255,12 @@ impl Pool {
                 self.bytes -= b.tail.capacity();
                 b
             }
+            // The buffer itself is allocated when first encoded into: a
+            // connection sent only shared frames (a publish) needs none.
             None => Box::new(Out {
                 chunks: VecDeque::new(),
                 chunk_bytes: 0,
-                tail: BytesMut::with_capacity(POOL_BUFFER),
+                tail: BytesMut::new(),
             }),
         }
     }
@@ -239,7 +268,10 @@ impl Pool {
     /// Keeps an empty buffer, unless it is large or the pool is full.
     fn give(&mut self, out: Box<Out>) {
         let cap = out.tail.capacity();
-        if cap <= POOL_BUFFER_MAX && self.bytes + cap <= POOL_BYTES_MAX {
+        if cap <= POOL_BUFFER_MAX
+            && self.bytes + cap <= POOL_BYTES_MAX
+            && self.bufs.len() < POOL_COUNT_MAX
+        {
             self.bytes += cap;
             self.bufs.push(out);
         }
@@ -266,17 +298,21 @@ impl Out {
         self.chunks.push_back(chunk);
     }
 
-    /// `n` bytes from the front were written.
-    fn consume(&mut self, n: usize) {
-        match self.chunks.front_mut() {
-            Some(c) => {
-                c.advance(n);
-                self.chunk_bytes -= n;
-                if c.is_empty() {
-                    self.chunks.pop_front();
-                }
+    /// `n` bytes from the front were written (from one piece or, by a
+    /// vectored write, from several).
+    fn consume(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some(c) = self.chunks.front_mut() else {
+                self.tail.advance(n);
+                return;
+            };
+            let k = n.min(c.len());
+            c.advance(k);
+            self.chunk_bytes -= k;
+            n -= k;
+            if c.is_empty() {
+                self.chunks.pop_front();
             }
-            None => self.tail.advance(n),
         }
     }
 }
@@ -312,12 +348,27 @@ impl Conn {
             return Poll::Ready(Ok(()));
         };
         loop {
-            let chunk: &[u8] = match out.chunks.front() {
-                Some(c) => c,
-                None if out.tail.is_empty() => return Poll::Ready(Ok(())),
-                None => &out.tail,
+            let written = if out.chunks.is_empty() {
+                if out.tail.is_empty() {
+                    return Poll::Ready(Ok(()));
+                }
+                Pin::new(&mut *io).poll_write(cx, &out.tail)
+            } else {
+                // Shared frames (publishes, large echoes) and what was
+                // encoded around them go out in one system call.
+                let mut slices = [IoSlice::new(&[]); MAX_SLICES];
+                let mut k = 0;
+                for c in out.chunks.iter().take(MAX_SLICES - 1) {
+                    slices[k] = IoSlice::new(c);
+                    k += 1;
+                }
+                if k == out.chunks.len() && !out.tail.is_empty() {
+                    slices[k] = IoSlice::new(&out.tail);
+                    k += 1;
+                }
+                Pin::new(&mut *io).poll_write_vectored(cx, &slices[..k])
             };
-            let n = match Pin::new(&mut *io).poll_write(cx, chunk) {
+            let n = match written {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                 Poll::Ready(Ok(n)) => n,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
@@ -334,11 +385,26 @@ impl Conn {
         turn: &mut Turn,
         f: impl FnOnce(&mut FrameEncoder, &mut BytesMut) -> R,
     ) -> R {
+        self.encode_with(turn, true, f)
+    }
+
+    /// [`encode`](Self::encode); `reserve`: give a buffer that has none
+    /// its pool size first (not for a send that may only queue a shared
+    /// frame).
+    fn encode_with<R>(
+        &mut self,
+        turn: &mut Turn,
+        reserve: bool,
+        f: impl FnOnce(&mut FrameEncoder, &mut BytesMut) -> R,
+    ) -> R {
         if !self.dirty {
             self.dirty = true;
             turn.dirty.push(self.key.slot);
         }
         let out = self.out.get_or_insert_with(|| turn.pool.take());
+        if reserve && out.tail.capacity() == 0 {
+            out.tail.reserve(POOL_BUFFER);
+        }
         match self.encoder.as_deref_mut() {
             Some(e) => f(e, &mut out.tail),
             None => f(&mut FrameEncoder::new(Role::Server), &mut out.tail),
@@ -367,8 +433,9 @@ impl Conn {
             return;
         };
         out.tail.clear();
-        // Reclaims the space already written from (no allocation).
-        out.tail.reserve(POOL_BUFFER);
+        // Reclaims the space already written from; never allocates (a
+        // buffer that held only shared frames stays without one).
+        let _ = out.tail.try_reclaim(POOL_BUFFER);
         pool.give(out);
     }
 
@@ -450,6 +517,7 @@ impl Conn {
         turn: &mut Turn,
         opcode: OpCode,
         fin: bool,
+        reserve: bool,
         encode: impl FnOnce(
             &mut FrameEncoder,
             &mut BytesMut,
@@ -481,7 +549,7 @@ impl Conn {
         } else {
             self.conn.check_send(opcode, fin)?;
         }
-        self.encode(turn, encode)?;
+        self.encode_with(turn, reserve, encode)?;
         Ok(if self.buffered() > turn.max_backpressure {
             self.wants_drain = true;
             SendStatus::Backpressure
@@ -496,7 +564,7 @@ impl Conn {
             CloseFrame::encode(frame.as_ref())?;
         }
         let (opcode, fin) = msg.head();
-        self.send_with(turn, opcode, fin, |e, out| e.encode_message(msg, out))
+        self.send_with(turn, opcode, fin, true, |e, out| e.encode_message(msg, out))
     }
 
     pub(crate) fn send_data(
@@ -513,7 +581,7 @@ impl Conn {
         });
         if let Some(current) = same.cloned() {
             let len = current.len();
-            let status = self.send_with(turn, opcode, true, |e, out| {
+            let status = self.send_with(turn, opcode, true, true, |e, out| {
                 e.encode_header(true, opcode, len, out).map(|_| ())
             })?;
             if matches!(status, SendStatus::Sent | SendStatus::Backpressure) {
@@ -525,7 +593,7 @@ impl Conn {
             }
             return Ok(status);
         }
-        self.send_with(turn, opcode, true, |e, out| {
+        self.send_with(turn, opcode, true, true, |e, out| {
             e.encode_data(opcode, payload, out)
         })
     }
@@ -535,9 +603,27 @@ impl Conn {
         turn: &mut Turn,
         msg: &PreparedMessage,
     ) -> Result<SendStatus> {
-        self.send_with(turn, msg.opcode(), true, |e, out| {
-            e.encode_prepared(msg, out)
-        })
+        let mut shared = None;
+        let status = self.send_with(turn, msg.opcode(), true, false, |e, out| {
+            let frame = e.prepared_frame(msg)?;
+            if frame.len() < SHARE_PREPARED_MIN {
+                out.extend_from_slice(&frame);
+            } else {
+                shared = Some(frame);
+            }
+            Ok(())
+        })?;
+        // A publish to thousands: each connection queues a reference to
+        // the one frame (compressed once per window size), not a copy in a
+        // buffer of its own.
+        if let Some(frame) = shared {
+            self.queue_shared(frame);
+            if self.buffered() > turn.max_backpressure {
+                self.wants_drain = true;
+                return Ok(SendStatus::Backpressure);
+            }
+        }
+        Ok(status)
     }
 
     pub(crate) fn close(&mut self, turn: &mut Turn, code: CloseCode, reason: &str) -> Result<()> {
@@ -680,5 +766,135 @@ impl<T> Ws<'_, T> {
             .is_subscribed(self.c.key, topic)
             .then(|| (subs.inbox.id(), token(self.c.key)));
         subs.topics.publish_except(topic, msg, except)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out_with(chunks: &[&'static [u8]], tail: &[u8]) -> Out {
+        let mut out = Out {
+            chunks: VecDeque::new(),
+            chunk_bytes: 0,
+            tail: BytesMut::from(tail),
+        };
+        for c in chunks {
+            out.push_chunk(Bytes::from_static(c));
+        }
+        out
+    }
+
+    #[test]
+    fn a_vectored_write_consumes_across_pieces_in_order() {
+        let mut out = out_with(&[b"abc", b"de"], b"fgh");
+        assert_eq!(out.len(), 8);
+        // Part of the first piece.
+        out.consume(2);
+        assert_eq!(&out.chunks[0][..], b"c");
+        assert_eq!(out.len(), 6);
+        // The rest of it, all of the second and one byte of the tail.
+        out.consume(4);
+        assert!(out.chunks.is_empty());
+        assert_eq!(out.chunk_bytes, 0);
+        assert_eq!(&out.tail[..], b"gh");
+        out.consume(2);
+        assert_eq!(out.len(), 0);
+    }
+
+    #[test]
+    fn the_pool_keeps_buffers_up_to_its_count_and_bytes() {
+        let mut pool = Pool::default();
+        let fresh = pool.take();
+        assert_eq!(
+            fresh.tail.capacity(),
+            0,
+            "allocated when first encoded into"
+        );
+        for _ in 0..POOL_COUNT_MAX + 10 {
+            pool.give(Box::new(out_with(&[], b"")));
+        }
+        assert_eq!(pool.bufs.len(), POOL_COUNT_MAX);
+        let mut pool = Pool::default();
+        let big = || {
+            Box::new(Out {
+                chunks: VecDeque::new(),
+                chunk_bytes: 0,
+                tail: BytesMut::with_capacity(POOL_BUFFER_MAX),
+            })
+        };
+        for _ in 0..POOL_BYTES_MAX / POOL_BUFFER_MAX + 3 {
+            pool.give(big());
+        }
+        assert!(pool.bytes <= POOL_BYTES_MAX);
+        assert_eq!(pool.bufs.len(), POOL_BYTES_MAX / POOL_BUFFER_MAX);
+        let taken = pool.take();
+        assert_eq!(pool.bytes, POOL_BYTES_MAX - taken.tail.capacity());
+    }
+
+    fn conn() -> Conn {
+        let key = Key {
+            slot: 0,
+            generation: 0,
+        };
+        let now = Instant::now();
+        Conn::new(
+            key,
+            Connection::new(Role::Server, crate::Config::default().timers(), now),
+        )
+    }
+
+    fn turn() -> Turn {
+        Turn {
+            engine: 0,
+            current: None,
+            now: None,
+            pool: Pool::default(),
+            dirty: Vec::new(),
+            max_backpressure: 1 << 20,
+            policy: BackpressurePolicy::Close,
+            subs: Subs::new(crate::topics::Topics::new()),
+        }
+    }
+
+    #[test]
+    fn large_prepared_frames_are_shared_and_small_ones_copied() {
+        let mut turn = turn();
+        let mut c = conn();
+        let big = PreparedMessage::new(&Message::binary(vec![7u8; 1024])).unwrap();
+        let small = PreparedMessage::new(&Message::text("hi")).unwrap();
+        assert_eq!(c.send_prepared(&mut turn, &big).unwrap(), SendStatus::Sent);
+        let out = c.out.as_deref().unwrap();
+        assert_eq!(out.chunks.len(), 1);
+        assert_eq!(out.chunks[0], big.frame, "the same bytes");
+        assert_eq!(out.chunks[0].as_ptr(), big.frame.as_ptr(), "not a copy");
+        assert_eq!(out.tail.capacity(), 0, "no buffer of its own for it");
+        assert_eq!(turn.dirty, [0]);
+        assert_eq!(
+            c.send_prepared(&mut turn, &small).unwrap(),
+            SendStatus::Sent
+        );
+        let out = c.out.as_deref().unwrap();
+        assert_eq!(out.chunks.len(), 1);
+        assert_eq!(&out.tail[..], &small.frame[..]);
+        assert_eq!(c.buffered(), big.frame.len() + small.frame.len());
+    }
+
+    #[test]
+    fn a_shared_frame_past_the_limit_says_backpressure() {
+        let mut turn = turn();
+        turn.max_backpressure = 1500;
+        let mut c = conn();
+        let big = PreparedMessage::new(&Message::binary(vec![7u8; 1024])).unwrap();
+        assert_eq!(c.send_prepared(&mut turn, &big).unwrap(), SendStatus::Sent);
+        assert_eq!(
+            c.send_prepared(&mut turn, &big).unwrap(),
+            SendStatus::Backpressure
+        );
+        assert!(c.wants_drain);
+        assert_eq!(
+            c.send_prepared(&mut turn, &big).unwrap(),
+            SendStatus::Dropped
+        );
     }
 }

@@ -299,7 +299,8 @@ impl FrameEncoder {
     /// The frame a server sends for `p`, shared with every connection that
     /// sends it alike: compressed (once per window size) when this
     /// connection compresses a message of its size, as it is otherwise.
-    fn prepared_frame(&mut self, p: &PreparedMessage) -> Result<Bytes, Error> {
+    /// For a server's encoder only (a client masks each frame anew).
+    pub fn prepared_frame(&mut self, p: &PreparedMessage) -> Result<Bytes, Error> {
         debug_assert_eq!(self.role, Role::Server, "client frames are masked each");
         let Some(d) = self.deflater.as_deref_mut() else {
             return Ok(p.frame.clone());
