@@ -164,6 +164,66 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_subscribed_to_nothing_holds_nothing() {
+        let topics = Topics::new();
+        let mut subs = Subs::new(topics.clone());
+        assert!(!subs.is_subscribed(key(1), "a"));
+        assert!(!subs.unsubscribe(key(1), "a"), "never subscribed");
+        subs.subscribe(key(1), "a");
+        subs.subscribe(key(1), "b");
+        subs.subscribe(key(2), "a");
+        assert!(!subs.is_subscribed(key(1), "c"));
+        assert!(!subs.unsubscribe(key(1), "c"), "not to that topic");
+        assert!(subs.unsubscribe(key(1), "a"));
+        assert!(subs.is_subscribed(key(1), "b"));
+        assert!(!subs.is_subscribed(key(1), "a"));
+        assert!(subs.is_subscribed(key(2), "a"));
+        assert!(subs.unsubscribe(key(1), "b"));
+        assert!(
+            !subs.by_slot.contains_key(&1),
+            "its list went with its last topic"
+        );
+        assert!(
+            !subs.by_topic.contains_key("b"),
+            "the topic went with its last subscriber"
+        );
+        assert_eq!(topics.names(), ["a"]);
+        subs.end(2);
+        assert!(subs.by_slot.is_empty() && subs.by_topic.is_empty());
+        assert!(topics.names().is_empty());
+        // Ending a connection that subscribed to nothing changes nothing.
+        subs.subscribe(key(3), "a");
+        subs.end(4);
+        assert_eq!(topics.subscribers("a"), 1);
+    }
+
+    #[test]
+    fn an_engine_keeps_one_name_per_topic() {
+        let topics = Topics::new();
+        let mut subs = Subs::new(topics);
+        subs.subscribe(key(1), "a");
+        subs.subscribe(key(2), "a");
+        assert!(Arc::ptr_eq(&subs.of(key(1))[0], &subs.of(key(2))[0]));
+    }
+
+    #[test]
+    fn subscribers_are_named_with_their_generation() {
+        let topics = Topics::new();
+        let mut subs = Subs::new(topics);
+        let k = Key {
+            slot: 5,
+            generation: 9,
+        };
+        subs.subscribe(k, "a");
+        let mut got = Vec::new();
+        subs.subscribers("a", &mut got);
+        assert_eq!(got, [k]);
+        // Appended: what was there stays.
+        subs.subscribers("a", &mut got);
+        assert_eq!(got, [k, k]);
+    }
+
+    #[test]
     fn a_dropped_engine_leaves_the_registry() {
         let topics = Topics::new();
         let mut subs = Subs::new(topics.clone());
