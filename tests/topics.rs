@@ -397,6 +397,30 @@ async fn a_connection_knows_its_topics_and_subscribing_twice_is_once() {
     assert!(topics.names().is_empty());
 }
 
+/// A publish waits in the engine's inbox until the handlers of the turn
+/// have run; one of them subscribing meanwhile must not get it.
+#[tokio::test]
+async fn a_subscription_gets_only_what_is_published_after_it() {
+    let topics = Topics::new();
+    let mut server = start(HubConfig::default().topics(topics.clone())).await;
+    let (mut a, _) = server.subscriber("t").await;
+    let (mut b, _) = server.connect().await;
+    // One write: the engine handles both in one turn, the publish still
+    // in its inbox when b subscribes.
+    b.feed(Message::text("all t early")).await.unwrap();
+    b.feed(Message::text("sub t")).await.unwrap();
+    b.flush().await.unwrap();
+    assert_eq!(next_text(&mut b).await, "ok 1", "b was not subscribed yet");
+    assert_eq!(next_text(&mut b).await, "ok");
+    assert_eq!(next_text(&mut a).await, "early");
+    server.handle.publish("t", &prepared("late"));
+    assert_eq!(
+        next_text(&mut b).await,
+        "late",
+        "published before b subscribed"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Slow subscribers: closed or skipped, the others get everything.
 

@@ -141,6 +141,9 @@ pub(crate) struct Delivery {
     /// The connection that published it, which does not receive it (as
     /// uWebSockets' `ws.publish`): the inbox's id and the engine's token.
     pub(crate) except: Option<(u64, u64)>,
+    /// Its place in the registry's order of publishes: a connection that
+    /// subscribed after it (before its engine got to it) does not get it.
+    pub(crate) seq: u64,
 }
 
 /// An engine's inbox: publishes for its subscribers, and the engine's
@@ -199,6 +202,8 @@ struct Inner {
     link: OnceLock<Box<dyn Link>>,
     published: AtomicU64,
     inbox_dropped: AtomicU64,
+    /// The next publish's place in the order; changed under the lock.
+    seq: AtomicU64,
 }
 
 /// A registry of topics; cheap to clone (clones share it). See the
@@ -231,6 +236,7 @@ impl Topics {
                 link: OnceLock::new(),
                 published: AtomicU64::new(0),
                 inbox_dropped: AtomicU64::new(0),
+                seq: AtomicU64::new(0),
             }),
         }
     }
@@ -295,6 +301,7 @@ impl Topics {
             let Some(entry) = topics.get_mut(topic) else {
                 return 0;
             };
+            let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
             for (inbox, count) in &entry.engines {
                 let mut items = inbox.items.lock().unwrap_or_else(PoisonError::into_inner);
                 if items.len() >= self.inner.config.inbox_capacity {
@@ -309,6 +316,7 @@ impl Topics {
                     topic: entry.name.clone(),
                     msg: msg.clone(),
                     except,
+                    seq,
                 });
                 reached += count - usize::from(except.is_some());
             }
@@ -396,9 +404,9 @@ impl Topics {
         })
     }
 
-    /// One more subscriber to `topic` on the engine of `inbox`; the
-    /// topic's shared name.
-    pub(crate) fn add(&self, inbox: &Arc<Inbox>, topic: &str) -> Arc<str> {
+    /// One more subscriber to `topic` on the engine of `inbox`; the place
+    /// of the first publish it gets (see [`Delivery::seq`]).
+    pub(crate) fn add(&self, inbox: &Arc<Inbox>, topic: &str) -> u64 {
         let mut topics = self.lock();
         let entry = self.entry(&mut topics, topic);
         match entry
@@ -409,7 +417,7 @@ impl Topics {
             Some((_, n)) => *n += 1,
             None => entry.engines.push((inbox.clone(), 1)),
         }
-        entry.name.clone()
+        self.inner.seq.load(Ordering::Relaxed)
     }
 
     /// One subscriber fewer to `topic` on the engine of `inbox`.
