@@ -549,7 +549,7 @@ impl<H: Handler> Engine<H> {
         let mut keys = std::mem::take(&mut self.subscribers);
         while let Some(d) = published.pop_front() {
             keys.clear();
-            self.turn.subs.subscribers(&d.topic, &mut keys);
+            self.turn.subs.subscribers(&d.topic, d.seq, &mut keys);
             // Entries naming a connection come only from this engine.
             let except = d.except.map(|(_, t)| t);
             for &key in &keys {

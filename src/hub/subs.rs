@@ -13,8 +13,10 @@ use crate::topics::{Inbox, Topics};
 pub(crate) struct Subs {
     pub(crate) topics: Topics,
     pub(crate) inbox: Arc<Inbox>,
-    /// Subscribers per topic: slot to generation.
-    by_topic: HashMap<Arc<str>, HashMap<u32, u32>>,
+    /// Subscribers per topic: slot to generation, and the place of the
+    /// first publish the subscription gets (what came before it, still in
+    /// the engine's inbox, is not for it).
+    by_topic: HashMap<Arc<str>, HashMap<u32, (u32, u64)>>,
     /// Topics per subscribing slot, to unsubscribe when it ends. Kept here,
     /// not in the connection: a connection that subscribes to nothing pays
     /// nothing for topics.
@@ -42,12 +44,12 @@ impl Subs {
             Some((name, _)) => name.clone(),
             None => topic.into(),
         };
-        self.topics.add(&self.inbox, topic);
+        let since = self.topics.add(&self.inbox, topic);
         mine.push(name.clone());
         self.by_topic
             .entry(name)
             .or_default()
-            .insert(key.slot, key.generation);
+            .insert(key.slot, (key.generation, since));
         true
     }
 
@@ -97,12 +99,14 @@ impl Subs {
         self.by_slot.get(&key.slot).map_or(&[], |v| v.as_slice())
     }
 
-    /// The subscribers of `topic`, appended to `into`.
-    pub(crate) fn subscribers(&self, topic: &str, into: &mut Vec<Key>) {
+    /// The subscribers of `topic` that publish `seq` is for (those that
+    /// subscribed before it), appended to `into`.
+    pub(crate) fn subscribers(&self, topic: &str, seq: u64, into: &mut Vec<Key>) {
         if let Some(subs) = self.by_topic.get(topic) {
             into.extend(
                 subs.iter()
-                    .map(|(&slot, &generation)| Key { slot, generation }),
+                    .filter(|(_, (_, since))| *since <= seq)
+                    .map(|(&slot, &(generation, _))| Key { slot, generation }),
             );
         }
     }
@@ -148,7 +152,7 @@ mod tests {
         assert!(subs.is_subscribed(key(2), "b"));
         assert_eq!(subs.of(key(2)).len(), 2);
         let mut got = Vec::new();
-        subs.subscribers("a", &mut got);
+        subs.subscribers("a", u64::MAX, &mut got);
         got.sort_by_key(|k| k.slot);
         assert_eq!(got, [key(1), key(2)]);
         assert!(subs.unsubscribe(key(1), "a"));
@@ -159,8 +163,93 @@ mod tests {
         assert!(topics.names().is_empty());
         assert!(subs.of(key(2)).is_empty());
         got.clear();
-        subs.subscribers("a", &mut got);
+        subs.subscribers("a", u64::MAX, &mut got);
         assert!(got.is_empty());
+    }
+
+    #[test]
+    fn a_connection_subscribed_to_nothing_holds_nothing() {
+        let topics = Topics::new();
+        let mut subs = Subs::new(topics.clone());
+        assert!(!subs.is_subscribed(key(1), "a"));
+        assert!(!subs.unsubscribe(key(1), "a"), "never subscribed");
+        subs.subscribe(key(1), "a");
+        subs.subscribe(key(1), "b");
+        subs.subscribe(key(2), "a");
+        assert!(!subs.is_subscribed(key(1), "c"));
+        assert!(!subs.unsubscribe(key(1), "c"), "not to that topic");
+        assert!(subs.unsubscribe(key(1), "a"));
+        assert!(subs.is_subscribed(key(1), "b"));
+        assert!(!subs.is_subscribed(key(1), "a"));
+        assert!(subs.is_subscribed(key(2), "a"));
+        assert!(subs.unsubscribe(key(1), "b"));
+        assert!(
+            !subs.by_slot.contains_key(&1),
+            "its list went with its last topic"
+        );
+        assert!(
+            !subs.by_topic.contains_key("b"),
+            "the topic went with its last subscriber"
+        );
+        assert_eq!(topics.names(), ["a"]);
+        subs.end(2);
+        assert!(subs.by_slot.is_empty() && subs.by_topic.is_empty());
+        assert!(topics.names().is_empty());
+        // Ending a connection that subscribed to nothing changes nothing.
+        subs.subscribe(key(3), "a");
+        subs.end(4);
+        assert_eq!(topics.subscribers("a"), 1);
+    }
+
+    #[test]
+    fn an_engine_keeps_one_name_per_topic() {
+        let topics = Topics::new();
+        let mut subs = Subs::new(topics);
+        subs.subscribe(key(1), "a");
+        subs.subscribe(key(2), "a");
+        assert!(Arc::ptr_eq(&subs.of(key(1))[0], &subs.of(key(2))[0]));
+    }
+
+    #[test]
+    fn subscribers_are_named_with_their_generation() {
+        let topics = Topics::new();
+        let mut subs = Subs::new(topics);
+        let k = Key {
+            slot: 5,
+            generation: 9,
+        };
+        subs.subscribe(k, "a");
+        let mut got = Vec::new();
+        subs.subscribers("a", u64::MAX, &mut got);
+        assert_eq!(got, [k]);
+        // Appended: what was there stays.
+        subs.subscribers("a", u64::MAX, &mut got);
+        assert_eq!(got, [k, k]);
+    }
+
+    #[test]
+    fn a_subscription_gets_only_what_is_published_after_it() {
+        use crate::proto::message::{Message, PreparedMessage};
+        use std::collections::VecDeque;
+        let msg = PreparedMessage::new(&Message::text("x")).unwrap();
+        let topics = Topics::new();
+        let mut subs = Subs::new(topics.clone());
+        subs.subscribe(key(1), "a");
+        topics.publish("a", &msg);
+        // Before its engine took the first publish from its inbox.
+        subs.subscribe(key(2), "a");
+        topics.publish("a", &msg);
+        let mut got = VecDeque::new();
+        subs.inbox.take(&mut got);
+        let (first, second) = (got[0].seq, got[1].seq);
+        assert!(first < second);
+        let mut keys = Vec::new();
+        subs.subscribers("a", first, &mut keys);
+        assert_eq!(keys, [key(1)]);
+        keys.clear();
+        subs.subscribers("a", second, &mut keys);
+        keys.sort_by_key(|k| k.slot);
+        assert_eq!(keys, [key(1), key(2)]);
     }
 
     #[test]

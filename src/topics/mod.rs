@@ -141,6 +141,9 @@ pub(crate) struct Delivery {
     /// The connection that published it, which does not receive it (as
     /// uWebSockets' `ws.publish`): the inbox's id and the engine's token.
     pub(crate) except: Option<(u64, u64)>,
+    /// Its place in the registry's order of publishes: a connection that
+    /// subscribed after it (before its engine got to it) does not get it.
+    pub(crate) seq: u64,
 }
 
 /// An engine's inbox: publishes for its subscribers, and the engine's
@@ -199,6 +202,8 @@ struct Inner {
     link: OnceLock<Box<dyn Link>>,
     published: AtomicU64,
     inbox_dropped: AtomicU64,
+    /// The next publish's place in the order; changed under the lock.
+    seq: AtomicU64,
 }
 
 /// A registry of topics; cheap to clone (clones share it). See the
@@ -231,6 +236,7 @@ impl Topics {
                 link: OnceLock::new(),
                 published: AtomicU64::new(0),
                 inbox_dropped: AtomicU64::new(0),
+                seq: AtomicU64::new(0),
             }),
         }
     }
@@ -302,6 +308,7 @@ impl Topics {
             let Some(entry) = topics.get_mut(topic) else {
                 return 0;
             };
+            let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
             for (inbox, count) in &entry.engines {
                 let mut items = inbox.items.lock().unwrap_or_else(PoisonError::into_inner);
                 if items.len() >= self.inner.config.inbox_capacity {
@@ -316,6 +323,7 @@ impl Topics {
                     topic: entry.name.clone(),
                     msg: msg.clone(),
                     except,
+                    seq,
                 });
                 reached += count - usize::from(except.is_some());
             }
@@ -403,9 +411,9 @@ impl Topics {
         })
     }
 
-    /// One more subscriber to `topic` on the engine of `inbox`; the
-    /// topic's shared name.
-    pub(crate) fn add(&self, inbox: &Arc<Inbox>, topic: &str) -> Arc<str> {
+    /// One more subscriber to `topic` on the engine of `inbox`; the place
+    /// of the first publish it gets (see [`Delivery::seq`]).
+    pub(crate) fn add(&self, inbox: &Arc<Inbox>, topic: &str) -> u64 {
         let mut topics = self.lock();
         let entry = self.entry(&mut topics, topic);
         match entry
@@ -416,7 +424,7 @@ impl Topics {
             Some((_, n)) => *n += 1,
             None => entry.engines.push((inbox.clone(), 1)),
         }
-        entry.name.clone()
+        self.inner.seq.load(Ordering::Relaxed)
     }
 
     /// One subscriber fewer to `topic` on the engine of `inbox`.
@@ -610,6 +618,169 @@ mod tests {
             topics.names().is_empty(),
             "the entry goes with its last receiver"
         );
+    }
+
+    /// Entries in the registry's map, empty ones included: what the
+    /// public calls cannot tell apart from none.
+    fn entries(topics: &Topics) -> usize {
+        topics.lock().len()
+    }
+
+    #[test]
+    fn settings_are_at_least_one_and_kept() {
+        let config = TopicsConfig::default().stream_capacity(0).inbox_capacity(0);
+        assert_eq!((config.stream_capacity, config.inbox_capacity), (1, 1));
+        let config = TopicsConfig::default().stream_capacity(7).inbox_capacity(9);
+        let topics = Topics::with_config(config);
+        assert_eq!(topics.config().stream_capacity, 7);
+        assert_eq!(topics.config().inbox_capacity, 9);
+    }
+
+    #[test]
+    fn taking_appends_after_what_the_engine_holds() {
+        let topics = Topics::new();
+        let a = topics.inbox();
+        topics.add(&a, "t");
+        let mut got = VecDeque::new();
+        topics.publish("t", &prepared("0"));
+        a.take(&mut got);
+        topics.publish("t", &prepared("1"));
+        topics.publish("t", &prepared("2"));
+        a.take(&mut got);
+        let texts: Vec<_> = got.iter().map(|d| d.msg.payload.clone()).collect();
+        assert_eq!(texts, ["0", "1", "2"]);
+        got.clear();
+        a.take(&mut got);
+        assert!(got.is_empty(), "taken once");
+    }
+
+    #[test]
+    fn an_engine_is_woken_when_its_inbox_gets_its_first_publish() {
+        use std::sync::atomic::AtomicUsize;
+        use std::task::Wake;
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let topics = Topics::new();
+        let a = topics.inbox();
+        topics.add(&a, "t");
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        a.register(&Waker::from(count.clone()));
+        topics.publish("t", &prepared("0"));
+        assert_eq!(count.0.load(Ordering::Relaxed), 1);
+        // Nobody took the first yet: the engine knows already.
+        a.register(&Waker::from(count.clone()));
+        topics.publish("t", &prepared("1"));
+        assert_eq!(count.0.load(Ordering::Relaxed), 1);
+        a.take(&mut VecDeque::new());
+        topics.publish("t", &prepared("2"));
+        assert_eq!(count.0.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn subscribers_and_names_count_engines_and_receivers_together() {
+        let topics = Topics::new();
+        let a = topics.inbox();
+        topics.add(&a, "t");
+        topics.add(&a, "t");
+        let rx = topics.subscribe("t");
+        assert_eq!(topics.subscribers("t"), 3);
+        assert_eq!(topics.publish("t", &prepared("x")).local, 3);
+        for name in ["e", "b", "d", "a", "c"] {
+            topics.add(&a, name);
+        }
+        assert_eq!(topics.names(), ["a", "b", "c", "d", "e", "t"]);
+        topics.remove(&a, "t");
+        topics.remove(&a, "t");
+        assert_eq!(topics.subscribers("t"), 1, "the receiver keeps it");
+        assert!(topics.names().contains(&"t".to_owned()));
+        drop(rx);
+        // Its sender is still in the entry: empty, so neither named nor
+        // counted, and gone at the next publish.
+        assert!(!topics.names().contains(&"t".to_owned()));
+        assert_eq!(topics.subscribers("t"), 0);
+        assert_eq!(entries(&topics), 6);
+        assert_eq!(topics.publish("t", &prepared("x")).local, 0);
+        assert_eq!(entries(&topics), 5);
+    }
+
+    #[test]
+    fn an_entry_goes_with_its_last_engine_subscriber() {
+        let topics = Topics::new();
+        let a = topics.inbox();
+        let b = topics.inbox();
+        topics.add(&a, "t");
+        topics.add(&b, "t");
+        topics.remove(&a, "t");
+        assert_eq!(entries(&topics), 1, "b still subscribes");
+        assert_eq!(topics.publish("t", &prepared("x")).local, 1);
+        topics.remove(&b, "t");
+        assert_eq!(entries(&topics), 0);
+        // A receiver's entry stays while it lives, whatever engines do.
+        let _rx = topics.subscribe("r");
+        topics.add(&a, "r");
+        topics.remove(&a, "r");
+        assert_eq!(entries(&topics), 1);
+        assert_eq!(topics.subscribers("r"), 1);
+    }
+
+    #[test]
+    fn a_lagging_receiver_is_told_by_try_recv_too() {
+        let topics = Topics::with_config(TopicsConfig::default().stream_capacity(2));
+        let mut rx = topics.subscribe("t");
+        for i in 0..3 {
+            topics.publish("t", &prepared(&i.to_string()));
+        }
+        assert_eq!(rx.try_recv(), Err(RecvError::Lagged(1)));
+        assert_eq!(rx.try_recv().unwrap().unwrap().payload, "1");
+        assert_eq!(rx.try_recv().unwrap().unwrap().payload, "2");
+        assert_eq!(rx.try_recv(), Ok(None));
+    }
+
+    #[derive(Debug, Default)]
+    struct Recorder(Mutex<Vec<(String, PreparedMessage)>>);
+
+    impl Link for Arc<Recorder> {
+        fn send(&self, topic: &str, msg: &PreparedMessage) -> Remote {
+            self.0.lock().unwrap().push((topic.to_owned(), msg.clone()));
+            Remote::Queued
+        }
+    }
+
+    #[test]
+    fn a_link_gets_every_publish_but_not_what_it_delivers() {
+        let topics = Topics::new();
+        let link = Arc::new(Recorder::default());
+        assert!(topics.set_link(Box::new(link.clone())));
+        assert!(!topics.set_link(Box::new(link.clone())), "one link");
+        let mut rx = topics.subscribe("t");
+        let p = topics.publish("t", &prepared("out"));
+        assert_eq!((p.local, p.remote), (1, Remote::Queued));
+        // Nobody here subscribes: it still goes to the other servers.
+        let p = topics.publish("nobody", &prepared("far"));
+        assert_eq!((p.local, p.remote), (0, Remote::Queued));
+        // What came from the link goes to this process only.
+        assert_eq!(topics.deliver("t", &prepared("in"), None), 1);
+        let sent: Vec<_> = link
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(t, m)| (t.clone(), m.payload.clone()))
+            .collect();
+        assert_eq!(
+            sent,
+            [
+                ("t".to_owned(), "out".into()),
+                ("nobody".to_owned(), "far".into())
+            ]
+        );
+        assert_eq!(rx.try_recv().unwrap().unwrap().payload, "out");
+        assert_eq!(rx.try_recv().unwrap().unwrap().payload, "in");
+        assert_eq!(topics.stats().published, 3);
     }
 
     #[test]
