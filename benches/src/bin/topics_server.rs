@@ -307,7 +307,6 @@ async fn serve_stream(
                         // Missed messages break the client's count, which
                         // then reports a stall; this says why.
                         Err(RecvError::Lagged(n)) => eprintln!("a subscriber lagged by {n}"),
-                        Err(e) => eprintln!("a subscriber: {e}"),
                     }
                 }
             }))
