@@ -26,6 +26,10 @@
 //! - **Backpressure.** A connection whose peer does not read stops being
 //!   read. Sends to it beyond [`HubConfig::max_backpressure`] bytes waiting
 //!   are dropped or close it, per [`BackpressurePolicy`].
+//! - **Topics.** [`Ws::subscribe`] and [`Ws::publish`] (or
+//!   [`HubHandle::publish`]): a publish is encoded once, queued once per
+//!   engine and written to each subscriber as a reference to the one
+//!   frame; see [`topics`](crate::topics).
 //!
 //! ```no_run
 //! use wavesock::hub::{Handler, Hub, HubConfig, HubMessage, Ws};
