@@ -254,3 +254,50 @@ pub fn now<F: Future>(fut: F) -> F::Output {
         Poll::Pending => panic!("an in-memory future was not ready"),
     }
 }
+
+/// The RFC 6455 sample key, and the accept value a server must answer it
+/// with: the load tools send the same request every time.
+const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
+
+/// The client handshake on a raw socket, for load tools that read frames
+/// themselves: sends the upgrade request (with `extensions`, a whole
+/// `Sec-WebSocket-Extensions: ...\r\n` line or nothing), checks the
+/// `101` and its accept value, and returns the response head and the bytes
+/// read after it.
+pub async fn raw_handshake(
+    tcp: &mut tokio::net::TcpStream,
+    addr: std::net::SocketAddr,
+    extensions: &str,
+) -> std::io::Result<(String, Vec<u8>)> {
+    use std::io;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n{extensions}\r\n"
+    );
+    tcp.write_all(request.as_bytes()).await?;
+    let mut head = Vec::with_capacity(512);
+    let end = loop {
+        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if head.len() > 8192 {
+            return Err(io::Error::other("handshake response too large"));
+        }
+        let mut chunk = [0u8; 1024];
+        let n = tcp.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(io::Error::other("closed during the handshake"));
+        }
+        head.extend_from_slice(&chunk[..n]);
+    };
+    let text = String::from_utf8_lossy(&head[..end]).into_owned();
+    if !text.starts_with("HTTP/1.1 101") || !text.contains(ACCEPT) {
+        return Err(io::Error::other(format!(
+            "bad handshake response: {:?}",
+            text.lines().next().unwrap_or("")
+        )));
+    }
+    Ok((text, head[end..].to_vec()))
+}

@@ -78,9 +78,6 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Notify;
 
-/// The key from RFC 6455 §1.3 and the accept value it must produce.
-const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
-const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
 /// The masking key of every frame we send.
 const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
 /// Connections one process opens at once, well under the servers' listen
@@ -307,35 +304,9 @@ async fn connect(
         }
     };
     tcp.set_nodelay(true)?;
-    let request = format!(
-        "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    );
-    tcp.write_all(request.as_bytes()).await?;
-    let mut head = Vec::with_capacity(512);
-    let end = loop {
-        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        if head.len() > 8192 {
-            return Err(io::Error::other("handshake response too large"));
-        }
-        let mut chunk = [0u8; 1024];
-        let n = tcp.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(io::Error::other("closed during the handshake"));
-        }
-        head.extend_from_slice(&chunk[..n]);
-    };
-    let text = String::from_utf8_lossy(&head[..end]);
-    if !text.starts_with("HTTP/1.1 101") || !text.contains(ACCEPT) {
-        return Err(io::Error::other(format!(
-            "bad handshake response: {:?}",
-            text.lines().next().unwrap_or("")
-        )));
-    }
+    let (_, early) = wavesock_benches::raw_handshake(&mut tcp, addr, "").await?;
     let mut reader = FrameReader::new(read_buf);
-    reader.push(&head[end..]);
+    reader.push(&early);
     Ok((tcp, reader))
 }
 

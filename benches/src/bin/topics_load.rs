@@ -54,9 +54,6 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Notify;
 
-/// The key from RFC 6455 §1.3 and the accept value it must produce.
-const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
-const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
 /// Connections opened at once, well under the server's listen backlog
 /// (Tokio's 1 024).
 const CONNECT_CONCURRENCY: usize = 128;
@@ -179,39 +176,13 @@ async fn connect(
     } else {
         ""
     };
-    let request = format!(
-        "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n{extensions}\r\n"
-    );
-    tcp.write_all(request.as_bytes()).await?;
-    let mut head = Vec::with_capacity(512);
-    let end = loop {
-        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        if head.len() > 8192 {
-            return Err(io::Error::other("handshake response too large"));
-        }
-        let mut chunk = [0u8; 1024];
-        let n = tcp.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(io::Error::other("closed during the handshake"));
-        }
-        head.extend_from_slice(&chunk[..n]);
-    };
-    let text = String::from_utf8_lossy(&head[..end]);
-    if !text.starts_with("HTTP/1.1 101") || !text.contains(ACCEPT) {
-        return Err(io::Error::other(format!(
-            "bad handshake response: {:?}",
-            text.lines().next().unwrap_or("")
-        )));
-    }
+    let (text, early) = wavesock_benches::raw_handshake(&mut tcp, addr, extensions).await?;
     if deflate && !text.to_ascii_lowercase().contains("permessage-deflate") {
         return Err(io::Error::other(
             "the server did not accept permessage-deflate",
         ));
     }
-    Ok((tcp, head[end..].to_vec()))
+    Ok((tcp, early))
 }
 
 /// Receipts of every connection, and when each publish reached them all.
