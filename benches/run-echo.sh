@@ -17,8 +17,8 @@
 #   --impls "A B"     implementations to run, among fastwebsockets uws
 #                     wavesock hub tokio-websockets tokio-tungstenite
 #                     (default: all six, in that order; `uws` is
-#                     uWebSockets, ../shared/peers/uws-echo, skipped with a
-#                     note when that program is missing; `hub` is
+#                     uWebSockets, benches/peers/uws/uws-echo or $UWS_ECHO,
+#                     skipped with a note when that program is missing; `hub` is
 #                     `echo_peer hub`, wavesock's second engine). An
 #                     implementation whose server does not start is left
 #                     out of the remaining runs with a note.
@@ -109,11 +109,11 @@ fi
 target_dir=$(cargo metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 bin=${target_dir:-target}/release
-# uWebSockets' echo server (C++, one thread), built by the team: see
-# ../shared/peers/README.md.
-uws=${UWS_ECHO:-$(pwd)/../shared/peers/uws-echo}
+# uWebSockets' echo server (C++, one thread): the program is
+# benches/peers/uws/uws-echo.cpp; see the README there for building it.
+uws=${UWS_ECHO:-$(pwd)/benches/peers/uws/uws-echo}
 if [[ " $impls " == *" uws "* && ! -x $uws ]]; then
-    echo "note: $uws not found; running without uWebSockets" >&2
+    echo "note: $uws not found (see benches/peers/uws/README.md); running without uWebSockets" >&2
     impls=${impls//uws/}
 fi
 if [[ -n $base ]]; then

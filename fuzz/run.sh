@@ -5,6 +5,7 @@
 #
 #   bash fuzz/run.sh TARGET SECONDS     one target
 #   bash fuzz/run.sh all SECONDS        every target, one after the other
+#                                       (FUZZ_JOBS=N: N at a time)
 #
 # Installs cargo-fuzz if missing, builds the targets, and runs each from
 # the committed seed corpus fuzz/corpus/<target>/ (read only) plus a work
@@ -46,14 +47,14 @@ start=$SECONDS
 cargo fuzz build "${flags[@]}"
 echo "build: $((SECONDS - start)) s"
 
-failed=()
-summary=()
-for t in "${targets[@]}"; do
+# run_target T: fuzzes T for $secs seconds and writes its summary line to
+# artifacts/T/summary (with FAILED when libFuzzer found a crash).
+run_target() {
+    local t=$1 log rc=0 user sys cpu last cov ft corp runs eps line
     mkdir -p "work/$t" "artifacts/$t"
     log="artifacts/$t/run.log"
     echo "== $t: $secs s"
     TIMEFORMAT="%U %S"
-    rc=0
     { time cargo fuzz run "${flags[@]}" "$t" "work/$t" "corpus/$t" -- \
         -max_total_time="$secs" -max_len=4096 -timeout=10 -print_final_stats=1 \
         -artifact_prefix="artifacts/$t/" >"$log" 2>&1 || rc=$?; } 2>"artifacts/$t/cpu"
@@ -68,11 +69,31 @@ for t in "${targets[@]}"; do
     line="$t: runs=${runs:-?} exec/s=${eps:-?} cov=${cov:-?} ft=${ft:-?} corpus=${corp:-?} cpu=${cpu}s"
     if [ "$rc" -ne 0 ]; then
         line="$line FAILED (exit $rc)"
-        failed+=("$t")
         grep -E 'panicked|SUMMARY|Test unit written|ERROR' "$log" | head -5 || true
     fi
-    echo "$line"
+    echo "$line" >"artifacts/$t/summary"
+}
+
+# FUZZ_JOBS targets at once (default 1): each libFuzzer process is one
+# thread, so CI runs two on its two cores.
+jobs=${FUZZ_JOBS:-1}
+running=0
+for t in "${targets[@]}"; do
+    if [ "$running" -ge "$jobs" ]; then
+        wait -n || true
+        running=$((running - 1))
+    fi
+    run_target "$t" &
+    running=$((running + 1))
+done
+wait
+
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+    line=$(cat "artifacts/$t/summary" 2>/dev/null || echo "$t: no result")
     summary+=("$line")
+    [[ $line == *FAILED* || $line == *"no result"* ]] && failed+=("$t")
 done
 
 echo "== summary ($((SECONDS - start)) s in all)"

@@ -62,7 +62,9 @@ import tomllib
 
 ROOT = os.getcwd()
 OUT = os.path.join("target", "doc-deps")
-TARGET_DIR = os.path.join(OUT, "target")
+# DOC_DEPS_TARGET_DIR: CI points it at the crate's own target directory,
+# where the dependencies are already checked with these features.
+TARGET_DIR = os.environ.get("DOC_DEPS_TARGET_DIR") or os.path.join(OUT, "target")
 BASE_CRATES = ("wavesock", "tokio", "futures-util")
 
 # ------------------------------------------------------------ extraction

@@ -67,6 +67,12 @@
 //! [RFC 6455]: https://www.rfc-editor.org/rfc/rfc6455
 #![deny(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly (Cargo.toml's
+// `[package.metadata.docs.rs]`): rustdoc then labels every item gated on a
+// feature with the feature it needs. `__tls` is internal ("any TLS stack"),
+// so its items name the public features instead.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![cfg_attr(docsrs, doc(auto_cfg(hide(feature = "__tls"))))]
 
 #[cfg(feature = "axum")]
 pub mod axum;
@@ -91,6 +97,7 @@ mod server;
 pub mod stream;
 pub mod topics;
 #[cfg(feature = "__tls")]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "rustls", feature = "native-tls"))))]
 pub use client::tls;
 mod trace;
 #[cfg(feature = "hyper")]
@@ -120,8 +127,10 @@ pub use server::{
 pub use stream::{MessagePieces, WebSocketReceiver, WebSocketSender, WebSocketStream};
 
 #[cfg(feature = "__tls")]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "rustls", feature = "native-tls"))))]
 pub use client::connect_async_tls_with_config;
 #[cfg(feature = "__tls")]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "rustls", feature = "native-tls"))))]
 pub use client::tls::Connector;
 /// The native-tls version wavesock is built with, for
 /// [`Connector::NativeTls`] connectors.

@@ -8,5 +8,7 @@ if [ ! -d node_modules/ws ]; then
   npm install --no-audit --no-fund --silent
 fi
 cd ../..
-# Release: 16 MiB messages through zlib-rs are slow unoptimized.
-cargo test --release --features deflate --test interop -- --ignored --test-threads=1 "$@"
+# Release (or INTEROP_PROFILE, CI's `ci`): 16 MiB messages through
+# zlib-rs are slow unoptimized.
+cargo test --profile "${INTEROP_PROFILE:-release}" --features deflate --test interop \
+    -- --ignored --test-threads=1 "$@"

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The Autobahn TestSuite against wavesock, judged strictly by check.py.
+#
+#   bash tests/autobahn/run.sh [server] [hub] [client]   (default: all three)
+#
+#   server  examples/echo_server (the Stream) under kosoku's fuzzingclient
+#   hub     examples/hub_echo (the hub) under kosoku's fuzzingclient
+#   client  examples/autobahn_client against kosoku's fuzzingserver
+#
+# Installs the runner (PyPI kosoku, pinned) in .venv-autobahn, builds the
+# examples in release with permessage-deflate (`--features deflate`), or
+# takes them from the directory AUTOBAHN_BIN when that is set (CI runs the
+# debug examples its test build made, with every feature on), runs the chosen
+# sides side by side, and judges each report in reports/<side> with
+# check.py: all 517 cases of groups 1-13 must pass, NON-STRICT and
+# UNIMPLEMENTED included as failures. Exit status 1 if any side fails.
+#
+# Each run is bound by its kosoku process (one Python thread), so on two
+# cores the three together take about as long as one and a half alone.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+cd "$ROOT"
+
+KOSOKU_VERSION=0.1.0
+CASES=517
+sides=("$@")
+[ ${#sides[@]} -gt 0 ] || sides=(server hub client)
+for s in "${sides[@]}"; do
+    case $s in
+    server | hub | client) ;;
+    *)
+        echo "unknown side $s (server, hub or client)" >&2
+        exit 2
+        ;;
+    esac
+done
+want() { [[ " ${sides[*]} " == *" $1 "* ]]; }
+
+installed=$(.venv-autobahn/bin/python -c \
+    'import importlib.metadata as m; print(m.version("kosoku"))' 2> /dev/null || true)
+if [ "$installed" != "$KOSOKU_VERSION" ]; then
+    python3 -m venv .venv-autobahn
+    .venv-autobahn/bin/pip install -q "kosoku==$KOSOKU_VERSION"
+fi
+KOSOKU=$ROOT/.venv-autobahn/bin/kosoku
+
+if [ -n "${AUTOBAHN_BIN:-}" ]; then
+    bin=$AUTOBAHN_BIN
+else
+    cargo build --release --features deflate \
+        --example echo_server --example hub_echo --example autobahn_client
+    bin=$(cargo metadata --format-version 1 --no-deps |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/examples
+fi
+
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null || true; done; }
+trap cleanup EXIT
+
+wait_port() {
+    for _ in $(seq 1 100); do
+        if python3 -c "import socket,sys; s=socket.socket(); s.settimeout(0.2); sys.exit(s.connect_ex(('127.0.0.1', $1)))"; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "nothing listens on port $1" >&2
+    return 1
+}
+
+mkdir -p reports
+WAIT=()
+# kosoku exits non-zero on any case that is not OK (INFORMATIONAL and
+# UNIMPLEMENTED included): the verdict is check.py's, not its status.
+if want server; then
+    rm -rf reports/server
+    # The servers log every protocol violation the fuzzer commits.
+    "$bin/echo_server" 127.0.0.1:9001 2> reports/server-echo.log &
+    PIDS+=($!)
+    wait_port 9001
+    ("$KOSOKU" -m fuzzingclient 127.0.0.1:9001 -o reports/server > reports/server.log 2>&1 || true) &
+    PIDS+=($!)
+    WAIT+=($!)
+fi
+if want hub; then
+    rm -rf reports/hub
+    "$bin/hub_echo" 127.0.0.1:9003 2> reports/hub-echo.log &
+    PIDS+=($!)
+    wait_port 9003
+    ("$KOSOKU" -m fuzzingclient 127.0.0.1:9003 -o reports/hub > reports/hub.log 2>&1 || true) &
+    PIDS+=($!)
+    WAIT+=($!)
+fi
+if want client; then
+    rm -rf reports/client
+    "$KOSOKU" -m fuzzingserver 127.0.0.1:9002 -o reports/client > reports/client.log 2>&1 &
+    fuzz=$!
+    PIDS+=($fuzz)
+    wait_port 9002
+    "$bin/autobahn_client" ws://127.0.0.1:9002
+    # The reports are written after the updateReports connection: let
+    # kosoku finish (it exits by itself once they are written).
+    for _ in $(seq 1 600); do
+        kill -0 "$fuzz" 2> /dev/null || break
+        sleep 0.1
+    done
+    kill "$fuzz" 2> /dev/null || true
+    wait "$fuzz" 2> /dev/null || true
+fi
+for p in "${WAIT[@]}"; do wait "$p"; done
+
+status=0
+for s in server hub client; do
+    want "$s" || continue
+    echo "== autobahn: $s"
+    python3 "$HERE/check.py" "reports/$s" --expect "$CASES" || status=1
+done
+exit $status
