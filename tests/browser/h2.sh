@@ -9,7 +9,7 @@ source "$(cd "$(dirname "$0")" && pwd)/setup.sh"
 
 # CI passes its full feature set, whose test build made the example already.
 (cd "$ROOT" && cargo build --features "${H2_FEATURES:-deflate}" --example h2_server)
-start_server "h2_server on" "$ROOT/target/debug/examples/h2_server" 127.0.0.1:0
+start_server "h2_server on" "$TARGET_DIR/debug/examples/h2_server" 127.0.0.1:0
 # The certificate is generated at start; Chromium is told to trust its key.
 SPKI=$(sed -n 's#.*--ignore-certificate-errors-spki-list=\([A-Za-z0-9+/=]*\).*#\1#p' "$SERVER_LOG")
 cd "$HERE"

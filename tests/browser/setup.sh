@@ -4,6 +4,10 @@
 # does so for the chat example (built on first use).
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
+# Where cargo puts the examples: target/ unless CARGO_TARGET_DIR (or a
+# cargo config) says otherwise.
+TARGET_DIR=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 
 if [ ! -x /usr/bin/chromium ]; then
   apt-get update -q
@@ -66,5 +70,5 @@ start_chat() {
     (cd "$ROOT" && cargo build --example "$example")
     CHAT_BUILT=$example
   fi
-  start_server "chat server on" "$ROOT/target/debug/examples/$example" 127.0.0.1:0 "$@"
+  start_server "chat server on" "$TARGET_DIR/debug/examples/$example" 127.0.0.1:0 "$@"
 }
