@@ -71,27 +71,23 @@ wait_port() {
 
 mkdir -p reports
 WAIT=()
-# kosoku exits non-zero on any case that is not OK (INFORMATIONAL and
-# UNIMPLEMENTED included): the verdict is check.py's, not its status.
-if want server; then
-    rm -rf reports/server
+# drive SIDE SERVER PORT: starts the example SERVER on PORT and kosoku's
+# fuzzingclient against it, in the background. kosoku exits non-zero on
+# any case that is not OK (INFORMATIONAL and UNIMPLEMENTED included): the
+# verdict is check.py's, not its status.
+drive() {
+    local side=$1 server=$2 port=$3
+    rm -rf "reports/$side"
     # The servers log every protocol violation the fuzzer commits.
-    "$bin/echo_server" 127.0.0.1:9001 2> reports/server-echo.log &
+    "$bin/$server" "127.0.0.1:$port" 2> "reports/$side-$server.log" &
     PIDS+=($!)
-    wait_port 9001
-    ("$KOSOKU" -m fuzzingclient 127.0.0.1:9001 -o reports/server > reports/server.log 2>&1 || true) &
-    PIDS+=($!)
-    WAIT+=($!)
-fi
-if want hub; then
-    rm -rf reports/hub
-    "$bin/hub_echo" 127.0.0.1:9003 2> reports/hub-echo.log &
-    PIDS+=($!)
-    wait_port 9003
-    ("$KOSOKU" -m fuzzingclient 127.0.0.1:9003 -o reports/hub > reports/hub.log 2>&1 || true) &
+    wait_port "$port"
+    ("$KOSOKU" -m fuzzingclient "127.0.0.1:$port" -o "reports/$side" > "reports/$side.log" 2>&1 || true) &
     PIDS+=($!)
     WAIT+=($!)
-fi
+}
+want server && drive server echo_server 9001
+want hub && drive hub hub_echo 9003
 if want client; then
     rm -rf reports/client
     "$KOSOKU" -m fuzzingserver 127.0.0.1:9002 -o reports/client > reports/client.log 2>&1 &
