@@ -12,6 +12,9 @@ cd "$(dirname "$0")/.."
 features=$(python3 scripts/docs-rs-features.py)
 RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="--cfg docsrs -Dwarnings" \
     cargo doc --no-deps -p wavesock --features "$features"
+# The core's own page on docs.rs: every feature (its manifest says so).
+RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="--cfg docsrs -Dwarnings" \
+    cargo doc --no-deps -p wavesock-proto --all-features
 doc=$(cargo metadata --format-version 1 --no-deps |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/doc/wavesock
 

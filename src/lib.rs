@@ -90,7 +90,7 @@ mod head;
 pub mod http2;
 pub mod hub;
 mod negotiated;
-pub mod proto;
+pub use wavesock_proto as proto;
 pub mod proxy;
 mod retry;
 mod server;

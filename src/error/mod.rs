@@ -157,6 +157,10 @@ impl From<proto::Error> for Error {
             proto::Error::InvalidConfig(m) => Error::InvalidConfig(m),
             // A compressor failure is a local fault, like a failed write.
             proto::Error::Compression(m) => Error::Io(io::Error::other(m)),
+            // The two crates are released together (an exact version
+            // requirement), so a variant this match does not name cannot
+            // come from the core this crate is built with.
+            e => Error::Io(io::Error::other(e)),
         }
     }
 }

@@ -219,16 +219,16 @@ fn accept_offer(config: &DeflateConfig, offer: &Params) -> Option<DeflateParams>
         (None, Some(theirs)) => theirs.unwrap_or(15),
         (None, None) => 15,
     };
-    Some(DeflateParams {
-        server_no_context_takeover: config.server_no_context_takeover
-            || offer.server_no_context_takeover,
-        client_no_context_takeover: config.client_no_context_takeover,
-        server_max_window_bits: config
-            .server_max_window_bits
-            .unwrap_or(15)
-            .min(offer.server_max_window_bits.unwrap_or(15)),
-        client_max_window_bits,
-    })
+    let mut params = DeflateParams::default();
+    params.server_no_context_takeover =
+        config.server_no_context_takeover || offer.server_no_context_takeover;
+    params.client_no_context_takeover = config.client_no_context_takeover;
+    params.server_max_window_bits = config
+        .server_max_window_bits
+        .unwrap_or(15)
+        .min(offer.server_max_window_bits.unwrap_or(15));
+    params.client_max_window_bits = client_max_window_bits;
+    Some(params)
 }
 
 /// The response value that states `params` to the client.
@@ -331,14 +331,14 @@ pub fn check_response(
         }
         (ours, got) => got.flatten().unwrap_or(15).min(ours.unwrap_or(15)),
     };
-    Ok(Some(DeflateParams {
-        server_no_context_takeover: p.server_no_context_takeover,
-        // What we offered is a promise, whether or not the server repeats it.
-        client_no_context_takeover: p.client_no_context_takeover
-            || config.client_no_context_takeover,
-        server_max_window_bits,
-        client_max_window_bits,
-    }))
+    let mut params = DeflateParams::default();
+    params.server_no_context_takeover = p.server_no_context_takeover;
+    // What we offered is a promise, whether or not the server repeats it.
+    params.client_no_context_takeover =
+        p.client_no_context_takeover || config.client_no_context_takeover;
+    params.server_max_window_bits = server_max_window_bits;
+    params.client_max_window_bits = client_max_window_bits;
+    Ok(Some(params))
 }
 
 #[cfg(test)]
@@ -354,12 +354,12 @@ mod tests {
     }
 
     fn params(snct: bool, cnct: bool, smwb: u8, cmwb: u8) -> DeflateParams {
-        DeflateParams {
-            server_no_context_takeover: snct,
-            client_no_context_takeover: cnct,
-            server_max_window_bits: smwb,
-            client_max_window_bits: cmwb,
-        }
+        let mut p = DeflateParams::default();
+        p.server_no_context_takeover = snct;
+        p.client_no_context_takeover = cnct;
+        p.server_max_window_bits = smwb;
+        p.client_max_window_bits = cmwb;
+        p
     }
 
     #[test]

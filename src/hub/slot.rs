@@ -866,8 +866,8 @@ mod tests {
         assert_eq!(c.send_prepared(&mut turn, &big).unwrap(), SendStatus::Sent);
         let out = c.out.as_deref().unwrap();
         assert_eq!(out.chunks.len(), 1);
-        assert_eq!(out.chunks[0], big.frame, "the same bytes");
-        assert_eq!(out.chunks[0].as_ptr(), big.frame.as_ptr(), "not a copy");
+        assert_eq!(out.chunks[0], big.frame(), "the same bytes");
+        assert_eq!(out.chunks[0].as_ptr(), big.frame().as_ptr(), "not a copy");
         assert_eq!(out.tail.capacity(), 0, "no buffer of its own for it");
         assert_eq!(turn.dirty, [0]);
         assert_eq!(
@@ -876,8 +876,8 @@ mod tests {
         );
         let out = c.out.as_deref().unwrap();
         assert_eq!(out.chunks.len(), 1);
-        assert_eq!(&out.tail[..], &small.frame[..]);
-        assert_eq!(c.buffered(), big.frame.len() + small.frame.len());
+        assert_eq!(&out.tail[..], &small.frame()[..]);
+        assert_eq!(c.buffered(), big.frame().len() + small.frame().len());
     }
 
     #[test]

@@ -321,7 +321,9 @@ impl ReadState {
                     self.terminated = true;
                     return Poll::Ready(self.take_error(link));
                 }
-                Phase::TimedOut => {
+                // `TimedOut` (the core's phases are non-exhaustive: one it
+                // might add is ended the same way, at once).
+                _ => {
                     trace::warn_event!("connection timed out");
                     // Write what the core owes (a close saying why) if the
                     // transport takes it at once; wait for nothing.

@@ -527,7 +527,7 @@ mod tests {
         }
         let mut got = VecDeque::new();
         a.take(&mut got);
-        let texts: Vec<_> = got.iter().map(|d| d.msg.payload.clone()).collect();
+        let texts: Vec<_> = got.iter().map(|d| d.msg.payload().clone()).collect();
         assert_eq!(texts, ["0", "1", "2"]);
         assert!(got.iter().all(|d| &*d.topic == "t" && d.except.is_none()));
         got.clear();
@@ -606,10 +606,10 @@ mod tests {
         assert_eq!(fast.topic(), "t");
         for i in 0..6 {
             assert_eq!(topics.publish("t", &prepared(&i.to_string())).local, 2);
-            assert_eq!(fast.recv().await.unwrap().payload, i.to_string());
+            assert_eq!(fast.recv().await.unwrap().payload(), &i.to_string());
         }
         assert_eq!(slow.recv().await, Err(RecvError::Lagged(2)));
-        assert_eq!(slow.recv().await.unwrap().payload, "2");
+        assert_eq!(slow.recv().await.unwrap().payload(), "2");
         assert_eq!(fast.try_recv(), Ok(None));
         drop((fast, slow));
         assert!(topics.names().is_empty() || topics.subscribers("t") == 0);
@@ -647,7 +647,7 @@ mod tests {
         topics.publish("t", &prepared("1"));
         topics.publish("t", &prepared("2"));
         a.take(&mut got);
-        let texts: Vec<_> = got.iter().map(|d| d.msg.payload.clone()).collect();
+        let texts: Vec<_> = got.iter().map(|d| d.msg.payload().clone()).collect();
         assert_eq!(texts, ["0", "1", "2"]);
         got.clear();
         a.take(&mut got);
@@ -735,8 +735,8 @@ mod tests {
             topics.publish("t", &prepared(&i.to_string()));
         }
         assert_eq!(rx.try_recv(), Err(RecvError::Lagged(1)));
-        assert_eq!(rx.try_recv().unwrap().unwrap().payload, "1");
-        assert_eq!(rx.try_recv().unwrap().unwrap().payload, "2");
+        assert_eq!(rx.try_recv().unwrap().unwrap().payload(), "1");
+        assert_eq!(rx.try_recv().unwrap().unwrap().payload(), "2");
         assert_eq!(rx.try_recv(), Ok(None));
     }
 
@@ -769,7 +769,7 @@ mod tests {
             .lock()
             .unwrap()
             .iter()
-            .map(|(t, m)| (t.clone(), m.payload.clone()))
+            .map(|(t, m)| (t.clone(), m.payload().clone()))
             .collect();
         assert_eq!(
             sent,
@@ -778,8 +778,8 @@ mod tests {
                 ("nobody".to_owned(), "far".into())
             ]
         );
-        assert_eq!(rx.try_recv().unwrap().unwrap().payload, "out");
-        assert_eq!(rx.try_recv().unwrap().unwrap().payload, "in");
+        assert_eq!(rx.try_recv().unwrap().unwrap().payload(), "out");
+        assert_eq!(rx.try_recv().unwrap().unwrap().payload(), "in");
         assert_eq!(topics.stats().published, 3);
     }
 

@@ -368,7 +368,7 @@ fn encode(origin: &[u8; 16], topic: &str, msg: &PreparedMessage) -> Option<Bytes
         OpCode::Binary => 2,
         _ => return None,
     };
-    let payload = &msg.payload;
+    let payload = msg.payload();
     let mut b = BytesMut::with_capacity(HEAD + topic.len() + payload.len());
     b.put_u8(VERSION);
     b.put_slice(origin);

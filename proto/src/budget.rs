@@ -47,7 +47,9 @@ struct Shared {
 }
 
 /// A memory budget shared by many connections: create it once, put a clone
-/// in the [`Config`](crate::Config) of every connection it is to cover.
+/// in the configuration of every connection it is to cover (wavesock's
+/// `Config::memory_budget`; [`Limits::budget`](crate::Limits::budget) for a decoder
+/// of your own).
 ///
 /// The bytes a connection holds for the message it is receiving (its read
 /// buffer, the fragments being put together, the inflated output of a
@@ -64,13 +66,13 @@ struct Shared {
 /// Cloning is cheap (an [`Arc`] inside); clones share the count.
 ///
 /// ```
-/// use wavesock::{Config, MemoryBudget};
+/// use wavesock_proto::MemoryBudget;
 ///
 /// // All connections together hold at most 256 MiB for messages in progress.
 /// let budget = MemoryBudget::new(256 << 20);
-/// let config = Config::default().memory_budget(budget.clone());
-/// assert!(config.validate().is_ok());
-/// assert_eq!(budget.in_use(), 0);
+/// let for_each_connection = budget.clone();
+/// assert_eq!(for_each_connection.in_use(), 0);
+/// assert_eq!(budget.limit(), 256 << 20);
 /// ```
 #[derive(Clone)]
 pub struct MemoryBudget {
@@ -107,7 +109,7 @@ impl MemoryBudget {
     /// [wait timeout](DEFAULT_WAIT_TIMEOUT).
     ///
     /// ```
-    /// use wavesock::MemoryBudget;
+    /// use wavesock_proto::MemoryBudget;
     ///
     /// let budget = MemoryBudget::new(64 << 20);
     /// assert_eq!(budget.limit(), 64 << 20);
@@ -285,8 +287,8 @@ pub enum Grant {
 /// Dropping the account gives back everything it took.
 ///
 /// ```
-/// use wavesock::MemoryBudget;
-/// use wavesock::proto::budget::{BudgetAccount, Grant, Held};
+/// use wavesock_proto::MemoryBudget;
+/// use wavesock_proto::budget::{BudgetAccount, Grant, Held};
 ///
 /// let budget = MemoryBudget::new(1 << 20).allowance(1000);
 /// let mut account = BudgetAccount::new(Some(budget.clone()));
@@ -585,11 +587,11 @@ mod tests {
     // The decoder under a budget, without a runtime: the read buffer is a
     // plain `BytesMut` recorded in the account as the I/O layer does.
 
-    use crate::proto::Role;
-    use crate::proto::decoder::MessageDecoder;
-    use crate::proto::error::Error;
-    use crate::proto::limits::Limits;
-    use crate::proto::message::Message;
+    use crate::Role;
+    use crate::decoder::MessageDecoder;
+    use crate::error::Error;
+    use crate::limits::Limits;
+    use crate::message::Message;
     use bytes::BytesMut;
 
     /// A client frame (masked with a zero key, so the payload reads as is).
@@ -727,8 +729,8 @@ mod tests {
     #[cfg(feature = "deflate")]
     mod bombs {
         use super::*;
-        use crate::proto::deflate::{DeflateConfig, DeflateParams};
-        use crate::proto::encoder::FrameEncoder;
+        use crate::deflate::{DeflateConfig, DeflateParams};
+        use crate::encoder::FrameEncoder;
 
         /// `n` zeros compressed as one permessage-deflate payload.
         fn zeros(n: usize) -> Vec<u8> {
@@ -744,7 +746,7 @@ mod tests {
         fn inflating(budget: &MemoryBudget) -> MessageDecoder {
             let mut d = decoder(budget);
             let mut e = FrameEncoder::new(Role::Server);
-            crate::proto::deflate::enable_for_tests(
+            crate::deflate::enable_for_tests(
                 &mut d,
                 &mut e,
                 &DeflateParams::default(),

@@ -2,7 +2,7 @@
 //! what a connection agreed on. Plain data, compiled with or without the
 //! `deflate` feature, so that the handshake can negotiate with them.
 
-use crate::proto::error::Error;
+use crate::error::Error;
 
 /// What a side offers (client) or accepts (server) for permessage-deflate,
 /// and how it compresses.
@@ -21,7 +21,7 @@ use crate::proto::error::Error;
 /// and save memory (the window takes 2^n bytes on each side of a direction).
 ///
 /// ```
-/// use wavesock::proto::deflate::DeflateConfig;
+/// use wavesock_proto::deflate::DeflateConfig;
 ///
 /// let deflate = DeflateConfig::default()
 ///     .level(6)
@@ -115,7 +115,8 @@ impl DeflateConfig {
 /// The permessage-deflate parameters one connection agreed on.
 ///
 /// Made by the negotiation in
-/// [`handshake::extensions`](crate::handshake::extensions); window bits are
+/// wavesock's
+/// [`handshake::extensions`](https://docs.rs/wavesock/latest/wavesock/handshake/extensions/index.html); window bits are
 /// 8 to 15 (15 when the handshake named no limit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 
 use super::*;
-use crate::proto::decoder::MessageDecoder;
-use crate::proto::encoder::FrameEncoder;
-use crate::proto::error::ProtocolError;
-use crate::proto::limits::Limits;
+use crate::decoder::MessageDecoder;
+use crate::encoder::FrameEncoder;
+use crate::error::ProtocolError;
+use crate::limits::Limits;
 
 const SEC: Duration = Duration::from_secs(1);
 

@@ -1,7 +1,7 @@
 //! Frame headers (RFC 6455 §5.2): parse, check and encode.
 
-use crate::proto::Role;
-use crate::proto::error::{Error, ProtocolError};
+use crate::Role;
+use crate::error::{Error, ProtocolError};
 
 /// The most bytes a frame header can take: 2 + 8 (length) + 4 (mask key).
 pub const MAX_HEADER_LEN: usize = 14;

@@ -13,11 +13,11 @@ use bytes::Bytes;
 /// buffer, and received text reaches you without a copy.
 ///
 /// ```
-/// use wavesock::Utf8Bytes;
+/// use wavesock_proto::Utf8Bytes;
 ///
 /// let text = Utf8Bytes::from("hello");
 /// assert_eq!(text.as_str(), "hello");
-/// assert!(Utf8Bytes::try_from(wavesock::Bytes::from_static(b"\xff")).is_err());
+/// assert!(Utf8Bytes::try_from(wavesock_proto::Bytes::from_static(b"\xff")).is_err());
 /// ```
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Utf8Bytes(Bytes);
@@ -144,7 +144,7 @@ impl PartialEq<&str> for Utf8Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::utf8::Utf8Validator;
+    use crate::utf8::Utf8Validator;
     use proptest::prelude::*;
 
     proptest! {

@@ -5,13 +5,13 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::proto::error::Error;
+use crate::error::Error;
 
-use crate::proto::close::CloseFrame;
-use crate::proto::header::{FrameHeader, MAX_HEADER_LEN, OpCode};
-use crate::proto::text::Utf8Bytes;
+use crate::close::CloseFrame;
+use crate::header::{FrameHeader, MAX_HEADER_LEN, OpCode};
+use crate::text::Utf8Bytes;
 
-/// A WebSocket message, as received from [`WebSocketStream`](crate::WebSocketStream)
+/// A WebSocket message, as received from [`WebSocketStream`](https://docs.rs/wavesock/latest/wavesock/struct.WebSocketStream.html)
 /// or given to it to send.
 ///
 /// Text is validated UTF-8 and, like binary data, shares the buffer it was
@@ -21,7 +21,7 @@ use crate::proto::text::Utf8Bytes;
 /// with `send_prepared`; it is never received.
 ///
 /// ```
-/// use wavesock::Message;
+/// use wavesock_proto::Message;
 ///
 /// let m = Message::text("hello");
 /// assert!(m.is_text());
@@ -32,7 +32,7 @@ use crate::proto::text::Utf8Bytes;
 /// let m: Message = vec![0xFF, 0x00].into();
 /// assert!(m.is_binary());
 /// assert!(m.to_text().is_err());
-/// # Ok::<(), wavesock::Error>(())
+/// # Ok::<(), wavesock_proto::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
@@ -49,7 +49,7 @@ pub enum Message {
     /// A raw frame, sent as given (masked if this side is a client). Lets you
     /// send a message in fragments of your choosing.
     ///
-    /// Received only with [`Config::stream_messages`](crate::Config::stream_messages),
+    /// Received only with [`Config::stream_messages`](https://docs.rs/wavesock/latest/wavesock/struct.Config.html#method.stream_messages),
     /// as a piece of a text or binary message: the first piece of a message
     /// has opcode [`OpCode::Text`] or [`OpCode::Binary`], the others
     /// [`OpCode::Continuation`], and the last has `fin` set. Pieces follow
@@ -101,8 +101,7 @@ impl Message {
     }
 
     /// A close message's code and reason, if it has them.
-    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
-    pub(crate) fn close_frame(&self) -> Option<&CloseFrame> {
+    pub fn close_frame(&self) -> Option<&CloseFrame> {
         match self {
             Message::Close(f) => f.as_ref(),
             _ => None,
@@ -110,7 +109,7 @@ impl Message {
     }
 
     /// Whether this is a ping, a pong or a close frame.
-    pub(crate) fn is_control(&self) -> bool {
+    pub fn is_control(&self) -> bool {
         matches!(
             self,
             Message::Ping(_) | Message::Pong(_) | Message::Close(_)
@@ -118,7 +117,7 @@ impl Message {
     }
 
     /// The opcode and FIN bit of the (first) frame this message goes out as.
-    pub(crate) fn head(&self) -> (OpCode, bool) {
+    pub fn head(&self) -> (OpCode, bool) {
         match self {
             Message::Frame(f) => (f.opcode, f.fin),
             Message::Text(_) => (OpCode::Text, true),
@@ -250,11 +249,11 @@ impl From<Bytes> for Message {
 }
 
 /// A single frame, for sending messages fragment by fragment, or a piece of
-/// a message received with [`Config::stream_messages`](crate::Config::stream_messages)
+/// a message received with [`Config::stream_messages`](https://docs.rs/wavesock/latest/wavesock/struct.Config.html#method.stream_messages)
 /// (see [`Message::Frame`]).
 ///
 /// ```
-/// use wavesock::{Frame, Message, OpCode};
+/// use wavesock_proto::{Frame, Message, OpCode};
 ///
 /// // "Hello" as two fragments.
 /// let first = Message::Frame(Frame::new(false, OpCode::Text, "Hel"));
@@ -287,8 +286,8 @@ impl Frame {
 ///
 /// Server frames are not masked, so the same encoded bytes serve every
 /// server-side connection: sending a prepared message (`send_prepared` or
-/// `feed_prepared` on a [`WebSocketStream`](crate::WebSocketStream) or a
-/// [`WebSocketSender`](crate::WebSocketSender)) queues a reference to them,
+/// `feed_prepared` on a [`WebSocketStream`](https://docs.rs/wavesock/latest/wavesock/struct.WebSocketStream.html) or a
+/// [`WebSocketSender`](https://docs.rs/wavesock/latest/wavesock/struct.WebSocketSender.html)) queues a reference to them,
 /// with no encoding and no copy per connection. On a client-side connection
 /// it is encoded (and masked, and compressed if negotiated) like any
 /// message.
@@ -305,12 +304,12 @@ impl Frame {
 /// window now holds bytes the connection's compressor did not produce.
 ///
 /// ```
-/// use wavesock::{Message, PreparedMessage};
+/// use wavesock_proto::{Message, PreparedMessage};
 ///
 /// let news = PreparedMessage::new(&Message::text("breaking news"))?;
 /// // for ws in &mut connections { ws.feed_prepared(&news).await?; }
 /// assert_eq!(&news.frame()[..2], &[0x81, 13]);
-/// # Ok::<(), wavesock::Error>(())
+/// # Ok::<(), wavesock_proto::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct PreparedMessage {
@@ -408,7 +407,7 @@ impl PreparedMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::close::CloseCode;
+    use crate::close::CloseCode;
 
     fn bye() -> Message {
         Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "bye")))

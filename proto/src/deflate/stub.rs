@@ -1,12 +1,12 @@
 //! Without the `deflate` feature: compressor types that cannot exist, so the
 //! encoder's and decoder's compression paths compile to nothing.
 
-use crate::proto::Role;
-use crate::proto::budget::BudgetAccount;
-use crate::proto::deflate::{DeflateConfig, DeflateParams};
-use crate::proto::error::Error;
-use crate::proto::message::Message;
-use crate::proto::utf8::Utf8Validator;
+use crate::Role;
+use crate::budget::BudgetAccount;
+use crate::deflate::{DeflateConfig, DeflateParams};
+use crate::error::Error;
+use crate::message::Message;
+use crate::utf8::Utf8Validator;
 
 /// Whether this build can compress (the `deflate` feature).
 pub const AVAILABLE: bool = false;

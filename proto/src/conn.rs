@@ -19,9 +19,9 @@
 //!
 //! ```
 //! use std::time::{Duration, Instant};
-//! use wavesock::Message;
-//! use wavesock::proto::conn::{Connection, Phase, Timers};
-//! use wavesock::proto::Role;
+//! use wavesock_proto::Message;
+//! use wavesock_proto::conn::{Connection, Phase, Timers};
+//! use wavesock_proto::Role;
 //!
 //! let start = Instant::now();
 //! let timers = Timers::default().ping_interval(Some(Duration::from_secs(30)));
@@ -41,11 +41,11 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::proto::Role;
-use crate::proto::close::{CloseCode, CloseFrame};
-use crate::proto::error::Error;
-use crate::proto::header::OpCode;
-use crate::proto::message::Message;
+use crate::Role;
+use crate::close::{CloseCode, CloseFrame};
+use crate::error::Error;
+use crate::header::OpCode;
+use crate::message::Message;
 
 /// The connection's timers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

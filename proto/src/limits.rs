@@ -1,17 +1,17 @@
 //! The limits the protocol core enforces on what the peer sends.
 
-use crate::proto::budget::MemoryBudget;
-use crate::proto::error::Error;
+use crate::budget::MemoryBudget;
+use crate::error::Error;
 
 /// Bounds on incoming frames and messages, checked on each frame header
 /// before any memory is reserved for its payload.
 ///
 /// A frame is held to the smaller of the two limits, since it is part of a
-/// message. The crate's [`Config`](crate::Config) converts down to this with
-/// [`Config::limits`](crate::Config::limits).
+/// message. wavesock's [`Config`](https://docs.rs/wavesock/latest/wavesock/struct.Config.html) converts down to
+/// this with `Config::limits`.
 ///
 /// ```
-/// use wavesock::proto::limits::Limits;
+/// use wavesock_proto::limits::Limits;
 ///
 /// let limits = Limits::default().max_message_size(1 << 20);
 /// assert!(limits.validate().is_ok());

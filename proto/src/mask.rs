@@ -57,7 +57,7 @@ fn mask_words(buf: &mut [u8], key: [u8; 4]) {
 ///
 /// The other variants exist only so that a test can know a client's frames
 /// byte for byte, to script a peer with `tokio_test::io::Builder` for
-/// example (see the [guide](crate::guide#testing-with-tokio-test)). They
+/// example (see the [guide](https://docs.rs/wavesock/latest/wavesock/guide/index.html#testing-with-tokio-test)). They
 /// give up the protection of §10.3: **never use them on a connection that a
 /// real network carries.** Servers never mask, and ignore this setting.
 ///
@@ -68,8 +68,8 @@ fn mask_words(buf: &mut [u8], key: [u8; 4]) {
 /// ```
 /// // Needs bytes.
 /// use bytes::BytesMut;
-/// use wavesock::proto::encoder::FrameEncoder;
-/// use wavesock::{MaskKeys, OpCode, Role};
+/// use wavesock_proto::encoder::FrameEncoder;
+/// use wavesock_proto::{MaskKeys, OpCode, Role};
 ///
 /// let keys = MaskKeys::CountingForTesting(0x0102_0304);
 /// let mut encoder = FrameEncoder::with_mask_keys(Role::Client, keys);
@@ -80,7 +80,7 @@ fn mask_words(buf: &mut [u8], key: [u8; 4]) {
 /// assert_eq!(wire[..8], [0x81, 0x82, 1, 2, 3, 4, b'h' ^ 1, b'i' ^ 2]);
 /// // The next frame's key is one more.
 /// assert_eq!(wire[10..14], [1, 2, 3, 5]);
-/// # Ok::<(), wavesock::Error>(())
+/// # Ok::<(), wavesock_proto::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]

@@ -4,13 +4,13 @@ use bytes::{BufMut, Bytes, BytesMut};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::proto::Role;
-use crate::proto::close::CloseFrame;
-use crate::proto::deflate::Deflater;
-use crate::proto::error::Error;
-use crate::proto::header::{FrameHeader, MAX_HEADER_LEN, OpCode};
-use crate::proto::mask::{MaskKeys, apply_mask};
-use crate::proto::message::{Frame, Message, PreparedMessage};
+use crate::Role;
+use crate::close::CloseFrame;
+use crate::deflate::Deflater;
+use crate::error::Error;
+use crate::header::{FrameHeader, MAX_HEADER_LEN, OpCode};
+use crate::mask::{MaskKeys, apply_mask};
+use crate::message::{Frame, Message, PreparedMessage};
 
 /// Writes frames for one side of a connection. A client's encoder draws a
 /// fresh masking key per frame from a fast generator seeded from the OS, or,
@@ -65,13 +65,13 @@ impl FrameEncoder {
     /// ```
     /// // Needs bytes.
     /// use bytes::BytesMut;
-    /// use wavesock::proto::encoder::FrameEncoder;
-    /// use wavesock::{OpCode, Role};
+    /// use wavesock_proto::encoder::FrameEncoder;
+    /// use wavesock_proto::{OpCode, Role};
     ///
     /// let mut wire = BytesMut::new();
     /// FrameEncoder::new(Role::Server).encode_frame(true, OpCode::Text, b"hi", &mut wire)?;
     /// assert_eq!(wire[..], [0x81, 0x02, b'h', b'i']);
-    /// # Ok::<(), wavesock::Error>(())
+    /// # Ok::<(), wavesock_proto::Error>(())
     /// ```
     pub fn new(role: Role) -> Self {
         Self::with_mask_keys(role, MaskKeys::Random)
@@ -84,8 +84,8 @@ impl FrameEncoder {
     /// ```
     /// // Needs bytes.
     /// use bytes::BytesMut;
-    /// use wavesock::proto::encoder::FrameEncoder;
-    /// use wavesock::{MaskKeys, OpCode, Role};
+    /// use wavesock_proto::encoder::FrameEncoder;
+    /// use wavesock_proto::{MaskKeys, OpCode, Role};
     ///
     /// let keys = MaskKeys::FixedForTesting([0; 4]);
     /// let mut encoder = FrameEncoder::with_mask_keys(Role::Client, keys);
@@ -93,7 +93,7 @@ impl FrameEncoder {
     /// encoder.encode_frame(true, OpCode::Text, b"hi", &mut wire)?;
     /// // The mask bit, a zero key, and the payload as it was.
     /// assert_eq!(wire[..], [0x81, 0x82, 0, 0, 0, 0, b'h', b'i']);
-    /// # Ok::<(), wavesock::Error>(())
+    /// # Ok::<(), wavesock_proto::Error>(())
     /// ```
     pub fn with_mask_keys(role: Role, keys: MaskKeys) -> Self {
         let keys = match (role, keys) {
@@ -109,7 +109,7 @@ impl FrameEncoder {
     }
 
     /// Compresses text and binary messages from now on (permessage-deflate),
-    /// with `deflater` (from [`deflate::pair`](crate::proto::deflate::pair)).
+    /// with `deflater` (from [`deflate::pair`](crate::deflate::pair)).
     pub fn set_deflater(&mut self, deflater: Deflater) {
         self.deflater = Some(Box::new(deflater));
     }
@@ -232,8 +232,8 @@ impl FrameEncoder {
     /// ```
     /// // Needs bytes.
     /// use bytes::BytesMut;
-    /// use wavesock::proto::encoder::{FrameEncoder, SHARE_PAYLOAD_MIN};
-    /// use wavesock::{Message, Role};
+    /// use wavesock_proto::encoder::{FrameEncoder, SHARE_PAYLOAD_MIN};
+    /// use wavesock_proto::{Message, Role};
     ///
     /// let big = Message::binary(vec![7; SHARE_PAYLOAD_MIN]);
     /// let mut head = BytesMut::new();
@@ -243,7 +243,7 @@ impl FrameEncoder {
     /// // A client masks every payload: nothing goes out as it was.
     /// let mut frame = BytesMut::new();
     /// assert!(FrameEncoder::new(Role::Client).encode_owned(big, &mut frame)?.is_none());
-    /// # Ok::<(), wavesock::Error>(())
+    /// # Ok::<(), wavesock_proto::Error>(())
     /// ```
     #[inline]
     pub fn encode_owned(
@@ -478,19 +478,19 @@ mod prepared_deflate_tests {
     use bytes::BytesMut;
 
     use super::*;
-    use crate::proto::Limits;
-    use crate::proto::decoder::MessageDecoder;
-    use crate::proto::deflate::{DeflateConfig, DeflateParams};
+    use crate::Limits;
+    use crate::decoder::MessageDecoder;
+    use crate::deflate::{DeflateConfig, DeflateParams};
 
     /// A server's encoder and its client's decoder under `params`.
     fn pair(params: &DeflateParams) -> (FrameEncoder, MessageDecoder) {
         let config = DeflateConfig::default();
         let mut server_dec = MessageDecoder::new(Role::Server, Limits::default());
         let mut server = FrameEncoder::new(Role::Server);
-        crate::proto::deflate::enable_for_tests(&mut server_dec, &mut server, params, &config);
+        crate::deflate::enable_for_tests(&mut server_dec, &mut server, params, &config);
         let mut client = MessageDecoder::new(Role::Client, Limits::default());
         let mut client_enc = FrameEncoder::new(Role::Client);
-        crate::proto::deflate::enable_for_tests(&mut client, &mut client_enc, params, &config);
+        crate::deflate::enable_for_tests(&mut client, &mut client_enc, params, &config);
         (server, client)
     }
 
@@ -590,10 +590,10 @@ mod prepared_deflate_tests {
         let config = DeflateConfig::default();
         let mut client_dec = MessageDecoder::new(Role::Client, Limits::default());
         let mut client = FrameEncoder::new(Role::Client);
-        crate::proto::deflate::enable_for_tests(&mut client_dec, &mut client, &params, &config);
+        crate::deflate::enable_for_tests(&mut client_dec, &mut client, &params, &config);
         let mut server = MessageDecoder::new(Role::Server, Limits::default());
         let mut server_enc = FrameEncoder::new(Role::Server);
-        crate::proto::deflate::enable_for_tests(&mut server, &mut server_enc, &params, &config);
+        crate::deflate::enable_for_tests(&mut server, &mut server_enc, &params, &config);
         let p = PreparedMessage::new(&text(7)).unwrap();
         let mut wire = BytesMut::new();
         client.encode_prepared(&p, &mut wire).unwrap();

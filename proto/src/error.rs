@@ -2,12 +2,12 @@
 //! refused, what cannot be sent. Plain data (`Clone + PartialEq`), with no
 //! I/O inside: the layers above add their own failures and convert these.
 
-use crate::proto::close_code::CloseCode;
-use crate::proto::utf8::InvalidUtf8;
+use crate::close_code::CloseCode;
+use crate::utf8::InvalidUtf8;
 
 /// A failure of the WebSocket protocol itself, on either side of the wire.
 ///
-/// The crate's [`Error`](crate::Error) has a variant for each of these and
+/// wavesock's `Error` has a variant for each of these and
 /// converts with `From`, so `?` carries them up.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -40,7 +40,7 @@ pub enum Error {
     },
 
     /// The message would make this connection hold more than the whole
-    /// shared [`MemoryBudget`](crate::proto::budget::MemoryBudget): refused
+    /// shared [`MemoryBudget`](crate::budget::MemoryBudget): refused
     /// at once (close code 1009).
     #[error("message needs {size} bytes of a memory budget of {budget} bytes")]
     OverBudget {
@@ -50,7 +50,7 @@ pub enum Error {
         budget: usize,
     },
 
-    /// The shared [`MemoryBudget`](crate::proto::budget::MemoryBudget) was
+    /// The shared [`MemoryBudget`](crate::budget::MemoryBudget) was
     /// exhausted for longer than its wait timeout while this connection
     /// needed more, or this connection held some of it while its peer sent
     /// nothing for that long: the message is refused (close code 1013, try
@@ -112,7 +112,7 @@ impl Error {
     /// it as `CloseEvent.reason`). Empty when the error has no close code.
     ///
     /// ```
-    /// use wavesock::proto::Error;
+    /// use wavesock_proto::Error;
     ///
     /// let err = Error::MessageTooLarge { size: 1 << 30, max: 64 << 20 };
     /// assert_eq!(err.close_code().map(|c| c.0), Some(1009));

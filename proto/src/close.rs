@@ -2,10 +2,10 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::proto::error::{Error, ProtocolError};
-use crate::proto::text::Utf8Bytes;
+use crate::error::{Error, ProtocolError};
+use crate::text::Utf8Bytes;
 
-pub use crate::proto::close_code::CloseCode;
+pub use crate::close_code::CloseCode;
 
 /// The most bytes a close reason may take: 125 minus the two-byte code.
 pub const MAX_REASON_LEN: usize = 123;

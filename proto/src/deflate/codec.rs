@@ -15,13 +15,13 @@
 use bytes::Bytes;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
-use crate::proto::Role;
-use crate::proto::budget::{BudgetAccount, Grant, Held};
-use crate::proto::deflate::{DeflateConfig, DeflateParams};
-use crate::proto::error::{Error, ProtocolError};
-use crate::proto::message::Message;
-use crate::proto::text::Utf8Bytes;
-use crate::proto::utf8::Utf8Validator;
+use crate::Role;
+use crate::budget::{BudgetAccount, Grant, Held};
+use crate::deflate::{DeflateConfig, DeflateParams};
+use crate::error::{Error, ProtocolError};
+use crate::message::Message;
+use crate::text::Utf8Bytes;
+use crate::utf8::Utf8Validator;
 
 /// Whether this build can compress (the `deflate` feature).
 pub const AVAILABLE: bool = true;

@@ -20,23 +20,23 @@ mod codec;
 pub use codec::{AVAILABLE, Deflater, Inflater};
 pub use params::{DeflateConfig, DeflateParams};
 
-use crate::proto::Role;
-use crate::proto::error::Error;
+use crate::Role;
+use crate::error::Error;
 
 /// The compressor and decompressor for one side of a connection under the
 /// negotiated `params`: it compresses with its own window and context rule
 /// (and `config`'s level and threshold) and inflates with the peer's,
 /// holding inflated messages to `max_message_size`. Whoever owns both
 /// halves of the connection hands them to its
-/// [`MessageDecoder::set_inflater`](crate::proto::decoder::MessageDecoder::set_inflater)
-/// and [`FrameEncoder::set_deflater`](crate::proto::encoder::FrameEncoder::set_deflater)
+/// [`MessageDecoder::set_inflater`](crate::decoder::MessageDecoder::set_inflater)
+/// and [`FrameEncoder::set_deflater`](crate::encoder::FrameEncoder::set_deflater)
 /// before the first message either way. Fails only in a build without the
 /// `deflate` feature ([`AVAILABLE`] says).
 ///
 /// ```
-/// use wavesock::Message;
-/// use wavesock::proto::deflate::{self, DeflateConfig, DeflateParams};
-/// use wavesock::proto::{Limits, Role, decoder::MessageDecoder, encoder::FrameEncoder};
+/// use wavesock_proto::Message;
+/// use wavesock_proto::deflate::{self, DeflateConfig, DeflateParams};
+/// use wavesock_proto::{Limits, Role, decoder::MessageDecoder, encoder::FrameEncoder};
 ///
 /// let mut decoder = MessageDecoder::new(Role::Server, Limits::default());
 /// let mut encoder = FrameEncoder::new(Role::Server);
@@ -61,8 +61,8 @@ pub fn pair(
 /// that owns both does.
 #[cfg(all(test, feature = "deflate"))]
 pub(crate) fn enable_for_tests(
-    decoder: &mut crate::proto::decoder::MessageDecoder,
-    encoder: &mut crate::proto::encoder::FrameEncoder,
+    decoder: &mut crate::decoder::MessageDecoder,
+    encoder: &mut crate::encoder::FrameEncoder,
     params: &DeflateParams,
     config: &DeflateConfig,
 ) {

@@ -14,17 +14,17 @@ use std::num::NonZeroUsize;
 
 use bytes::{Buf, BytesMut};
 
-use crate::proto::Role;
-use crate::proto::budget::{BudgetAccount, Grant, Held};
-use crate::proto::close::CloseFrame;
-use crate::proto::deflate::Inflater;
-use crate::proto::error::{Error, ProtocolError};
-use crate::proto::header::{FrameHeader, OpCode};
-use crate::proto::limits::Limits;
-use crate::proto::mask::apply_mask;
-use crate::proto::message::{Frame, Message};
-use crate::proto::text::Utf8Bytes;
-use crate::proto::utf8::Utf8Validator;
+use crate::Role;
+use crate::budget::{BudgetAccount, Grant, Held};
+use crate::close::CloseFrame;
+use crate::deflate::Inflater;
+use crate::error::{Error, ProtocolError};
+use crate::header::{FrameHeader, OpCode};
+use crate::limits::Limits;
+use crate::mask::apply_mask;
+use crate::message::{Frame, Message};
+use crate::text::Utf8Bytes;
+use crate::utf8::Utf8Validator;
 
 /// Frames below this size that fill their buffer are handed the buffer.
 const TAKE_WHOLE_BELOW: usize = 64 << 10;
@@ -125,7 +125,7 @@ impl MessageDecoder {
     }
 
     /// The memory this decoder's connection holds against its
-    /// [`MemoryBudget`](crate::proto::budget::MemoryBudget), if
+    /// [`MemoryBudget`](crate::budget::MemoryBudget), if
     /// [`Limits::budget`] set one. The layer that owns the read buffer
     /// records its size here too ([`Held::ReadBuffer`]).
     pub fn account(&self) -> &BudgetAccount {
@@ -141,7 +141,7 @@ impl MessageDecoder {
     /// because the memory budget is exhausted rather than for want of
     /// input: the bytes of budget it waits for. Stop reading, wait for
     /// budget to be given back
-    /// ([`MemoryBudget::wake_on_release`](crate::proto::budget::MemoryBudget::wake_on_release)),
+    /// ([`MemoryBudget::wake_on_release`](crate::budget::MemoryBudget::wake_on_release)),
     /// then call `decode` again; refuse the message with
     /// [`Error::BudgetExhausted`] if that takes too long.
     pub fn budget_wait(&self) -> Option<usize> {
@@ -176,7 +176,7 @@ impl MessageDecoder {
 
     /// Drops the message in progress and gives back the memory it held
     /// (after an error).
-    pub(crate) fn discard(&mut self) {
+    pub fn discard(&mut self) {
         self.fragments = None;
         if let Some(i) = &mut self.inflater {
             i.abort();
@@ -201,7 +201,7 @@ impl MessageDecoder {
     }
 
     /// Accepts compressed messages (RSV1 on their first frame) from now on,
-    /// inflated by `inflater` (from [`deflate::pair`](crate::proto::deflate::pair)).
+    /// inflated by `inflater` (from [`deflate::pair`](crate::deflate::pair)).
     pub fn set_inflater(&mut self, inflater: Inflater) {
         self.inflater = Some(Box::new(inflater));
     }

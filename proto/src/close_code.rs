@@ -6,7 +6,7 @@ use std::fmt;
 /// A close status code.
 ///
 /// ```
-/// use wavesock::CloseCode;
+/// use wavesock_proto::CloseCode;
 ///
 /// assert!(CloseCode::NORMAL.is_sendable());
 /// assert!(!CloseCode::NO_STATUS.is_sendable()); // 1005 never goes on the wire
