@@ -1,19 +1,87 @@
 //! Transport calls that fail with `Interrupted` are tried again, as that
-//! error asks (std's `read_exact` and `write_all` do the same). A few times
-//! in one poll, then the task yields and is woken at once, so a transport
-//! that keeps saying so cannot make a poll spin. `WouldBlock` (an adapter
-//! over a non-blocking socket that says "not now" as an error instead of
-//! `Pending`) is not a failure either: the task yields and asks again on
-//! its next turn.
+//! error asks (std's `read_exact` and `write_all` do the same), a few times
+//! in one poll. `WouldBlock` (an adapter over a non-blocking socket that
+//! says "not now" as an error instead of `Pending`) is not a failure
+//! either. Neither registers a waker, so the task wakes itself to ask
+//! again on its next turn; but once a thread's transport calls have said
+//! so [`STREAK`] times in a row with nothing moving in between, the task
+//! is woken after a short pause ([`RETRY_PAUSE`]) instead, by one thread
+//! shared by the process and made the first time it is needed: asked
+//! again at once for ever, a transport that keeps saying so would make its
+//! task spin on a core. An adapter that says "not now" now and then pays
+//! nothing for it.
 
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Tries in one poll before yielding.
 const TRIES: usize = 8;
+
+/// Calls in a row on one thread that said "not now" (with no call that
+/// moved anything between them) before the pause applies.
+pub(crate) const STREAK: u32 = 16;
+
+thread_local! {
+    /// This thread's run of "not now" answers, reset by any other answer.
+    static NOT_NOW: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// How long a task whose transport keeps saying "not now" without a waker
+/// waits before it asks again.
+pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(1);
+
+/// Tasks to wake after [`RETRY_PAUSE`], and the thread that wakes them.
+struct Later {
+    wakers: Mutex<Vec<Waker>>,
+    ready: Condvar,
+}
+
+/// Wakes `waker` after [`RETRY_PAUSE`]. The thread sleeps on a condition
+/// variable while nobody waits; should it not start, the task is woken at
+/// once, as before there was a thread.
+fn wake_later(waker: &Waker) {
+    static LATER: OnceLock<Option<Arc<Later>>> = OnceLock::new();
+    let later = LATER.get_or_init(|| {
+        let later = Arc::new(Later {
+            wakers: Mutex::new(Vec::new()),
+            ready: Condvar::new(),
+        });
+        let shared = Arc::clone(&later);
+        std::thread::Builder::new()
+            .name("wavesock-retry".into())
+            .spawn(move || {
+                loop {
+                    let mut wakers = shared.wakers.lock().unwrap_or_else(|e| e.into_inner());
+                    while wakers.is_empty() {
+                        wakers = shared.ready.wait(wakers).unwrap_or_else(|e| e.into_inner());
+                    }
+                    drop(wakers);
+                    std::thread::sleep(RETRY_PAUSE);
+                    let due = std::mem::take(
+                        &mut *shared.wakers.lock().unwrap_or_else(|e| e.into_inner()),
+                    );
+                    due.into_iter().for_each(Waker::wake);
+                }
+            })
+            .ok()
+            .map(|_| later)
+    });
+    match later {
+        Some(later) => {
+            let mut wakers = later.wakers.lock().unwrap_or_else(|e| e.into_inner());
+            if !wakers.iter().any(|w| w.will_wake(waker)) {
+                wakers.push(waker.clone());
+            }
+            later.ready.notify_one();
+        }
+        None => waker.wake_by_ref(),
+    }
+}
 
 fn retry<T>(
     cx: &mut Context<'_>,
@@ -23,10 +91,23 @@ fn retry<T>(
         match f(cx) {
             Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
             Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
-            other => return other,
+            Poll::Pending => return Poll::Pending,
+            other => {
+                NOT_NOW.with(|n| n.set(0));
+                return other;
+            }
         }
     }
-    cx.waker().wake_by_ref();
+    let streak = NOT_NOW.with(|n| {
+        let streak = n.get().saturating_add(1);
+        n.set(streak);
+        streak
+    });
+    if streak < STREAK {
+        cx.waker().wake_by_ref();
+    } else {
+        wake_later(cx.waker());
+    }
     Poll::Pending
 }
 
@@ -147,6 +228,45 @@ mod tests {
         };
         assert!(read_once(&mut io).is_pending());
         assert_eq!(io.calls, TRIES);
+    }
+
+    /// Counts its wake-ups.
+    struct Count(std::sync::atomic::AtomicUsize);
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_transport_that_says_not_now_is_asked_again_after_a_pause_not_at_once() {
+        let count = Arc::new(Count(Default::default()));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut io = Flaky {
+            fails: usize::MAX,
+            calls: 0,
+            kind: io::ErrorKind::WouldBlock,
+        };
+        let mut byte = [0u8; 1];
+        let woken = || count.0.load(std::sync::atomic::Ordering::SeqCst);
+        let mut poll = |io: &mut Flaky| {
+            let mut buf = ReadBuf::new(&mut byte);
+            Pin::new(&mut Retrying(io)).poll_read(&mut cx, &mut buf)
+        };
+        // Now and then: asked again on the task's next turn.
+        for i in 1..STREAK {
+            assert!(poll(&mut io).is_pending());
+            assert_eq!(woken(), i as usize);
+        }
+        // For ever: after a pause, not within the poll (that would spin).
+        assert!(poll(&mut io).is_pending());
+        assert_eq!(woken(), STREAK as usize - 1, "not woken within the poll");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while woken() < STREAK as usize {
+            assert!(std::time::Instant::now() < deadline, "woken later");
+            std::thread::sleep(RETRY_PAUSE);
+        }
     }
 
     #[test]

@@ -189,6 +189,16 @@ impl MemoryBudget {
         }
     }
 
+    /// Waits for `wanted` bytes: registers `waker` to be woken when budget
+    /// is given back, then looks again, so that budget given back between
+    /// a refusal and the registration is not missed (a wake-up it would
+    /// never get). `true`: the room is there now, try again at once;
+    /// `false`: wait for the waker.
+    pub fn wait_for(&self, wanted: usize, waker: &Waker) -> bool {
+        self.wake_on_release(waker);
+        self.available() >= wanted
+    }
+
     /// Takes `bytes` if that leaves the budget within its limit.
     fn try_take(&self, bytes: usize) -> bool {
         let s = &self.shared;
@@ -574,6 +584,21 @@ mod tests {
         a.set(Held::ReadBuffer, 50);
         assert!(flag.0.load(Ordering::SeqCst));
         assert_eq!(budget.waiting(), 0);
+    }
+
+    #[test]
+    fn waiting_looks_again_after_registering() {
+        let budget = MemoryBudget::new(100).allowance(0);
+        let mut a = BudgetAccount::new(Some(budget.clone()));
+        assert_eq!(a.try_set(Held::ReadBuffer, 100), Grant::Granted);
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        assert!(!budget.wait_for(10, &waker), "no room: wait");
+        assert_eq!(budget.waiting(), 1, "and the waker is registered");
+        // Given back (the waker fires), then asked again: room now.
+        a.set(Held::ReadBuffer, 80);
+        assert!(budget.wait_for(10, &waker));
+        assert!(!budget.wait_for(30, &waker), "not enough for 30");
     }
 
     #[test]

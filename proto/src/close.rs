@@ -28,6 +28,18 @@ impl CloseFrame {
         }
     }
 
+    /// A close frame whose reason is `reason` cut to the
+    /// [`MAX_REASON_LEN`] bytes a close frame holds, at a character
+    /// boundary: for a reason that comes from elsewhere (an error's text),
+    /// where refusing to close would be worse than a shorter reason.
+    pub fn truncated(code: CloseCode, reason: &str) -> Self {
+        let mut end = reason.len().min(MAX_REASON_LEN);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        CloseFrame::new(code, reason[..end].to_owned())
+    }
+
     /// Parses a received close payload. An empty payload means no status.
     pub fn parse(payload: &[u8]) -> Result<Option<CloseFrame>, Error> {
         match payload {
@@ -66,6 +78,19 @@ impl CloseFrame {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn truncated_reasons_fit_and_stay_utf8() {
+        let short = CloseFrame::truncated(CloseCode::NORMAL, "bye");
+        assert_eq!(short.reason.as_str(), "bye");
+        let long = "é".repeat(100); // 200 bytes
+        let cut = CloseFrame::truncated(CloseCode::NORMAL, &long);
+        assert_eq!(cut.reason.len(), 122, "cut before the split character");
+        assert!(CloseFrame::encode(Some(&cut)).is_ok());
+        let ascii = "x".repeat(500);
+        let cut = CloseFrame::truncated(CloseCode::GOING_AWAY, &ascii);
+        assert_eq!(cut.reason.len(), MAX_REASON_LEN);
+    }
 
     #[test]
     fn valid_and_invalid_codes() {

@@ -136,6 +136,15 @@ impl Phase {
     }
 }
 
+/// What [`Connection::handle_send`] decided about a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outgoing {
+    /// Encode and queue it.
+    Send,
+    /// Drop it quietly: a close after a close, or after the peer is gone.
+    Skip,
+}
+
 /// Keepalive: a ping after `interval` of silence, the peer declared dead
 /// when `timeout` passes after it with nothing heard.
 #[derive(Debug)]
@@ -280,6 +289,15 @@ pub struct Connection {
     keepalive: Option<Box<Keepalive>>,
 }
 
+/// `now + d`, saturated: a setting of `Duration::MAX` (never) must not
+/// panic on `Instant`'s overflow. A century stands in for never.
+pub fn later(now: Instant, d: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    now.checked_add(d.min(CENTURY))
+        .or_else(|| now.checked_add(Duration::from_secs(3600)))
+        .unwrap_or(now)
+}
+
 /// A duration in nanoseconds, saturated.
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
@@ -321,9 +339,53 @@ impl Connection {
                     timeout: timers.pong_timeout,
                     last_heard: now,
                     ping_sent: None,
-                    check_at: now + interval,
+                    check_at: later(now, interval),
                 })
             }),
+        }
+    }
+
+    /// A server connection still reading its opening handshake, which must
+    /// be over (answered and, if refused, written out) by `deadline`:
+    /// [`poll_timeout`](Self::poll_timeout) says so, and
+    /// [`handle_timeout`](Self::handle_timeout) past it ends the connection
+    /// ([`Phase::TimedOut`], [`Error::CloseTimeout`]). It has no keepalive
+    /// and owes no WebSocket frame: once the upgrade is accepted the engine
+    /// replaces it with [`Connection::new`]; once it is refused,
+    /// [`handle_refused`](Self::handle_refused) keeps the deadline for the
+    /// answer.
+    pub fn handshaking(role: Role, deadline: Option<Instant>) -> Self {
+        Connection {
+            role,
+            state: State(0),
+            fragmenting: false,
+            close_timeout: 0,
+            budget_wait: NO_BUDGET_WAIT,
+            outstanding: deadline.map(|d| {
+                Box::new(Outstanding {
+                    close_deadline: Some(d),
+                    ..Outstanding::default()
+                })
+            }),
+            keepalive: None,
+        }
+    }
+
+    /// The opening handshake was refused (an HTTP answer, not an upgrade):
+    /// nothing but that answer may be sent, and the connection ends once
+    /// it is written, or at the deadline it had, whichever comes first. A
+    /// client that never reads a large refusal keeps its slot no longer
+    /// than one that never finishes its request.
+    pub fn handle_refused(&mut self) {
+        if self.phase() != Phase::Open {
+            return;
+        }
+        self.keepalive = None;
+        self.stop_budget_wait();
+        self.state.set(State::CLOSE_SENT | State::PEER_GONE, true);
+        self.state.set_phase(Phase::Failing);
+        if let Some(o) = &mut self.outstanding {
+            o.owed.clear();
         }
     }
 
@@ -439,9 +501,28 @@ impl Connection {
         if self.phase() != Phase::Open || self.state.is_waiting_for_budget() {
             return;
         }
-        self.outstanding().budget_deadline = Some(now + wait);
+        self.outstanding().budget_deadline = Some(later(now, wait));
         self.state
             .set(State::BUDGET_WAIT | State::HEARS_INPUT, true);
+    }
+
+    /// The transport ended with `err` (EOF is `UnexpectedEof`): the
+    /// error to report, or `None` when the end is part of closing. After
+    /// our close frame, a peer that hangs up (EOF, reset, abort, a broken
+    /// pipe) instead of answering ends the connection as surely (many
+    /// servers do); any other failure, or an end before our close, is
+    /// reported.
+    pub fn handle_transport_error(&mut self, err: std::io::Error) -> Option<std::io::Error> {
+        use std::io::ErrorKind;
+        let expected = self.handle_transport_end();
+        let hung_up = matches!(
+            err.kind(),
+            ErrorKind::UnexpectedEof
+                | ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::BrokenPipe
+        );
+        if expected && hung_up { None } else { Some(err) }
     }
 
     /// The transport ended (EOF, reset, or a read error). Returns whether
@@ -489,12 +570,12 @@ impl Connection {
             }
             k.ping_sent = None;
         }
-        let due = k.last_heard + k.interval;
+        let due = later(k.last_heard, k.interval);
         if now < due {
             k.check_at = due;
             return;
         }
-        k.check_at = now + k.timeout;
+        k.check_at = later(now, k.timeout);
         // Once closing, the close timer watches the peer instead.
         if !self.state.is_close_sent() {
             k.ping_sent = Some(now);
@@ -513,6 +594,41 @@ impl Connection {
     }
 
     // Sending.
+
+    /// Every send's rules, whatever the engine: a close frame's code and
+    /// reason are checked before the close is recorded (an invalid one is
+    /// refused and changes nothing); a second close, or one after the peer
+    /// is gone, is [`Outgoing::Skip`] (closing twice is not an error); any
+    /// other frame after a close either way is an error
+    /// ([`Error::AlreadyClosed`], or [`Error::ConnectionClosed`] once the
+    /// peer is gone), as is a data message interrupting a fragmented one.
+    /// [`Outgoing::Send`]: encode and queue it.
+    pub fn handle_send(&mut self, msg: &Message, now: Instant) -> Result<Outgoing, Error> {
+        if let Message::Close(frame) = msg {
+            CloseFrame::encode(frame.as_ref())?;
+        }
+        let (opcode, fin) = msg.head();
+        self.handle_send_frame(opcode, fin, now)
+    }
+
+    /// [`handle_send`](Self::handle_send) for a frame already encoded or
+    /// prepared (a close frame's payload was checked when it was made).
+    pub fn handle_send_frame(
+        &mut self,
+        opcode: OpCode,
+        fin: bool,
+        now: Instant,
+    ) -> Result<Outgoing, Error> {
+        if opcode == OpCode::Close {
+            return Ok(if self.send_close(now) {
+                Outgoing::Send
+            } else {
+                Outgoing::Skip
+            });
+        }
+        self.check_send(opcode, fin)?;
+        Ok(Outgoing::Send)
+    }
 
     /// Checks that this side may send a frame of `opcode` with `fin`, and
     /// records it; close frames go through [`send_close`](Self::send_close).
@@ -631,7 +747,7 @@ impl Connection {
         let timeout = Duration::from_nanos(self.close_timeout);
         let o = self.outstanding();
         if o.close_deadline.is_none() {
-            o.close_deadline = Some(now + timeout);
+            o.close_deadline = Some(later(now, timeout));
         }
     }
 

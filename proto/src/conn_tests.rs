@@ -242,13 +242,8 @@ impl Side {
 
     /// Encodes what this side sends: `msg` after what the core owes.
     fn send(&mut self, msg: Message, wire: &mut BytesMut, now: Instant) -> Result<(), Error> {
-        if msg.is_close() {
-            if !self.conn.send_close(now) {
-                return Ok(());
-            }
-        } else {
-            let (opcode, fin) = msg.head();
-            self.conn.check_send(opcode, fin)?;
+        if self.conn.handle_send(&msg, now)? == Outgoing::Skip {
+            return Ok(());
         }
         self.transmit(wire);
         self.encoder.encode_message(&msg, wire)
@@ -571,4 +566,120 @@ fn state_round_trips_through_its_byte() {
     for pair in seen.windows(2) {
         assert_ne!(pair[0], pair[1], "{pair:?}");
     }
+}
+
+#[test]
+fn a_handshaking_connection_ends_at_its_deadline_owing_nothing() {
+    let t0 = Instant::now();
+    let mut c = Connection::handshaking(Role::Server, Some(t0 + 5 * SEC));
+    assert_eq!(c.poll_timeout(), Some(t0 + 5 * SEC));
+    c.handle_timeout(t0 + 4 * SEC);
+    assert_eq!(c.phase(), Phase::Open);
+    c.handle_timeout(t0 + 5 * SEC);
+    assert_eq!(c.phase(), Phase::TimedOut);
+    assert_eq!(c.take_error(), Some(Error::CloseTimeout));
+    assert_eq!(drain(&mut c), [], "no WebSocket frame before the upgrade");
+    assert_eq!(
+        Connection::handshaking(Role::Server, None).poll_timeout(),
+        None
+    );
+}
+
+#[test]
+fn a_refused_handshake_keeps_its_deadline_and_never_pings() {
+    let t0 = Instant::now();
+    let mut c = Connection::handshaking(Role::Server, Some(t0 + 5 * SEC));
+    c.handle_refused();
+    assert_eq!(c.phase(), Phase::Failing);
+    assert!(c.is_close_sent(), "nothing more may be sent");
+    assert_eq!(
+        c.poll_timeout(),
+        Some(t0 + 5 * SEC),
+        "the answer's deadline"
+    );
+    assert!(
+        c.handle_send(&Message::text("x"), t0).is_err(),
+        "no frame after a refusal"
+    );
+    c.handle_timeout(t0 + 5 * SEC);
+    assert_eq!(c.phase(), Phase::TimedOut);
+    assert_eq!(drain(&mut c), [], "no ping, no close frame after HTTP");
+    assert_eq!(c.take_error(), None, "a refusal is no error of the peer's");
+}
+
+#[test]
+fn send_rules_close_checks_and_after_close() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Client, timers(), t0);
+    let bad = Message::Close(Some(CloseFrame::new(CloseCode::from(1005), "")));
+    assert!(c.handle_send(&bad, t0).is_err(), "1005 may not be sent");
+    assert!(!c.is_close_sent(), "a refused close is not recorded");
+    assert_eq!(c.handle_send(&Message::text("a"), t0), Ok(Outgoing::Send));
+    let bye = Message::Close(None);
+    assert_eq!(c.handle_send(&bye, t0), Ok(Outgoing::Send));
+    assert_eq!(c.poll_timeout(), Some(t0 + 5 * SEC), "the close timer runs");
+    assert_eq!(c.handle_send(&bye, t0), Ok(Outgoing::Skip), "closing twice");
+    assert_eq!(
+        c.handle_send(&Message::text("b"), t0),
+        Err(Error::AlreadyClosed)
+    );
+
+    let mut s = Connection::new(Role::Server, timers(), t0);
+    s.handle_frame(&Message::Close(None), t0);
+    assert_eq!(
+        s.handle_send(&Message::binary(vec![1]), t0),
+        Err(Error::ConnectionClosed),
+        "the peer is gone"
+    );
+    assert_eq!(s.handle_send(&bye, t0), Ok(Outgoing::Skip));
+    assert_eq!(
+        s.handle_send_frame(OpCode::Continuation, true, t0),
+        Err(Error::ConnectionClosed)
+    );
+}
+
+#[test]
+fn a_hang_up_after_our_close_is_quiet_and_any_other_end_reported() {
+    use std::io::{Error as IoError, ErrorKind};
+    let t0 = Instant::now();
+    let mut open = Connection::new(Role::Client, timers(), t0);
+    let err = open.handle_transport_error(ErrorKind::UnexpectedEof.into());
+    assert_eq!(err.map(|e| e.kind()), Some(ErrorKind::UnexpectedEof));
+    assert!(open.is_transport_ended());
+
+    for kind in [
+        ErrorKind::UnexpectedEof,
+        ErrorKind::ConnectionReset,
+        ErrorKind::ConnectionAborted,
+        ErrorKind::BrokenPipe,
+    ] {
+        let mut c = Connection::new(Role::Client, timers(), t0);
+        assert!(c.send_close(t0));
+        assert!(c.handle_transport_error(kind.into()).is_none(), "{kind:?}");
+    }
+    let mut c = Connection::new(Role::Client, timers(), t0);
+    assert!(c.send_close(t0));
+    let other = c.handle_transport_error(IoError::other("tls alert"));
+    assert!(
+        other.is_some(),
+        "a real failure is reported even when closing"
+    );
+}
+
+#[test]
+fn duration_max_settings_never_panic() {
+    let t0 = Instant::now();
+    let never = Timers::default()
+        .ping_interval(Some(Duration::MAX))
+        .pong_timeout(Duration::MAX)
+        .close_timeout(Duration::MAX)
+        .budget_wait(Some(Duration::MAX));
+    let mut c = Connection::new(Role::Server, never, t0);
+    assert!(c.poll_timeout().unwrap() > t0 + 365 * 24 * 3600 * SEC);
+    c.handle_budget_wait(t0);
+    c.handle_timeout(t0 + SEC);
+    assert!(c.send_close(t0));
+    assert!(c.poll_timeout().unwrap() > t0 + 365 * 24 * 3600 * SEC);
+    assert_eq!(later(t0, Duration::MAX), later(t0, Duration::MAX));
+    assert_eq!(later(t0, SEC), t0 + SEC);
 }

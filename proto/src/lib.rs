@@ -26,6 +26,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod budget;
+pub mod buffer;
 pub mod close;
 mod close_code;
 pub mod conn;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::AsyncWrite;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
 
@@ -34,8 +34,10 @@ use crate::hub::timers::Timers;
 use crate::hub::wake::{ConnWaker, Key, ReadyQueue};
 use crate::negotiated::Negotiated;
 use crate::proto::Role;
+use crate::proto::budget::{Grant, Held};
+use crate::proto::buffer::{growth, keeps};
 use crate::proto::close::CloseCode;
-use crate::proto::conn::{Connection, Phase};
+use crate::proto::conn::{Connection, Phase, later};
 use crate::proto::decoder::MessageDecoder;
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::message::Message;
@@ -56,6 +58,9 @@ const ACCEPTS_PER_TURN: usize = 64;
 const COMMANDS_PER_TURN: usize = 1024;
 /// How long accepting pauses after an error (out of file descriptors).
 const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+/// Connections waiting to be taken by an engine (accepted by the acceptor
+/// of several engines, handed over, adopted).
+const ACCEPT_QUEUE: usize = 1024;
 /// Reading states kept for connections between messages.
 const READER_POOL_MAX: usize = 1024;
 /// A pooled reading state keeps a buffer up to this size.
@@ -80,21 +85,25 @@ impl<H: Handler> Hub<H> {
                 .map(|h| h.metrics().num_workers())
                 .unwrap_or(1)
         });
+        // Numbers this hub's connection ids apart from other hubs'.
+        static HUBS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let hub = HUBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut senders = Vec::with_capacity(count);
+        let mut accept_senders = Vec::with_capacity(count);
         let mut engines = Vec::with_capacity(count);
         for index in 0..count {
             let (tx, rx) = mpsc::channel(config.handle_capacity);
+            let (accept_tx, accept_rx) = mpsc::channel(ACCEPT_QUEUE);
             senders.push(tx);
-            engines.push(Engine::new(
-                index as u32,
-                handler.clone(),
-                config.clone(),
-                rx,
-            ));
+            accept_senders.push(accept_tx);
+            let mut engine = Engine::new(index as u32, handler.clone(), config.clone(), rx);
+            engine.turn.hub = hub;
+            engine.accepts = Some(accept_rx);
+            engines.push(engine);
         }
         Ok(Hub {
             engines,
-            handle: HubHandle::new(senders, config.topics.clone()),
+            handle: HubHandle::new(senders, accept_senders, config.topics.clone()),
         })
     }
 
@@ -122,61 +131,108 @@ impl<H: Handler> Hub<H> {
     /// written whole, once per read, so Nagle's delay would only add
     /// latency.
     pub async fn serve(self, listener: TcpListener) -> io::Result<()> {
-        self.run_with(Some(listener)).await;
-        Ok(())
+        match self.run_with(Some(listener)).await {
+            None => Ok(()),
+            Some(e) => Err(io::Error::other(e)),
+        }
     }
 
     /// Serves only the connections handed over through
     /// [`HubHandle::accept`] and [`Adopter::adopt`] (a hyper or axum
     /// server, a TLS acceptor of your own), until [`HubHandle::shutdown`].
+    ///
+    /// An engine that panics shuts the others down (their connections are
+    /// closed with 1001, as on [`HubHandle::shutdown`]); its panic then
+    /// resumes here. [`serve`](Self::serve) returns it as an error instead.
     pub async fn run(self) {
-        self.run_with(None).await;
+        if let Some(e) = self.run_with(None).await {
+            if e.is_panic() {
+                std::panic::resume_unwind(e.into_panic());
+            }
+        }
     }
 
-    async fn run_with(self, listener: Option<TcpListener>) {
+    /// Runs the engines (accepting from `listener` if given) until they
+    /// have all ended; the first engine's failure, if one failed.
+    async fn run_with(self, listener: Option<TcpListener>) -> Option<tokio::task::JoinError> {
         let Hub {
             mut engines,
             handle,
         } = self;
         if engines.len() == 1 {
+            // On this task: a panic goes up as any other would.
             let mut engine = engines.pop().expect("one engine");
             engine.listener = listener;
             drop(handle);
             tokio::task::unconstrained(engine).await;
-            return;
+            return None;
         }
         let count = engines.len();
-        let tasks: Vec<_> = engines
-            .into_iter()
-            .map(|e| tokio::spawn(tokio::task::unconstrained(e)))
-            .collect();
+        let mut tasks = tokio::task::JoinSet::new();
+        for e in engines {
+            tasks.spawn(tokio::task::unconstrained(e));
+        }
         let mut stop = handle.stopped();
+        let mut listener = listener;
+        let mut failed = None;
         let mut next = 0;
-        while let Some(listener) = &listener {
-            let accepted = {
-                let accept = std::pin::pin!(listener.accept());
+        enum Next {
+            Accepted(io::Result<TcpStream>),
+            Stopped,
+            Ended(Option<std::result::Result<(), tokio::task::JoinError>>),
+        }
+        loop {
+            let event = {
+                let ended = std::pin::pin!(tasks.join_next());
                 let stopped = std::pin::pin!(stop.wait_for(|stopped| *stopped));
-                match futures_util::future::select(accept, stopped).await {
-                    futures_util::future::Either::Left((accepted, _)) => accepted,
-                    futures_util::future::Either::Right(_) => break,
+                let accept = std::pin::pin!(async {
+                    match &listener {
+                        Some(l) => l.accept().await.map(|(tcp, _)| tcp),
+                        None => std::future::pending().await,
+                    }
+                });
+                let (mut ended, mut stopped, mut accept) = (ended, stopped, accept);
+                std::future::poll_fn(|cx| {
+                    if let Poll::Ready(r) = ended.as_mut().poll(cx) {
+                        return Poll::Ready(Next::Ended(r));
+                    }
+                    if listener.is_some() && stopped.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Next::Stopped);
+                    }
+                    accept.as_mut().poll(cx).map(Next::Accepted)
+                })
+                .await
+            };
+            match event {
+                // Every engine has ended.
+                Next::Ended(None) => break,
+                Next::Ended(Some(Ok(()))) => {}
+                Next::Ended(Some(Err(e))) => {
+                    // An engine panicked (or was cancelled): stop taking
+                    // connections and shut the others down, then report it.
+                    listener = None;
+                    if failed.is_none() {
+                        failed = Some(e);
+                        let _ = handle.shutdown().await;
+                    }
                 }
-            };
-            let Ok((tcp, _)) = accepted else {
-                // Out of file descriptors, or a connection that went away
-                // before it was accepted: try again shortly.
-                tokio::time::sleep(ACCEPT_PAUSE).await;
-                continue;
-            };
-            // An engine that stopped was shut down; so is the hub.
-            if handle.command(next, Command::Accept(tcp)).await.is_err() {
-                break;
+                Next::Stopped => listener = None,
+                Next::Accepted(Ok(tcp)) => {
+                    // An engine that stopped was shut down (or failed,
+                    // which the next turn of this loop hears).
+                    if handle.hand_over(next, Command::Accept(tcp)).await.is_err() {
+                        listener = None;
+                    }
+                    next = (next + 1) % count;
+                }
+                Next::Accepted(Err(_)) => {
+                    // Out of file descriptors, or a connection that went
+                    // away before it was accepted: try again shortly.
+                    tokio::time::sleep(ACCEPT_PAUSE).await;
+                }
             }
-            next = (next + 1) % count;
         }
-        drop(listener);
-        for task in tasks {
-            let _ = task.await;
-        }
+        failed
     }
 }
 
@@ -198,7 +254,9 @@ struct Engine<H: Handler> {
     config: HubConfig,
     /// Connections by slot, with each slot's generation.
     slots: Vec<Entry<H::Data>>,
-    free: Vec<u32>,
+    /// Free slots, oldest first: reuse goes round them all, so that no
+    /// slot's generation runs far ahead of the others'.
+    free: std::collections::VecDeque<u32>,
     live: usize,
     queue: Arc<ReadyQueue>,
     keys: Vec<Key>,
@@ -214,6 +272,8 @@ struct Engine<H: Handler> {
     listener: Option<TcpListener>,
     accept_paused_until: Option<Instant>,
     commands: Option<mpsc::Receiver<Command>>,
+    /// Connections handed to this engine (see `ACCEPT_QUEUE`).
+    accepts: Option<mpsc::Receiver<Command>>,
     /// Shutting down, until this deadline.
     shutdown: Option<Instant>,
     /// Publishes taken from the inbox, being delivered.
@@ -234,6 +294,7 @@ impl<H: Handler> std::fmt::Debug for Engine<H> {
 impl<H: Handler> Engine<H> {
     fn new(index: u32, handler: H, config: HubConfig, commands: mpsc::Receiver<Command>) -> Self {
         let turn = Turn {
+            hub: 0,
             engine: index,
             current: None,
             now: None,
@@ -249,7 +310,7 @@ impl<H: Handler> Engine<H> {
             shared: BytesMut::new(),
             config,
             slots: Vec::new(),
-            free: Vec::new(),
+            free: Default::default(),
             live: 0,
             queue: Arc::new(ReadyQueue::default()),
             keys: Vec::new(),
@@ -260,6 +321,7 @@ impl<H: Handler> Engine<H> {
             listener: None,
             accept_paused_until: None,
             commands: Some(commands),
+            accepts: None,
             shutdown: None,
             published: Default::default(),
             subscribers: Vec::new(),
@@ -296,7 +358,7 @@ impl<H: Handler> Engine<H> {
         if self.shutdown.is_some() {
             return None;
         }
-        let slot = match self.free.pop() {
+        let slot = match self.free.pop_front() {
             Some(s) => s,
             None => {
                 self.slots.push((0, None));
@@ -308,7 +370,7 @@ impl<H: Handler> Engine<H> {
         let now = self.turn.now();
         let c = &self.config.config;
         let waker = ConnWaker::new(key, self.queue.clone());
-        let deadline = c.handshake_timeout.and_then(|t| now.checked_add(t));
+        let deadline = c.handshake_timeout.map(|t| later(now, t));
         let s = Slot {
             io,
             waker: waker.clone(),
@@ -316,7 +378,9 @@ impl<H: Handler> Engine<H> {
             timer_at: deadline,
             stage: Stage::Handshake,
             data: None,
-            c: Conn::new(key, Connection::new(Role::Server, c.timers(), now)),
+            // The core keeps the handshake's deadline, and the answer's if
+            // the request is refused.
+            c: Conn::new(key, Connection::handshaking(Role::Server, deadline)),
         };
         self.slots[slot as usize].1 = Some(Box::new(s));
         if let Some(at) = deadline {
@@ -400,10 +464,6 @@ impl<H: Handler> Engine<H> {
             }
             _ => {}
         }
-        if slot.stage == Stage::Handshake {
-            // Its deadline was set when it came.
-            return;
-        }
         let want = slot.c.conn.poll_timeout();
         if want != slot.timer_at {
             slot.timer_at = want;
@@ -419,8 +479,13 @@ impl<H: Handler> Engine<H> {
         let Some(mut slot) = entry.1.take() else {
             return;
         };
-        entry.0 = entry.0.wrapping_add(1);
-        self.free.push(key.slot);
+        // A slot whose generation would wrap is retired for good (after
+        // four billion connections in it): an old id must never name a
+        // new connection.
+        if let Some(next) = entry.0.checked_add(1) {
+            entry.0 = next;
+            self.free.push_back(key.slot);
+        }
         self.live -= 1;
         self.turn.subs.end(key.slot);
         slot.c.discard_out(&mut self.turn.pool);
@@ -452,12 +517,12 @@ impl<H: Handler> Engine<H> {
             return;
         }
         slot.timer_at = None;
-        if slot.stage == Stage::Handshake {
+        slot.c.conn.handle_timeout(now);
+        if slot.stage == Stage::Handshake && slot.c.conn.phase() == Phase::TimedOut {
             // No answer: the request never came whole.
             slot.c.abandoned = true;
             slot.c.set_error(HandshakeError::Timeout.into());
         } else {
-            slot.c.conn.handle_timeout(now);
             slot.c.transmit_owed(turn);
         }
         self.settle(key);
@@ -499,6 +564,10 @@ impl<H: Handler> Engine<H> {
     }
 
     fn with_conn(&mut self, id: ConnId, f: impl FnOnce(&mut Conn, &mut Turn)) {
+        if id.hub != self.turn.hub || id.engine != self.index {
+            // Another hub's (or engine's) connection: none of ours.
+            return;
+        }
         let key = Key {
             slot: id.slot,
             generation: id.generation,
@@ -518,7 +587,7 @@ impl<H: Handler> Engine<H> {
         if self.shutdown.is_some() {
             return;
         }
-        self.shutdown = Some(self.turn.now() + self.config.shutdown_timeout);
+        self.shutdown = Some(later(self.turn.now(), self.config.shutdown_timeout));
         self.listener = None;
         for slot in 0..self.slots.len() as u32 {
             let key = self.key_of(slot);
@@ -627,13 +696,31 @@ impl<H: Handler> Engine<H> {
                     self.admit(Transport::Tcp(tcp));
                 }
                 Poll::Ready(Err(_)) => {
-                    self.accept_paused_until = Some(self.turn.now() + ACCEPT_PAUSE);
+                    self.accept_paused_until = Some(later(self.turn.now(), ACCEPT_PAUSE));
                     return;
                 }
                 Poll::Pending => return,
             }
         }
         // More may wait: come back after serving the others.
+        cx.waker().wake_by_ref();
+    }
+
+    /// Takes the connections handed to this engine.
+    fn poll_handed_over(&mut self, cx: &mut Context<'_>) {
+        for _ in 0..ACCEPTS_PER_TURN {
+            let Some(rx) = &mut self.accepts else {
+                return;
+            };
+            match rx.poll_recv(cx) {
+                Poll::Ready(Some(cmd)) => self.command(cmd),
+                Poll::Ready(None) => {
+                    self.accepts = None;
+                    return;
+                }
+                Poll::Pending => return,
+            }
+        }
         cx.waker().wake_by_ref();
     }
 
@@ -690,6 +777,7 @@ impl<H: Handler> Engine<H> {
         // without timers needs none.
         self.turn.now = None;
         self.poll_commands(cx);
+        self.poll_handed_over(cx);
         self.poll_accept(cx);
         let mut keys = std::mem::take(&mut self.keys);
         self.queue.take(&mut keys);
@@ -839,6 +927,8 @@ fn write_http<T, B>(slot: &mut Slot<T>, turn: &mut Turn, resp: &http::Response<B
     let mut head = Vec::with_capacity(160 + body.len());
     write_response(resp, body, &mut head);
     slot.c.encode(turn, |_, out| out.extend_from_slice(&head));
+    // Nothing but this answer goes out, within the handshake's deadline.
+    slot.c.conn.handle_refused();
     slot.stage = Stage::Ending;
 }
 
@@ -927,6 +1017,8 @@ fn read_frames<H: Handler>(
         decode(slot, decoder, pending, true, cx, handler, turn);
     }
     let mut reads = 0;
+    // The last read found nothing: the connection waits for input.
+    let mut waits = false;
     while reads < READS_PER_TURN && reading(slot, decoder) {
         reads += 1;
         let from_shared = pending.is_empty();
@@ -938,16 +1030,18 @@ fn read_frames<H: Handler>(
             }
             &mut *shared
         } else {
-            // Room for what the frame still needs, but growing with what
-            // arrived (at most four-fold per read): a peer announcing a
-            // large frame and sending little of it is held to little.
-            let more = decoder.payload_remaining(pending.len()).unwrap_or(0);
-            let grow = pending.len().max(4096) * 3;
-            pending.reserve(more.min(grow).clamp(4096, config.read_buffer_size));
+            // The core's growth rule: room for what the frame still needs,
+            // growing with what arrived, asked of the memory budget first.
+            if !grow_pending(slot, decoder, pending, cx, turn) {
+                break;
+            }
             &mut *pending
         };
         match tokio_util::io::poll_read_buf(Pin::new(&mut slot.io), cx, buf) {
-            Poll::Pending => break,
+            Poll::Pending => {
+                waits = true;
+                break;
+            }
             Poll::Ready(Ok(0)) => {
                 slot.c.transport_ended(None);
                 break;
@@ -982,8 +1076,19 @@ fn read_frames<H: Handler>(
             slot.waker.requeue();
         }
     }
+    // What a connection keeps between reads: nothing once its bytes are
+    // decoded (after a large message too), and no more than in proportion
+    // to an unfinished frame while it waits for the rest.
+    if pending.is_empty() {
+        if pending.capacity() > 0 {
+            *pending = BytesMut::new();
+        }
+    } else if (waits || !reading(slot, decoder)) && !keeps(pending.len(), pending.capacity()) {
+        *pending = BytesMut::from(&pending[..]);
+    }
     if decoder.account().is_on() {
-        use crate::proto::budget::Held;
+        // Bytes already read are held whatever the budget says: growth
+        // was asked for before the read (`grow_pending`).
         let held = pending.capacity();
         decoder.account_mut().set(Held::ReadBuffer, held);
     }
@@ -991,6 +1096,65 @@ fn read_frames<H: Handler>(
         lend_back(r, readers);
     } else {
         slot.reading = Some(r);
+    }
+}
+
+/// Makes room in `pending` for the next read of the frame being received,
+/// by the core's growth rule; under a memory budget, asked for first.
+/// `false` when the budget refused: the connection waits for budget (woken
+/// when some is given back) or, if it could never fit, fails with 1009.
+fn grow_pending<T>(
+    slot: &mut Slot<T>,
+    decoder: &mut MessageDecoder,
+    pending: &mut BytesMut,
+    cx: &mut Context<'_>,
+    turn: &mut Turn,
+) -> bool {
+    let len = pending.len();
+    let frame_left = decoder.payload_remaining(len);
+    let Some(additional) = growth(len, pending.capacity() - len, frame_left) else {
+        return true;
+    };
+    if decoder.account().is_on() {
+        // The old memory lives on while its bytes are copied: ask for both.
+        let wanted = pending.capacity() + len + additional;
+        match decoder.account_mut().try_set(Held::ReadBuffer, wanted) {
+            Grant::Granted => {}
+            Grant::Wait { wanted } => {
+                wait_for_budget(slot, decoder, wanted, cx, turn);
+                return false;
+            }
+            Grant::Never { charge, limit } => {
+                let err = crate::proto::Error::OverBudget {
+                    size: charge as u64,
+                    budget: limit,
+                };
+                slot.c.conn.handle_error(err, turn.now());
+                slot.c.transmit_owed(turn);
+                return false;
+            }
+        }
+    }
+    pending.reserve(additional);
+    true
+}
+
+/// Under a memory budget: the connection waits for `wanted` bytes. The
+/// core runs the wait's deadline (1013 past it); the budget wakes the
+/// connection when some is given back, and budget given back before the
+/// waker was registered is not missed.
+fn wait_for_budget<T>(
+    slot: &mut Slot<T>,
+    decoder: &MessageDecoder,
+    wanted: usize,
+    cx: &mut Context<'_>,
+    turn: &mut Turn,
+) {
+    slot.c.conn.handle_budget_wait(turn.now());
+    if let Some(budget) = decoder.account().budget() {
+        if budget.wait_for(wanted, cx.waker()) {
+            slot.waker.requeue();
+        }
     }
 }
 
@@ -1035,11 +1199,8 @@ fn decode<H: Handler>(
         let msg = match decoder.decode(buf) {
             Ok(Some(msg)) => msg,
             Ok(None) => {
-                if decoder.budget_wait().is_some() {
-                    slot.c.conn.handle_budget_wait(turn.now());
-                    if let Some(budget) = decoder.account().budget() {
-                        budget.wake_on_release(cx.waker());
-                    }
+                if let Some(wanted) = decoder.budget_wait() {
+                    wait_for_budget(slot, decoder, wanted, cx, turn);
                 }
                 break;
             }
@@ -1048,6 +1209,10 @@ fn decode<H: Handler>(
                 break;
             }
         };
+        if slot.c.conn.state().is_waiting_for_budget() {
+            // A message decoded is progress: the budget's wait ends.
+            slot.c.conn.handle_input(turn.now());
+        }
         let Some(data) = slot.data.as_mut() else {
             return;
         };

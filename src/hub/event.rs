@@ -46,9 +46,12 @@ impl<'a> HubMessage<'a> {
 }
 
 /// Names a connection of a hub, for [`HubHandle`](crate::hub::HubHandle). Unique for the hub's
-/// lifetime: an id of a connection that is gone never names another one.
+/// lifetime: an id of a connection that is gone never names another one
+/// (a slot whose generation would wrap is retired), and an id of another
+/// hub's connection names none of this one's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnId {
+    pub(crate) hub: u32,
     pub(crate) engine: u32,
     pub(crate) slot: u32,
     pub(crate) generation: u32,

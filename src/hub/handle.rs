@@ -74,6 +74,10 @@ pub enum HandleError {
 #[derive(Debug, Clone)]
 pub struct HubHandle {
     engines: Arc<[mpsc::Sender<Command>]>,
+    /// Each engine's queue of connections to take (accepted, handed over,
+    /// adopted): apart from `engines`, so that accepting never waits
+    /// behind a flood of sends.
+    accepts: Arc<[mpsc::Sender<Command>]>,
     /// The engine the next handed-over connection goes to.
     next: Arc<std::sync::atomic::AtomicUsize>,
     /// Set on shutdown, for the acceptor of several engines.
@@ -82,9 +86,14 @@ pub struct HubHandle {
 }
 
 impl HubHandle {
-    pub(crate) fn new(engines: Vec<mpsc::Sender<Command>>, topics: Topics) -> Self {
+    pub(crate) fn new(
+        engines: Vec<mpsc::Sender<Command>>,
+        accepts: Vec<mpsc::Sender<Command>>,
+        topics: Topics,
+    ) -> Self {
         HubHandle {
             engines: engines.into(),
+            accepts: accepts.into(),
             next: Arc::default(),
             stop: Arc::new(tokio::sync::watch::Sender::new(false)),
             topics,
@@ -100,8 +109,10 @@ impl HubHandle {
         self.engines.get(id.engine()).ok_or(HandleError::Stopped)
     }
 
-    pub(crate) async fn command(&self, engine: usize, cmd: Command) -> Result<(), HandleError> {
-        let tx = self.engines.get(engine).ok_or(HandleError::Stopped)?;
+    /// Hands engine `engine` a connection to take (`Accept`, `AcceptIo`,
+    /// `Adopt`), waiting only behind other connections.
+    pub(crate) async fn hand_over(&self, engine: usize, cmd: Command) -> Result<(), HandleError> {
+        let tx = self.accepts.get(engine).ok_or(HandleError::Stopped)?;
         tx.send(cmd).await.map_err(|_| HandleError::Stopped)
     }
 
@@ -206,7 +217,8 @@ impl HubHandle {
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
         let engine = self.next_engine();
-        self.command(engine, Command::AcceptIo(Box::pin(io))).await
+        self.hand_over(engine, Command::AcceptIo(Box::pin(io)))
+            .await
     }
 
     fn next_engine(&self) -> usize {
@@ -292,7 +304,7 @@ impl<T: Send + 'static> Adopter<T> {
         };
         let engine = self.handle.next_engine();
         self.handle
-            .command(engine, Command::Adopt(Box::new(adopted)))
+            .hand_over(engine, Command::Adopt(Box::new(adopted)))
             .await
     }
 }

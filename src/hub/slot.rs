@@ -21,7 +21,7 @@ use crate::hub::subs::{Subs, token};
 use crate::hub::wake::{ConnWaker, Key};
 use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
-use crate::proto::conn::{Connection, Phase};
+use crate::proto::conn::{Connection, Outgoing, Phase};
 use crate::proto::decoder::MessageDecoder;
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::header::OpCode;
@@ -190,6 +190,8 @@ pub(crate) struct Conn {
 /// and the backpressure settings.
 #[derive(Debug)]
 pub(crate) struct Turn {
+    /// Which hub of the process this engine serves.
+    pub(crate) hub: u32,
     pub(crate) engine: u32,
     /// The payload of the message being handled, when it is large and the
     /// connection's own (not in the shared read buffer): a send of exactly
@@ -214,6 +216,7 @@ impl Turn {
 
     pub(crate) fn id(&self, key: Key) -> ConnId {
         ConnId {
+            hub: self.hub,
             engine: self.engine,
             slot: key.slot,
             generation: key.generation,
@@ -486,26 +489,20 @@ impl Conn {
         self.abandoned = true;
     }
 
-    /// The transport ended: EOF (`None`) or an error.
+    /// The transport ended: EOF (`None`) or an error. The core says
+    /// whether that is part of closing.
     pub(crate) fn transport_ended(&mut self, err: Option<io::Error>) {
-        let expected = self.conn.handle_transport_end();
+        let open = self.conn.phase() == Phase::Open;
         let err = err.unwrap_or_else(|| {
             io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "connection closed without a close frame",
             )
         });
-        // After our close frame, a peer that hangs up instead of answering
-        // ends the connection as surely (many do).
-        let hung_up = matches!(
-            err.kind(),
-            io::ErrorKind::UnexpectedEof
-                | io::ErrorKind::ConnectionReset
-                | io::ErrorKind::ConnectionAborted
-                | io::ErrorKind::BrokenPipe
-        );
-        if !(expected && hung_up) && self.conn.phase() == Phase::Open {
-            self.set_error(err.into());
+        if let Some(err) = self.conn.handle_transport_error(err) {
+            if open {
+                self.set_error(err.into());
+            }
         }
         self.abandoned = true;
     }
@@ -515,8 +512,10 @@ impl Conn {
     fn send_with(
         &mut self,
         turn: &mut Turn,
-        opcode: OpCode,
-        fin: bool,
+        rule: impl FnOnce(
+            &mut Connection,
+            Instant,
+        ) -> std::result::Result<Outgoing, crate::proto::Error>,
         reserve: bool,
         encode: impl FnOnce(
             &mut FrameEncoder,
@@ -540,14 +539,15 @@ impl Conn {
                 }
             });
         }
-        if opcode == OpCode::Close {
-            if !self.conn.send_close(turn.now()) {
+        // The core's rules; the hub reports a send after a close as
+        // `SendStatus::Closed` where the Stream returns the core's error.
+        match rule(&mut self.conn, turn.now()) {
+            Ok(Outgoing::Send) => {}
+            Ok(Outgoing::Skip)
+            | Err(crate::proto::Error::AlreadyClosed | crate::proto::Error::ConnectionClosed) => {
                 return Ok(SendStatus::Closed);
             }
-        } else if self.conn.is_close_sent() || self.conn.is_peer_gone() {
-            return Ok(SendStatus::Closed);
-        } else {
-            self.conn.check_send(opcode, fin)?;
+            Err(e) => return Err(e.into()),
         }
         self.encode_with(turn, reserve, encode)?;
         Ok(if self.buffered() > turn.max_backpressure {
@@ -559,12 +559,12 @@ impl Conn {
     }
 
     pub(crate) fn send_message(&mut self, turn: &mut Turn, msg: &Message) -> Result<SendStatus> {
-        if let Message::Close(frame) = msg {
-            // Refused before the core records the close as sent.
-            CloseFrame::encode(frame.as_ref())?;
-        }
-        let (opcode, fin) = msg.head();
-        self.send_with(turn, opcode, fin, true, |e, out| e.encode_message(msg, out))
+        self.send_with(
+            turn,
+            |c, now| c.handle_send(msg, now),
+            true,
+            |e, out| e.encode_message(msg, out),
+        )
     }
 
     pub(crate) fn send_data(
@@ -581,7 +581,7 @@ impl Conn {
         });
         if let Some(current) = same.cloned() {
             let len = current.len();
-            let status = self.send_with(turn, opcode, true, true, |e, out| {
+            let status = self.send_with(turn, data_rule(opcode), true, |e, out| {
                 e.encode_header(true, opcode, len, out).map(|_| ())
             })?;
             if matches!(status, SendStatus::Sent | SendStatus::Backpressure) {
@@ -593,7 +593,7 @@ impl Conn {
             }
             return Ok(status);
         }
-        self.send_with(turn, opcode, true, true, |e, out| {
+        self.send_with(turn, data_rule(opcode), true, |e, out| {
             e.encode_data(opcode, payload, out)
         })
     }
@@ -604,7 +604,7 @@ impl Conn {
         msg: &PreparedMessage,
     ) -> Result<SendStatus> {
         let mut shared = None;
-        let status = self.send_with(turn, msg.opcode(), true, false, |e, out| {
+        let status = self.send_with(turn, data_rule(msg.opcode()), false, |e, out| {
             let frame = e.prepared_frame(msg)?;
             if frame.len() < SHARE_PREPARED_MIN {
                 out.extend_from_slice(&frame);
@@ -627,20 +627,17 @@ impl Conn {
     }
 
     pub(crate) fn close(&mut self, turn: &mut Turn, code: CloseCode, reason: &str) -> Result<()> {
-        let frame = CloseFrame::new(code, cut_reason(reason));
+        let frame = CloseFrame::truncated(code, reason);
         self.send_message(turn, &Message::Close(Some(frame)))
             .map(|_| ())
     }
 }
 
-/// `reason` cut to the 123 bytes a close frame holds, at a character
-/// boundary.
-fn cut_reason(reason: &str) -> String {
-    let mut end = reason.len().min(123);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    reason[..end].to_owned()
+/// The core's rule for a whole data (or prepared) frame of `opcode`.
+fn data_rule(
+    opcode: OpCode,
+) -> impl FnOnce(&mut Connection, Instant) -> std::result::Result<Outgoing, crate::proto::Error> {
+    move |c, now| c.handle_send_frame(opcode, true, now)
 }
 
 /// A hub connection as a [`Handler`](crate::hub::Handler) sees it during a
@@ -846,6 +843,7 @@ mod tests {
 
     fn turn() -> Turn {
         Turn {
+            hub: 0,
             engine: 0,
             current: None,
             now: None,

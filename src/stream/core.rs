@@ -16,8 +16,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
-use crate::proto::conn::{Connection, State};
-use crate::proto::header::OpCode;
+use crate::proto::conn::{Connection, Outgoing, State};
 use crate::proto::message::{Message, PreparedMessage};
 use crate::stream::write::{CORK, Task, WriteState};
 use crate::trace;
@@ -103,39 +102,26 @@ impl Core {
         Poll::Ready(Ok(()))
     }
 
+    /// What the user sends passes the core's rules first
+    /// ([`Connection::handle_send`]).
     #[inline]
     pub(crate) fn start_send(&mut self, msg: Message) -> Result<()> {
-        if let Message::Close(frame) = &msg {
-            // Refused before the core records the close as sent.
-            CloseFrame::encode(frame.as_ref())?;
+        match self.conn.handle_send(&msg, now())? {
+            Outgoing::Send => {
+                if msg.is_close() {
+                    trace::debug_event!("close frame sent");
+                }
+                self.write.queue(msg)
+            }
+            Outgoing::Skip => Ok(()),
         }
-        let (opcode, fin) = msg.head();
-        self.start_frame(opcode, fin, |w| w.queue(msg))
     }
 
     pub(crate) fn start_send_prepared(&mut self, p: &PreparedMessage) -> Result<()> {
-        self.start_frame(p.opcode(), true, |w| w.queue_prepared(p))
-    }
-
-    /// What the user sends, whatever it is made from, passes the core's
-    /// rules first: nothing after a close, fragments not interrupted.
-    #[inline]
-    fn start_frame(
-        &mut self,
-        opcode: OpCode,
-        fin: bool,
-        queue: impl FnOnce(&mut WriteState) -> Result<()>,
-    ) -> Result<()> {
-        if opcode == OpCode::Close {
-            // A second close, or one after the peer is gone, is dropped.
-            if !self.conn.send_close(now()) {
-                return Ok(());
-            }
-            trace::debug_event!("close frame sent");
-        } else {
-            self.conn.check_send(opcode, fin)?;
+        match self.conn.handle_send_frame(p.opcode(), true, now())? {
+            Outgoing::Send => self.write.queue_prepared(p),
+            Outgoing::Skip => Ok(()),
         }
-        queue(&mut self.write)
     }
 
     fn poll_send_buffered<W>(&mut self, io: &mut W, cx: &mut Context<'_>) -> Poll<Result<()>>

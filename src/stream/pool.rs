@@ -103,7 +103,7 @@ pub(crate) fn give(mut buf: BytesMut) {
 /// message handed out, or a queued chunk, may still use its memory).
 /// Returns whether `buf` was replaced.
 pub(crate) fn fit(buf: &mut BytesMut, shared: bool) -> bool {
-    if buf.capacity() <= 4 * buf.len() {
+    if crate::proto::buffer::keeps(buf.len(), buf.capacity()) {
         return false;
     }
     let exact = if buf.is_empty() {

@@ -264,9 +264,7 @@ impl ReadState {
             Grant::Wait { wanted } => wanted,
         };
         if let Some(budget) = self.decoder.account().budget() {
-            budget.wake_on_release(cx.waker());
-            // Given back between the refusal and the registration.
-            if budget.available() >= wanted {
+            if budget.wait_for(wanted, cx.waker()) {
                 return Poll::Ready(Ok(()));
             }
         }
@@ -452,24 +450,19 @@ impl ReadState {
         err: io::Error,
     ) -> Poll<Option<Result<Message>>> {
         self.terminated = true;
-        // Senders waiting on the transport learn it has ended.
-        let expected = link.with_core(|c, _| {
+        // Senders waiting on the transport learn it has ended; the core
+        // says whether the end is part of closing.
+        let err = link.with_core(|c, _| {
+            let err = c.conn.handle_transport_error(err);
             c.end_transport();
-            c.conn.is_close_sent()
+            err
         });
-        // After our close frame, a peer that hangs up (or resets) instead
-        // of answering ends the connection as surely: many servers do.
-        let hung_up = matches!(
-            err.kind(),
-            io::ErrorKind::UnexpectedEof
-                | io::ErrorKind::ConnectionReset
-                | io::ErrorKind::ConnectionAborted
-                | io::ErrorKind::BrokenPipe
-        );
-        if hung_up && expected {
-            trace::debug_event!("peer ended the connection after our close frame");
-            return Poll::Ready(None);
+        match err {
+            None => {
+                trace::debug_event!("peer ended the connection after our close frame");
+                Poll::Ready(None)
+            }
+            Some(err) => Poll::Ready(Some(Err(err.into()))),
         }
-        Poll::Ready(Some(Err(err.into())))
     }
 }

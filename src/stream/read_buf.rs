@@ -30,8 +30,8 @@ use crate::proto::budget::{BudgetAccount, Grant, Held};
 use crate::retry::Retrying;
 use crate::stream::pool;
 
-/// Reads are made at least this large while a frame's size is unknown.
-pub(crate) const READ_CHUNK: usize = 8 << 10;
+pub(crate) use crate::proto::buffer::READ_CHUNK;
+use crate::proto::buffer::growth;
 
 /// A read into an empty buffer goes to the stack first, this large: what
 /// comes is copied to a buffer of its size, which is what a small message
@@ -269,17 +269,10 @@ impl ReadBuf {
     ) -> Result<(), Grant> {
         let len = self.buf.len();
         let spare = self.buf.capacity() - len;
-        let want = frame_left.unwrap_or(READ_CHUNK).max(1);
-        let min_spare = want.min(READ_CHUNK);
-        if spare >= min_spare {
+        let Some(mut additional) = growth(len, spare, frame_left) else {
             return Ok(());
-        }
-        let additional = if want <= 3 * len {
-            want
-        } else {
-            want.min((3 * len).max(READ_CHUNK))
         };
-        let mut additional = additional.max(min_spare);
+        let min_spare = frame_left.unwrap_or(READ_CHUNK).clamp(1, READ_CHUNK);
         // The old buffer lives on while its bytes are copied: ask for both.
         let old_cap = self.buf.capacity();
         let mut grant = account.try_set(Held::ReadBuffer, old_cap + len + additional);
@@ -310,26 +303,16 @@ impl ReadBuf {
         let len = self.buf.len();
         let spare = self.buf.capacity() - len;
         let want = frame_left.unwrap_or(READ_CHUNK).max(1);
-        let min_spare = want.min(READ_CHUNK);
         if spare < want && self.buf.try_reclaim(want) {
             // The memory of messages already handed out and dropped holds the
             // whole frame: the few bytes buffered moved to its front.
             return;
         }
-        if spare >= min_spare {
+        // The core's rule (`proto::buffer::growth`): memory stays within
+        // four times what the peer actually sent.
+        let Some(additional) = growth(len, spare, frame_left) else {
             return;
-        }
-        // Grow with what has arrived (four-fold), never past what the frame
-        // still needs, so a huge announced length costs nothing until its
-        // bytes come; once a quarter of the frame is here, make room for the
-        // rest at once. Memory stays within four times what the peer
-        // actually sent, with few reallocations on the way.
-        let additional = if want <= 3 * len {
-            want
-        } else {
-            want.min((3 * len).max(READ_CHUNK))
         };
-        let additional = additional.max(min_spare);
         if self.buf.capacity() <= pool::BUF_LEN {
             // Outgrowing a spare: move to a buffer of our own and give the
             // spare back, rather than reallocating it away, so the spares
