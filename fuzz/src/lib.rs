@@ -22,7 +22,7 @@ use wavesock::handshake::server::{
     accept_response, check_request, error_response, parse_request, write_response,
 };
 use wavesock::handshake::{client, derive_accept_key};
-use wavesock::proto::conn::{Connection, Phase, State, Timers};
+use wavesock::proto::conn::{Connection, Outgoing, Phase, State, Timers};
 use wavesock::proto::decoder::MessageDecoder;
 use wavesock::proto::header::FrameHeader;
 use wavesock::proto::utf8::Utf8Validator;
@@ -602,13 +602,23 @@ pub fn conn(data: &[u8]) {
         .pong_timeout(ms(input.byte()).max(Duration::from_millis(1)))
         .close_timeout(ms(input.byte()).max(Duration::from_millis(1)));
     let budget = input.byte();
-    let budget_wait = (budget != 0).then(|| ms(budget));
+    // A connection still in its opening handshake (the hub's), with only
+    // a deadline: no keepalive, no budget wait.
+    let handshaking = ping & 0x80 != 0 && budget & 0x80 != 0;
+    let budget_wait = (budget != 0 && !handshaking).then(|| ms(budget));
     let timers = timers.budget_wait(budget_wait);
     let start = Instant::now();
     let mut now = start;
-    let mut c = Connection::new(role, timers, now);
+    let mut c = if handshaking {
+        Connection::handshaking(role, Some(now + timers.close_timeout))
+    } else {
+        Connection::new(role, timers, now)
+    };
 
-    let mut out = Sent::default();
+    let mut out = Sent {
+        handshaking,
+        ..Sent::default()
+    };
     let mut close_sent_seen = false;
     // When the memory budget's wait started, as the model sees it.
     let mut budget_since: Option<Instant> = None;
@@ -618,7 +628,7 @@ pub fn conn(data: &[u8]) {
         let op = input.byte();
         let arg = input.byte();
         let payload = bytes::Bytes::copy_from_slice(input.take(usize::from(arg % 8)));
-        match op % 12 {
+        match op % 13 {
             0 => {
                 let sent = c.is_close_sent();
                 c.handle_frame(&Message::Ping(payload.clone()), now);
@@ -681,21 +691,64 @@ pub fn conn(data: &[u8]) {
                     2 => OpCode::Continuation,
                     _ => OpCode::Ping,
                 };
-                let ok = c.check_send(opcode, arg & 4 != 0).is_ok();
-                if ok {
-                    assert!(!c.is_close_sent(), "a send allowed after our close");
+                let closed = c.is_close_sent() || c.is_peer_gone();
+                match c.handle_send_frame(opcode, arg & 4 != 0, now) {
+                    Ok(Outgoing::Send) => {
+                        assert!(!closed, "a send allowed after a close");
+                    }
+                    Ok(Outgoing::Skip) => panic!("only a close is skipped"),
+                    Err(e) => {
+                        if closed {
+                            assert!(
+                                matches!(e, Error::AlreadyClosed | Error::ConnectionClosed),
+                                "{e:?}"
+                            );
+                        }
+                    }
                 }
             }
             8 => {
                 // A caller writes what is owed before its own close.
                 out.drain(&mut c);
-                if c.send_close(now) {
-                    out.closes += 1;
-                    assert!(out.closes <= 1, "a second close frame allowed");
+                let was_sent = c.is_close_sent();
+                // Sometimes a code no close frame may carry: refused, and
+                // not recorded.
+                let code = if arg & 8 != 0 { 1005 } else { 1000 };
+                let frame = Message::Close(Some(CloseFrame::new(CloseCode(code), "")));
+                match c.handle_send(&frame, now) {
+                    Ok(Outgoing::Send) => {
+                        out.closes += 1;
+                        assert!(out.closes <= 1, "a second close frame allowed");
+                        assert!(c.is_close_sent());
+                    }
+                    Ok(Outgoing::Skip) => assert!(was_sent || c.is_peer_gone()),
+                    Err(_) => {
+                        assert_eq!(code, 1005, "only an invalid close is refused");
+                        assert_eq!(c.is_close_sent(), was_sent, "a refused close recorded");
+                    }
                 }
             }
             9 => {
-                c.handle_transport_end();
+                let kind = match arg % 4 {
+                    0 => std::io::ErrorKind::UnexpectedEof,
+                    1 => std::io::ErrorKind::ConnectionReset,
+                    2 => std::io::ErrorKind::BrokenPipe,
+                    _ => std::io::ErrorKind::Other,
+                };
+                let quiet_if = c.is_close_sent() && kind != std::io::ErrorKind::Other;
+                let reported = c.handle_transport_error(kind.into());
+                assert_eq!(reported.is_none(), quiet_if, "{kind:?}");
+                assert!(c.is_transport_ended() && c.is_peer_gone());
+            }
+            12 => {
+                if before == Phase::Open {
+                    c.handle_refused();
+                    assert_ne!(c.phase(), Phase::Open);
+                    // An HTTP answer ends it: nothing more is owed, not
+                    // even the pongs that were.
+                    out.pongs.clear();
+                    out.refused = true;
+                }
             }
             10 => {
                 c.handle_budget_wait(now);
@@ -741,12 +794,17 @@ struct Sent {
     closes: usize,
     /// Our close left through `poll_transmit`: nothing may follow it.
     close_polled: bool,
+    /// The opening handshake was refused: no WebSocket frame may follow.
+    refused: bool,
+    /// Still in the opening handshake: no keepalive.
+    handshaking: bool,
 }
 
 impl Sent {
     fn drain(&mut self, c: &mut Connection) {
         while let Some(msg) = c.poll_transmit() {
             assert!(!self.close_polled, "{msg:?} owed after our close left");
+            assert!(!self.refused, "{msg:?} owed after a refused handshake");
             match msg {
                 Message::Pong(p) => {
                     assert_eq!(self.pongs.pop_front(), Some(p), "an unexpected pong");
@@ -756,7 +814,10 @@ impl Sent {
                     self.close_polled = true;
                     assert!(c.is_close_sent());
                 }
-                Message::Ping(_) => assert_eq!(self.closes, 0, "a ping after our close"),
+                Message::Ping(_) => {
+                    assert_eq!(self.closes, 0, "a ping after our close");
+                    assert!(!self.handshaking, "a keepalive ping before the upgrade");
+                }
                 other => panic!("the core owes {other:?}"),
             }
             assert!(self.closes <= 1, "a second close frame");

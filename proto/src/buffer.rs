@@ -12,6 +12,12 @@
 /// Reads are made at least this large while a frame's size is unknown.
 pub const READ_CHUNK: usize = 8 << 10;
 
+/// Bytes queued for the peer past which an engine writes them out without
+/// waiting for the rest of what it is handling (a burst of replies to a
+/// read that brought many messages): the peer starts on them meanwhile.
+/// uWebSockets corks as much.
+pub const CORK: usize = 16 << 10;
+
 /// How much a buffer may hold for each byte it keeps while it waits.
 pub const KEEP_FACTOR: usize = 4;
 

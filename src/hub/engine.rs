@@ -35,7 +35,7 @@ use crate::hub::wake::{ConnWaker, Key, ReadyQueue};
 use crate::negotiated::Negotiated;
 use crate::proto::Role;
 use crate::proto::budget::{Grant, Held};
-use crate::proto::buffer::{growth, keeps};
+use crate::proto::buffer::{CORK, growth, keeps};
 use crate::proto::close::CloseCode;
 use crate::proto::conn::{Connection, Phase, later};
 use crate::proto::decoder::MessageDecoder;
@@ -45,9 +45,6 @@ use crate::topics::Delivery;
 
 /// Reads per connection per turn before the others get theirs.
 const READS_PER_TURN: usize = 4;
-/// Replies are written once this many bytes wait, without waiting for
-/// the rest of the read to be handled (uWebSockets corks as much).
-const CORK: usize = 16 << 10;
 /// Messages at least this large, received into a connection's own buffer,
 /// are sent on from where they are when a handler sends them back as
 /// they are; smaller ones are copied (cheaper than the bookkeeping).
@@ -1091,6 +1088,11 @@ fn read_frames<H: Handler>(
         // was asked for before the read (`grow_pending`).
         let held = pending.capacity();
         decoder.account_mut().set(Held::ReadBuffer, held);
+        if waits && decoder.account().charged() > 0 {
+            // Holding budget while the peer sends nothing: the core's wait
+            // runs (1013 past it) until input comes, as on the Stream.
+            slot.c.conn.handle_budget_wait(turn.now());
+        }
     }
     if r.decoder.is_at_rest() && r.pending.is_empty() {
         lend_back(r, readers);

@@ -28,10 +28,7 @@ pub(crate) enum Task {
     Sending,
 }
 
-/// Queued bytes past which sending writes out without waiting for the
-/// queue to fill or the task to wait, so that the peer starts on a burst
-/// of replies while the rest is made.
-pub(crate) const CORK: usize = 16 << 10;
+pub(crate) use crate::proto::buffer::CORK;
 
 #[derive(Debug)]
 pub(crate) struct WriteState {

@@ -1,0 +1,464 @@
+//! One suite of scenarios, written once and run against every engine: the
+//! Stream (`WebSocketStream` in a task per connection), the Stream split
+//! into halves, and the hub. Each serves an echo over real loopback TCP
+//! with the same `Config`; a client (wavesock's, or raw bytes where the
+//! wire is the point) drives the scenario and reads what comes back, and
+//! each server reports how its connection ended. The engines share the
+//! protocol core's rules, so every scenario must come out the same on all
+//! three: the memory budget's wait, resume and refusals (1009, 1013), a
+//! quiet client never refused, the handshake's deadline, the closing
+//! handshake either way and a hang-up after our close, keepalive, and a
+//! protocol violation's 1002.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use wavesock::hub::{Closed, Handler, Hub, HubConfig, HubMessage, Ws};
+use wavesock::proto::bytes::BytesMut;
+use wavesock::proto::encoder::FrameEncoder;
+use wavesock::{CloseCode, CloseFrame, Config, Frame, MemoryBudget, Message, OpCode, Role};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Engine {
+    Stream,
+    Split,
+    Hub,
+}
+
+const ENGINES: [Engine; 3] = [Engine::Stream, Engine::Split, Engine::Hub];
+
+/// How a server connection ended: `None` cleanly, else its error's text.
+type Ended = Option<String>;
+
+struct Server {
+    addr: SocketAddr,
+    ended: mpsc::UnboundedReceiver<Ended>,
+}
+
+impl Server {
+    async fn ended(&mut self) -> Ended {
+        within(15, self.ended.recv())
+            .await
+            .expect("the server reports the end")
+    }
+}
+
+/// What every echo server does with a text message `close`: closes with
+/// 4000 and this reason.
+const CLOSE_REASON: &str = "asked to";
+
+/// The hub's echo.
+#[derive(Clone)]
+struct HubEcho(mpsc::UnboundedSender<Ended>);
+
+impl Handler for HubEcho {
+    type Data = ();
+
+    fn upgrade(
+        &mut self,
+        _: &wavesock::http::Request<()>,
+        _: &mut wavesock::http::Response<()>,
+    ) -> Result<(), wavesock::ErrorResponse> {
+        Ok(())
+    }
+
+    fn message(&mut self, ws: &mut Ws<'_, ()>, msg: HubMessage<'_>) {
+        if msg == HubMessage::Text("close") {
+            ws.close(CloseCode::from(4000), CLOSE_REASON).unwrap();
+            return;
+        }
+        let _ = ws.send_borrowed(msg);
+    }
+
+    fn close(&mut self, closed: Closed, _: ()) {
+        let _ = self.0.send(closed.error.map(|e| e.to_string()));
+    }
+}
+
+async fn start(engine: Engine, config: Config) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, ended) = mpsc::unbounded_channel();
+    match engine {
+        Engine::Hub => {
+            let config = HubConfig::default().engines(Some(1)).config(config);
+            let hub = Hub::new(HubEcho(tx), config).unwrap();
+            tokio::spawn(hub.serve(listener));
+        }
+        Engine::Stream | Engine::Split => {
+            tokio::spawn(async move {
+                loop {
+                    let (tcp, _) = listener.accept().await.unwrap();
+                    let tx = tx.clone();
+                    let config = config.clone();
+                    tokio::spawn(async move {
+                        // A refused or unfinished handshake ends nothing
+                        // that was open: it is not reported, as on the hub.
+                        let Ok(ws) = wavesock::accept_async_with_config(tcp, config).await else {
+                            return;
+                        };
+                        let ended = if engine == Engine::Split {
+                            serve_split(ws).await
+                        } else {
+                            serve_stream(ws).await
+                        };
+                        let _ = tx.send(ended);
+                    });
+                }
+            });
+        }
+    }
+    Server { addr, ended }
+}
+
+async fn serve_stream(mut ws: wavesock::WebSocketStream<TcpStream>) -> Ended {
+    while let Some(msg) = ws.next().await {
+        match msg {
+            Ok(Message::Text(t)) if t.as_str() == "close" => {
+                let frame = CloseFrame::new(CloseCode::from(4000), CLOSE_REASON);
+                if let Err(e) = ws.send(Message::Close(Some(frame))).await {
+                    return Some(e.to_string());
+                }
+            }
+            Ok(m) if m.is_data() => {
+                if let Err(e) = ws.send(m).await {
+                    return Some(e.to_string());
+                }
+            }
+            Ok(_) => {}
+            Err(e) => return Some(e.to_string()),
+        }
+    }
+    None
+}
+
+async fn serve_split(ws: wavesock::WebSocketStream<TcpStream>) -> Ended {
+    let (mut tx, mut rx) = ws.split();
+    let (queue, mut queued) = mpsc::unbounded_channel::<Message>();
+    // The sending half in a task of its own, as split halves are used.
+    let sender = tokio::spawn(async move {
+        while let Some(m) = queued.recv().await {
+            if tx.send(m).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut ended = None;
+    while let Some(msg) = rx.next().await {
+        match msg {
+            Ok(Message::Text(t)) if t.as_str() == "close" => {
+                let frame = CloseFrame::new(CloseCode::from(4000), CLOSE_REASON);
+                let _ = queue.send(Message::Close(Some(frame)));
+            }
+            Ok(m) if m.is_data() => {
+                let _ = queue.send(m);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                ended = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    drop(queue);
+    let _ = sender.await;
+    ended
+}
+
+async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), f)
+        .await
+        .expect("in time")
+}
+
+/// A raw client connection, upgraded.
+async fn upgrade_raw(addr: SocketAddr) -> TcpStream {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(
+        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        head.push(tcp.read_u8().await.unwrap());
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{head:?}");
+    tcp
+}
+
+/// A client's (masked) frame.
+fn frame(fin: bool, opcode: OpCode, payload: Vec<u8>) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    FrameEncoder::new(Role::Client)
+        .encode_message(&Message::Frame(Frame::new(fin, opcode, payload)), &mut out)
+        .unwrap();
+    out.to_vec()
+}
+
+/// Reads one server frame: its opcode and payload.
+async fn read_frame(tcp: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut head = [0u8; 2];
+    within(10, tcp.read_exact(&mut head)).await.unwrap();
+    let len = match head[1] & 0x7f {
+        126 => tcp.read_u16().await.unwrap() as usize,
+        127 => tcp.read_u64().await.unwrap() as usize,
+        n => n as usize,
+    };
+    let mut payload = vec![0u8; len];
+    within(10, tcp.read_exact(&mut payload)).await.unwrap();
+    (head[0] & 0x0f, payload)
+}
+
+/// Reads frames until a close frame; its code.
+async fn close_code(tcp: &mut TcpStream) -> u16 {
+    loop {
+        let (op, payload) = read_frame(tcp).await;
+        if op == 0x8 {
+            return u16::from_be_bytes([payload[0], payload[1]]);
+        }
+    }
+}
+
+/// Waits until `f` holds, for at most five seconds.
+async fn until(mut f: impl FnMut() -> bool) {
+    within(5, async {
+        while !f() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
+
+fn budget_config(budget: &MemoryBudget) -> Config {
+    Config::default()
+        .memory_budget(budget.clone())
+        .max_message_size(64 << 20)
+        .max_frame_size(64 << 20)
+}
+
+#[tokio::test]
+async fn echo_and_a_client_close_echoed_with_its_code() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let (mut ws, _) = wavesock::connect_async(format!("ws://{}/", server.addr))
+            .await
+            .unwrap();
+        ws.send(Message::text("hi")).await.unwrap();
+        assert_eq!(
+            within(5, ws.next()).await.unwrap().unwrap(),
+            Message::text("hi")
+        );
+        ws.close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "bye")))
+            .await
+            .unwrap();
+        let echo = within(5, ws.next()).await.unwrap().unwrap();
+        assert_eq!(
+            echo,
+            Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "bye"))),
+            "{engine:?}"
+        );
+        assert_eq!(server.ended().await, None, "{engine:?}: a clean close");
+    }
+}
+
+#[tokio::test]
+async fn a_server_close_answered_by_a_hang_up_is_a_clean_end() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let mut tcp = upgrade_raw(server.addr).await;
+        tcp.write_all(&frame(true, OpCode::Text, b"close".to_vec()))
+            .await
+            .unwrap();
+        assert_eq!(close_code(&mut tcp).await, 4000, "{engine:?}");
+        // No close reply: the client hangs up instead, as many do.
+        drop(tcp);
+        assert_eq!(server.ended().await, None, "{engine:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_hang_up_without_closing_is_reported() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let tcp = upgrade_raw(server.addr).await;
+        drop(tcp);
+        let ended = server.ended().await;
+        assert!(ended.is_some(), "{engine:?}: an end without a close");
+    }
+}
+
+#[tokio::test]
+async fn a_protocol_violation_gets_1002() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let mut tcp = upgrade_raw(server.addr).await;
+        // Unmasked, from a client.
+        tcp.write_all(&[0x81, 0x02, b'h', b'i']).await.unwrap();
+        assert_eq!(close_code(&mut tcp).await, 1002, "{engine:?}");
+        assert!(server.ended().await.is_some(), "{engine:?}");
+    }
+}
+
+#[tokio::test]
+async fn keepalive_closes_a_silent_peer_and_keeps_a_live_one() {
+    let config = Config::default()
+        .ping_interval(Some(Duration::from_millis(100)))
+        .pong_timeout(Duration::from_millis(200));
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, config.clone()).await;
+        // wavesock's client answers pings: kept past several intervals.
+        let (mut live, _) = wavesock::connect_async(format!("ws://{}/", server.addr))
+            .await
+            .unwrap();
+        let pinger = tokio::spawn(async move {
+            // Reading answers the server's pings.
+            while let Some(Ok(_)) = live.next().await {}
+        });
+        // A raw peer that never answers.
+        let mut silent = upgrade_raw(server.addr).await;
+        assert_eq!(read_frame(&mut silent).await.0, 0x9, "{engine:?}: a ping");
+        let ended = server.ended().await;
+        assert!(
+            ended.as_deref().is_some_and(|e| e.contains("keepalive")),
+            "{engine:?}: {ended:?}"
+        );
+        assert!(!pinger.is_finished(), "{engine:?}: the live peer stays");
+        pinger.abort();
+    }
+}
+
+#[tokio::test]
+async fn an_unfinished_handshake_is_cut_at_its_timeout() {
+    let config = Config::default().handshake_timeout(Some(Duration::from_millis(200)));
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let server = start(engine, config.clone()).await;
+        let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+        tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        let mut rest = Vec::new();
+        let n = within(5, tcp.read_to_end(&mut rest)).await.unwrap_or(0);
+        assert_eq!(n, 0, "{engine:?}: cut without an answer");
+    }
+}
+
+#[tokio::test]
+async fn a_message_larger_than_the_whole_budget_gets_1009() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let budget = MemoryBudget::new(1 << 20).allowance(0);
+        let mut server = start(engine, budget_config(&budget)).await;
+        let mut tcp = upgrade_raw(server.addr).await;
+        tcp.write_all(&frame(true, OpCode::Binary, vec![7; 2 << 20]))
+            .await
+            .unwrap_or(());
+        assert_eq!(close_code(&mut tcp).await, 1009, "{engine:?}");
+        assert!(server.ended().await.is_some(), "{engine:?}");
+        assert!(budget.peak() <= budget.limit(), "{engine:?}");
+    }
+}
+
+#[tokio::test]
+async fn under_contention_a_client_waits_then_resumes_and_is_not_refused_later() {
+    let wait = Duration::from_millis(800);
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let budget = MemoryBudget::new(16 << 20).allowance(0).wait_timeout(wait);
+        let server = start(engine, budget_config(&budget)).await;
+        let mut a = upgrade_raw(server.addr).await;
+        a.write_all(&frame(false, OpCode::Binary, vec![1; 5 << 20]))
+            .await
+            .unwrap();
+        until(|| budget.in_use() >= 5 << 20).await;
+        // B's message needs budget that A holds (reading a frame holds up
+        // to twice its size while the buffer grows): B waits.
+        let mut b = upgrade_raw(server.addr).await;
+        b.write_all(&frame(true, OpCode::Binary, vec![2; 8 << 20]))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            budget.peak() <= budget.limit(),
+            "{engine:?}: {}",
+            budget.peak()
+        );
+        // A finishes and gives its budget back: B resumes.
+        a.write_all(&frame(true, OpCode::Continuation, vec![]))
+            .await
+            .unwrap();
+        assert_eq!(read_frame(&mut a).await.1.len(), 5 << 20, "{engine:?}");
+        assert_eq!(read_frame(&mut b).await.1.len(), 8 << 20, "{engine:?}");
+        // Quiet for longer than the wait, then a request: answered.
+        tokio::time::sleep(wait * 2).await;
+        b.write_all(&frame(true, OpCode::Text, b"again".to_vec()))
+            .await
+            .unwrap();
+        assert_eq!(
+            read_frame(&mut b).await,
+            (0x1, b"again".to_vec()),
+            "{engine:?}"
+        );
+        assert!(
+            budget.peak() <= budget.limit(),
+            "{engine:?}: {}",
+            budget.peak()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_client_holding_budget_while_silent_gets_1013_and_the_waiting_one_resumes() {
+    let wait = Duration::from_millis(500);
+    for engine in ENGINES {
+        let budget = MemoryBudget::new(16 << 20).allowance(0).wait_timeout(wait);
+        let mut server = start(engine, budget_config(&budget)).await;
+        let mut a = upgrade_raw(server.addr).await;
+        a.write_all(&frame(false, OpCode::Binary, vec![1; 5 << 20]))
+            .await
+            .unwrap();
+        until(|| budget.in_use() >= 5 << 20).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut b = upgrade_raw(server.addr).await;
+        b.write_all(&frame(true, OpCode::Binary, vec![2; 8 << 20]))
+            .await
+            .unwrap();
+        // A never finishes its message: it is refused once it has held
+        // budget without sending for the wait's length, which gives the
+        // budget back to B, waiting since later.
+        assert_eq!(close_code(&mut a).await, 1013, "{engine:?}");
+        assert!(server.ended().await.is_some(), "{engine:?}");
+        assert_eq!(read_frame(&mut b).await.1.len(), 8 << 20, "{engine:?}");
+        drop(b);
+        until(|| budget.in_use() == 0).await;
+        assert!(budget.peak() <= budget.limit(), "{engine:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_idle_connection_holds_no_budget_after_a_large_message() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let budget = MemoryBudget::new(64 << 20).allowance(0);
+        let server = start(engine, budget_config(&budget)).await;
+        let (mut ws, _) = wavesock::connect_async(format!("ws://{}/", server.addr))
+            .await
+            .unwrap();
+        ws.send(Message::binary(vec![3u8; 8 << 20])).await.unwrap();
+        let echo = within(10, ws.next()).await.unwrap().unwrap();
+        assert_eq!(echo.len(), 8 << 20, "{engine:?}");
+        until(|| budget.in_use() == 0).await;
+        assert!(budget.peak() >= 8 << 20, "{engine:?}: the budget saw it");
+    }
+}
