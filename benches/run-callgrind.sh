@@ -64,7 +64,9 @@ run() {
     messages=$("$loadgen" pingpong --addr "127.0.0.1:$port" --conns "$conns" --size "$size" \
         --secs "$secs" --warmup 1 --label "$label" |
         python3 -c 'import json,sys; print(json.loads(next(l for l in sys.stdin if l.startswith("{")))["messages"])')
-    kill -INT "$pid"
+    # TERM: a background job of a script ignores INT; callgrind writes
+    # its totals on a fatal signal too.
+    kill -TERM "$pid"
     wait "$pid" 2> /dev/null || true
     local ir
     ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$out")

@@ -420,7 +420,7 @@ async fn under_contention_a_client_waits_then_resumes_and_is_not_refused_later()
 
 #[tokio::test]
 async fn a_client_holding_budget_while_silent_gets_1013_and_the_waiting_one_resumes() {
-    let wait = Duration::from_millis(500);
+    let wait = Duration::from_millis(1000);
     for engine in ENGINES {
         let budget = MemoryBudget::new(16 << 20).allowance(0).wait_timeout(wait);
         let mut server = start(engine, budget_config(&budget)).await;
@@ -429,7 +429,9 @@ async fn a_client_holding_budget_while_silent_gets_1013_and_the_waiting_one_resu
             .await
             .unwrap();
         until(|| budget.in_use() >= 5 << 20).await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // B comes well after A went silent: A's wait runs out first, with
+        // most of B's still to go.
+        tokio::time::sleep(Duration::from_millis(600)).await;
         let mut b = upgrade_raw(server.addr).await;
         b.write_all(&frame(true, OpCode::Binary, vec![2; 8 << 20]))
             .await

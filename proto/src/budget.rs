@@ -194,6 +194,7 @@ impl MemoryBudget {
     /// a refusal and the registration is not missed (a wake-up it would
     /// never get). `true`: the room is there now, try again at once;
     /// `false`: wait for the waker.
+    #[inline]
     pub fn wait_for(&self, wanted: usize, waker: &Waker) -> bool {
         self.wake_on_release(waker);
         self.available() >= wanted
@@ -381,6 +382,7 @@ impl BudgetAccount {
     }
 
     /// Bytes taken from the budget (what is held beyond the allowance).
+    #[inline]
     pub fn charged(&self) -> usize {
         self.counts.as_ref().map_or(0, |c| c.charged)
     }

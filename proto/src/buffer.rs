@@ -41,6 +41,7 @@ pub const KEEP_FACTOR: usize = 4;
 /// // Room enough already.
 /// assert_eq!(growth(10, READ_CHUNK, None), None);
 /// ```
+#[inline]
 pub fn growth(len: usize, spare: usize, frame_left: Option<usize>) -> Option<usize> {
     let want = frame_left.unwrap_or(READ_CHUNK).max(1);
     let min_spare = want.min(READ_CHUNK);
@@ -67,6 +68,7 @@ pub fn growth(len: usize, spare: usize, frame_left: Option<usize>) -> Option<usi
 /// assert!(!keeps(0, 20 << 20), "an idle connection keeps no buffer");
 /// assert!(!keeps(10, 64 << 10));
 /// ```
+#[inline]
 pub fn keeps(len: usize, capacity: usize) -> bool {
     capacity <= KEEP_FACTOR.saturating_mul(len)
 }

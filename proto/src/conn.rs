@@ -42,6 +42,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::Role;
+use crate::budget::Grant;
 use crate::close::{CloseCode, CloseFrame};
 use crate::error::Error;
 use crate::header::OpCode;
@@ -179,6 +180,7 @@ impl State {
     const BUDGET_WAIT: u8 = 1 << 7;
 
     /// Where the connection stands.
+    #[inline]
     pub fn phase(self) -> Phase {
         match self.0 & Self::PHASE {
             0 => Phase::Open,
@@ -189,6 +191,7 @@ impl State {
     }
 
     /// Whether our close frame is queued or sent: nothing but it may follow.
+    #[inline]
     pub fn is_close_sent(self) -> bool {
         self.0 & Self::CLOSE_SENT != 0
     }
@@ -200,6 +203,7 @@ impl State {
 
     /// Whether the peer has ended the connection (its close frame, or the
     /// transport ending).
+    #[inline]
     pub fn is_peer_gone(self) -> bool {
         self.0 & Self::PEER_GONE != 0
     }
@@ -395,16 +399,19 @@ impl Connection {
     }
 
     /// The phase and flags at once, as an engine publishes them.
+    #[inline]
     pub fn state(&self) -> State {
         self.state
     }
 
     /// Where the connection stands.
+    #[inline]
     pub fn phase(&self) -> Phase {
         self.state.phase()
     }
 
     /// Whether our close frame is queued or sent.
+    #[inline]
     pub fn is_close_sent(&self) -> bool {
         self.state.is_close_sent()
     }
@@ -416,6 +423,7 @@ impl Connection {
 
     /// Whether the peer has ended the connection (its close frame, or the
     /// transport ending).
+    #[inline]
     pub fn is_peer_gone(&self) -> bool {
         self.state.is_peer_gone()
     }
@@ -436,6 +444,7 @@ impl Connection {
     /// A control frame (ping, pong or close) decoded from the peer; data
     /// messages change nothing here. `now` starts the close timer when the
     /// frame is a close.
+    #[inline]
     pub fn handle_frame(&mut self, msg: &Message, now: Instant) {
         match msg {
             Message::Ping(payload) if !self.is_close_sent() => {
@@ -479,6 +488,7 @@ impl Connection {
     /// Bytes arrived from the peer, or a message was decoded, at `now`: the
     /// peer is alive, and the connection makes progress (the memory
     /// budget's wait ends). Needed only while [`State::hears_input`].
+    #[inline]
     pub fn handle_input(&mut self, now: Instant) {
         if let Some(k) = &mut self.keepalive {
             k.last_heard = now;
@@ -504,6 +514,33 @@ impl Connection {
         self.outstanding().budget_deadline = Some(later(now, wait));
         self.state
             .set(State::BUDGET_WAIT | State::HEARS_INPUT, true);
+    }
+
+    /// The memory budget answered `grant` when the connection asked for
+    /// more at `now` (room to read into, to assemble or to inflate a
+    /// message). `None`: go on ([`Grant::Granted`]), or stop, the
+    /// connection failing ([`Grant::Never`]: it alone would need more than
+    /// the whole budget, [`Error::OverBudget`], close code 1009).
+    /// `Some(wanted)`: wait until the budget has `wanted` bytes available
+    /// ([`MemoryBudget::wait_for`](crate::MemoryBudget::wait_for)); the
+    /// wait's deadline runs here ([`handle_budget_wait`](Self::handle_budget_wait)).
+    #[inline]
+    pub fn handle_grant(&mut self, grant: Grant, now: Instant) -> Option<usize> {
+        match grant {
+            Grant::Granted => None,
+            Grant::Never { charge, limit } => {
+                let err = Error::OverBudget {
+                    size: charge as u64,
+                    budget: limit,
+                };
+                self.handle_error(err, now);
+                None
+            }
+            Grant::Wait { wanted } => {
+                self.handle_budget_wait(now);
+                Some(wanted)
+            }
+        }
     }
 
     /// The transport ended with `err` (EOF is `UnexpectedEof`): the
@@ -603,6 +640,7 @@ impl Connection {
     /// ([`Error::AlreadyClosed`], or [`Error::ConnectionClosed`] once the
     /// peer is gone), as is a data message interrupting a fragmented one.
     /// [`Outgoing::Send`]: encode and queue it.
+    #[inline]
     pub fn handle_send(&mut self, msg: &Message, now: Instant) -> Result<Outgoing, Error> {
         if let Message::Close(frame) = msg {
             CloseFrame::encode(frame.as_ref())?;
@@ -613,6 +651,7 @@ impl Connection {
 
     /// [`handle_send`](Self::handle_send) for a frame already encoded or
     /// prepared (a close frame's payload was checked when it was made).
+    #[inline]
     pub fn handle_send_frame(
         &mut self,
         opcode: OpCode,
@@ -634,6 +673,7 @@ impl Connection {
     /// records it; close frames go through [`send_close`](Self::send_close).
     /// After a close either way sending is an error; fragments of a message
     /// may not be interrupted by another data message.
+    #[inline]
     pub fn check_send(&mut self, opcode: OpCode, fin: bool) -> Result<(), Error> {
         if self.is_close_sent() || self.is_peer_gone() {
             return Err(self.closed_error());
@@ -660,6 +700,7 @@ impl Connection {
     /// timer starts then). Returns `false` when the frame is not to be
     /// sent: a close went out already, or the peer is gone; closing twice
     /// is not an error.
+    #[inline]
     pub fn send_close(&mut self, now: Instant) -> bool {
         if self.is_close_sent() || self.is_peer_gone() {
             return false;
@@ -681,6 +722,7 @@ impl Connection {
 
     /// The next frame owed to the peer, to encode and write before anything
     /// queued after it.
+    #[inline]
     pub fn poll_transmit(&mut self) -> Option<Message> {
         let owed = &mut self.outstanding.as_mut()?.owed;
         if owed.is_empty() {

@@ -683,3 +683,36 @@ fn duration_max_settings_never_panic() {
     assert_eq!(later(t0, Duration::MAX), later(t0, Duration::MAX));
     assert_eq!(later(t0, SEC), t0 + SEC);
 }
+
+#[test]
+fn the_budgets_answers_go_on_wait_or_fail_with_1009() {
+    use crate::budget::Grant;
+    let t0 = Instant::now();
+    let timers = Timers::default().budget_wait(Some(2 * SEC));
+    let mut c = Connection::new(Role::Server, timers, t0);
+    assert_eq!(c.handle_grant(Grant::Granted, t0), None);
+    assert!(!c.state().is_waiting_for_budget());
+    assert_eq!(c.handle_grant(Grant::Wait { wanted: 10 }, t0), Some(10));
+    assert!(c.state().is_waiting_for_budget());
+    assert_eq!(c.poll_timeout(), Some(t0 + 2 * SEC));
+    c.handle_input(t0 + SEC);
+    assert!(!c.state().is_waiting_for_budget(), "input ends the wait");
+    let never = Grant::Never {
+        charge: 20,
+        limit: 10,
+    };
+    assert_eq!(c.handle_grant(never, t0 + SEC), None);
+    assert_eq!(c.phase(), Phase::Failing);
+    let close = drain(&mut c);
+    assert!(
+        matches!(&close[..], [Message::Close(Some(f))] if f.code == CloseCode::MESSAGE_TOO_BIG),
+        "{close:?}"
+    );
+    assert_eq!(
+        c.take_error(),
+        Some(Error::OverBudget {
+            size: 20,
+            budget: 10
+        })
+    );
+}

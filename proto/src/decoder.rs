@@ -128,11 +128,13 @@ impl MessageDecoder {
     /// [`MemoryBudget`](crate::budget::MemoryBudget), if
     /// [`Limits::budget`] set one. The layer that owns the read buffer
     /// records its size here too ([`Held::ReadBuffer`]).
+    #[inline]
     pub fn account(&self) -> &BudgetAccount {
         &self.account
     }
 
     /// The account, to record the read buffer in.
+    #[inline]
     pub fn account_mut(&mut self) -> &mut BudgetAccount {
         &mut self.account
     }
@@ -144,6 +146,7 @@ impl MessageDecoder {
     /// ([`MemoryBudget::wake_on_release`](crate::budget::MemoryBudget::wake_on_release)),
     /// then call `decode` again; refuse the message with
     /// [`Error::BudgetExhausted`] if that takes too long.
+    #[inline]
     pub fn budget_wait(&self) -> Option<usize> {
         self.budget_wait.map(NonZeroUsize::get)
     }
@@ -151,6 +154,7 @@ impl MessageDecoder {
     /// Whether the decoder holds nothing of the connection it reads for:
     /// between messages, no fragments, no compression or budget state. An
     /// engine may then use it for another connection of the same limits.
+    #[inline]
     pub fn is_at_rest(&self) -> bool {
         matches!(self.state, DecodeState::Head)
             && self.fragments.is_none()
@@ -309,6 +313,7 @@ impl MessageDecoder {
 
     /// How many more bytes the frame being read needs, if a payload is being
     /// read; the caller can size its next read with it.
+    #[inline]
     pub fn payload_remaining(&self, buffered: usize) -> Option<usize> {
         match self.state {
             DecodeState::Head | DecodeState::Finishing => None,

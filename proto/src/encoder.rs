@@ -73,6 +73,7 @@ impl FrameEncoder {
     /// assert_eq!(wire[..], [0x81, 0x02, b'h', b'i']);
     /// # Ok::<(), wavesock_proto::Error>(())
     /// ```
+    #[inline]
     pub fn new(role: Role) -> Self {
         Self::with_mask_keys(role, MaskKeys::Random)
     }
@@ -95,6 +96,7 @@ impl FrameEncoder {
     /// assert_eq!(wire[..], [0x81, 0x82, 0, 0, 0, 0, b'h', b'i']);
     /// # Ok::<(), wavesock_proto::Error>(())
     /// ```
+    #[inline]
     pub fn with_mask_keys(role: Role, keys: MaskKeys) -> Self {
         let keys = match (role, keys) {
             (Role::Server, _) | (Role::Client, MaskKeys::Random) => None,
@@ -128,6 +130,7 @@ impl FrameEncoder {
     /// one frame into `dst`: compressed when permessage-deflate is on and
     /// the message is large enough, masked if this side is a client. For
     /// engines that hand out borrowed messages and take borrowed replies.
+    #[inline]
     pub fn encode_data(
         &mut self,
         opcode: OpCode,
@@ -184,6 +187,7 @@ impl FrameEncoder {
     /// Writes only the header of a frame with `len` payload bytes, and returns the masking key the payload must be
     /// masked with, if this side is a client. A server can then send the
     /// payload from where it already is, without copying it.
+    #[inline]
     pub fn encode_header(
         &mut self,
         fin: bool,

@@ -1120,29 +1120,21 @@ fn grow_pending<T>(
     if decoder.account().is_on() {
         // The old memory lives on while its bytes are copied: ask for both.
         let wanted = pending.capacity() + len + additional;
-        match decoder.account_mut().try_set(Held::ReadBuffer, wanted) {
-            Grant::Granted => {}
-            Grant::Wait { wanted } => {
-                wait_for_budget(slot, decoder, wanted, cx, turn);
-                return false;
+        let grant = decoder.account_mut().try_set(Held::ReadBuffer, wanted);
+        if grant != Grant::Granted {
+            if let Some(wanted) = slot.c.conn.handle_grant(grant, turn.now()) {
+                wait_for_budget(slot, decoder, wanted, cx);
             }
-            Grant::Never { charge, limit } => {
-                let err = crate::proto::Error::OverBudget {
-                    size: charge as u64,
-                    budget: limit,
-                };
-                slot.c.conn.handle_error(err, turn.now());
-                slot.c.transmit_owed(turn);
-                return false;
-            }
+            slot.c.transmit_owed(turn);
+            return false;
         }
     }
     pending.reserve(additional);
     true
 }
 
-/// Under a memory budget: the connection waits for `wanted` bytes. The
-/// core runs the wait's deadline (1013 past it); the budget wakes the
+/// Under a memory budget: the connection waits for `wanted` bytes (the
+/// core runs the wait's deadline, 1013 past it). The budget wakes the
 /// connection when some is given back, and budget given back before the
 /// waker was registered is not missed.
 fn wait_for_budget<T>(
@@ -1150,9 +1142,7 @@ fn wait_for_budget<T>(
     decoder: &MessageDecoder,
     wanted: usize,
     cx: &mut Context<'_>,
-    turn: &mut Turn,
 ) {
-    slot.c.conn.handle_budget_wait(turn.now());
     if let Some(budget) = decoder.account().budget() {
         if budget.wait_for(wanted, cx.waker()) {
             slot.waker.requeue();
@@ -1202,7 +1192,10 @@ fn decode<H: Handler>(
             Ok(Some(msg)) => msg,
             Ok(None) => {
                 if let Some(wanted) = decoder.budget_wait() {
-                    wait_for_budget(slot, decoder, wanted, cx, turn);
+                    let grant = Grant::Wait { wanted };
+                    if let Some(wanted) = slot.c.conn.handle_grant(grant, turn.now()) {
+                        wait_for_budget(slot, decoder, wanted, cx);
+                    }
                 }
                 break;
             }

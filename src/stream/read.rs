@@ -251,17 +251,17 @@ impl ReadState {
         cx: &mut Context<'_>,
         grant: Grant,
     ) -> Poll<Result<()>> {
-        let wanted = match grant {
-            Grant::Granted => return Poll::Ready(Ok(())),
-            Grant::Never { charge, limit } => {
-                let err = crate::proto::Error::OverBudget {
-                    size: charge as u64,
-                    budget: limit,
-                };
-                trace::warn_event!(error = %err, "failing the connection");
-                return Poll::Ready(self.feed(link, |c| c.handle_error(err, now())));
-            }
-            Grant::Wait { wanted } => wanted,
+        if grant == Grant::Granted {
+            return Poll::Ready(Ok(()));
+        }
+        if matches!(grant, Grant::Never { .. }) {
+            trace::warn_event!(?grant, "failing the connection: over the memory budget");
+        }
+        let mut wanted = None;
+        self.feed(link, |c| wanted = c.handle_grant(grant, now()))?;
+        let Some(wanted) = wanted else {
+            // Refused for good: the core fails the connection (1009).
+            return Poll::Ready(Ok(()));
         };
         if let Some(budget) = self.decoder.account().budget() {
             if budget.wait_for(wanted, cx.waker()) {
