@@ -207,3 +207,25 @@ async fn a_waiting_split_receiver_times_out_a_close_its_sender_sent() {
     assert!(matches!(got, Some(Err(Error::CloseTimeout))), "{got:?}");
     peer.abort();
 }
+
+/// `close()` waits no longer than the core's close deadline, which runs
+/// from when our close was recorded (here by `feed`), not from the call:
+/// a peer that never reads costs the close timeout once.
+#[tokio::test(start_paused = true)]
+async fn close_is_bounded_by_the_deadline_armed_when_the_close_was_recorded() {
+    use wavesock::{Role, WebSocketStream};
+    let (a, _peer_never_reads) = tokio::io::duplex(64);
+    let config = Config::default().close_timeout(Duration::from_secs(10));
+    let mut ws = WebSocketStream::from_raw_socket(a, Role::Client, config).unwrap();
+    ws.feed(Message::binary(vec![0u8; 4096])).await.unwrap();
+    ws.feed(Message::Close(None)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let start = tokio::time::Instant::now();
+    let r = ws.close(None).await;
+    assert!(matches!(r, Err(Error::CloseTimeout)), "{r:?}");
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(3),
+        "{waited:?}: the rest of the deadline, not a fresh timeout"
+    );
+}

@@ -762,7 +762,9 @@ impl Connection {
         self.outstanding().owed.push(msg);
     }
 
-    fn close_deadline(&self) -> Option<Instant> {
+    /// When the closing handshake (or a refused handshake's answer) must
+    /// be over, once it has started.
+    pub fn close_deadline(&self) -> Option<Instant> {
         self.outstanding.as_ref()?.close_deadline
     }
 

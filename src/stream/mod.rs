@@ -23,13 +23,13 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::proto::Role;
 use crate::proto::close::CloseFrame;
-use crate::proto::conn::State;
+use crate::proto::conn::{State, later};
 use crate::proto::deflate::{DeflateConfig, DeflateParams};
 use crate::proto::mask::MaskKeys;
 use crate::proto::message::{Message, PreparedMessage};
 use crate::trace;
 
-use core::Core;
+use core::{Core, now};
 use read::{CoreLink, ReadState};
 
 pub use pieces::MessagePieces;
@@ -196,14 +196,21 @@ where
         if self.reader.is_terminated() {
             return Ok(());
         }
-        let timeout = self.core.conn.close_timeout();
+        // The core's close deadline: armed when our close (or the peer's)
+        // was recorded, else from now, as recording it will. A second call
+        // after a first that gave up gets no fresh timeout.
+        let deadline = self
+            .core
+            .conn
+            .close_deadline()
+            .unwrap_or_else(|| later(now(), self.core.conn.close_timeout()));
         let send = async {
             if !self.core.conn.is_close_sent() {
                 self.feed(Message::Close(frame)).await?;
             }
             self.flush().await
         };
-        match tokio::time::timeout(timeout, send).await {
+        match tokio::time::timeout_at(deadline.into(), send).await {
             Ok(r) => r,
             Err(_) => {
                 let mut link = UnsplitLink {
