@@ -7,8 +7,8 @@
 //! protocol core's rules, so every scenario must come out the same on all
 //! three: the memory budget's wait, resume and refusals (1009, 1013), a
 //! quiet client never refused, the handshake's deadline, the closing
-//! handshake either way and a hang-up after our close, keepalive, and a
-//! protocol violation's 1002.
+//! handshake either way and a hang-up after our close, keepalive, a
+//! protocol violation's 1002, and settings of `Duration::MAX` (never).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -462,5 +462,29 @@ async fn an_idle_connection_holds_no_budget_after_a_large_message() {
         assert_eq!(echo.len(), 8 << 20, "{engine:?}");
         until(|| budget.in_use() == 0).await;
         assert!(budget.peak() >= 8 << 20, "{engine:?}: the budget saw it");
+    }
+}
+
+#[tokio::test]
+async fn settings_of_duration_max_mean_never_on_every_engine() {
+    let config = Config::default()
+        .handshake_timeout(Some(Duration::MAX))
+        .ping_interval(Some(Duration::MAX))
+        .pong_timeout(Duration::MAX)
+        .close_timeout(Duration::MAX)
+        .memory_budget(MemoryBudget::new(1 << 20).wait_timeout(Duration::MAX));
+    for engine in ENGINES {
+        let mut server = start(engine, config.clone()).await;
+        let (mut ws, _) = wavesock::connect_async(format!("ws://{}/", server.addr))
+            .await
+            .unwrap();
+        ws.send(Message::text("x")).await.unwrap();
+        assert_eq!(
+            within(5, ws.next()).await.unwrap().unwrap(),
+            Message::text("x")
+        );
+        ws.close(None).await.unwrap();
+        while within(5, ws.next()).await.is_some() {}
+        assert_eq!(server.ended().await, None, "{engine:?}");
     }
 }
