@@ -17,10 +17,12 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+#[path = "support/raw.rs"]
+mod raw;
+
+use raw::{close_code, frame, read_frame, until, upgrade_raw, within};
 use wavesock::hub::{Closed, Handler, Hub, HubConfig, HubMessage, Ws};
-use wavesock::proto::bytes::BytesMut;
-use wavesock::proto::encoder::FrameEncoder;
-use wavesock::{CloseCode, CloseFrame, Config, Frame, MemoryBudget, Message, OpCode, Role};
+use wavesock::{CloseCode, CloseFrame, Config, MemoryBudget, Message, OpCode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Engine {
@@ -167,72 +169,6 @@ async fn serve_split(ws: wavesock::WebSocketStream<TcpStream>) -> Ended {
     drop(queue);
     let _ = sender.await;
     ended
-}
-
-async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(secs), f)
-        .await
-        .expect("in time")
-}
-
-/// A raw client connection, upgraded.
-async fn upgrade_raw(addr: SocketAddr) -> TcpStream {
-    let mut tcp = TcpStream::connect(addr).await.unwrap();
-    tcp.write_all(
-        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        head.push(tcp.read_u8().await.unwrap());
-    }
-    assert!(head.starts_with(b"HTTP/1.1 101"), "{head:?}");
-    tcp
-}
-
-/// A client's (masked) frame.
-fn frame(fin: bool, opcode: OpCode, payload: Vec<u8>) -> Vec<u8> {
-    let mut out = BytesMut::new();
-    FrameEncoder::new(Role::Client)
-        .encode_message(&Message::Frame(Frame::new(fin, opcode, payload)), &mut out)
-        .unwrap();
-    out.to_vec()
-}
-
-/// Reads one server frame: its opcode and payload.
-async fn read_frame(tcp: &mut TcpStream) -> (u8, Vec<u8>) {
-    let mut head = [0u8; 2];
-    within(10, tcp.read_exact(&mut head)).await.unwrap();
-    let len = match head[1] & 0x7f {
-        126 => tcp.read_u16().await.unwrap() as usize,
-        127 => tcp.read_u64().await.unwrap() as usize,
-        n => n as usize,
-    };
-    let mut payload = vec![0u8; len];
-    within(10, tcp.read_exact(&mut payload)).await.unwrap();
-    (head[0] & 0x0f, payload)
-}
-
-/// Reads frames until a close frame; its code.
-async fn close_code(tcp: &mut TcpStream) -> u16 {
-    loop {
-        let (op, payload) = read_frame(tcp).await;
-        if op == 0x8 {
-            return u16::from_be_bytes([payload[0], payload[1]]);
-        }
-    }
-}
-
-/// Waits until `f` holds, for at most five seconds.
-async fn until(mut f: impl FnMut() -> bool) {
-    within(5, async {
-        while !f() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
 }
 
 fn budget_config(budget: &MemoryBudget) -> Config {

@@ -13,10 +13,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use wavesock::http::{Request, Response, StatusCode};
+#[path = "support/raw.rs"]
+mod raw;
+
+use raw::{frame, read_frame, until, upgrade_raw, within};
 use wavesock::hub::{ConnId, HandleError, Handler, Hub, HubConfig, HubHandle, HubMessage, Ws};
-use wavesock::proto::bytes::BytesMut;
-use wavesock::proto::encoder::FrameEncoder;
-use wavesock::{CloseCode, Config, ErrorResponse, Frame, MemoryBudget, Message, OpCode, Role};
+use wavesock::{CloseCode, Config, ErrorResponse, MemoryBudget, Message, OpCode};
 
 /// Echoes; reports each connection's id when it opens; on request answers
 /// with a large page (`/page`) or refuses the upgrade with one
@@ -64,6 +66,12 @@ impl Handler for Echo {
     }
 }
 
+/// The opcode and payload length of the next server frame.
+async fn frame_len(tcp: &mut TcpStream) -> (u8, usize) {
+    let (opcode, payload) = read_frame(tcp).await;
+    (opcode, payload.len())
+}
+
 struct Server {
     addr: SocketAddr,
     handle: HubHandle,
@@ -96,12 +104,6 @@ impl Server {
     }
 }
 
-async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(secs), f)
-        .await
-        .expect("in time")
-}
-
 /// The next data or close message.
 async fn next_msg<S>(ws: &mut wavesock::WebSocketStream<S>) -> Message
 where
@@ -116,62 +118,6 @@ where
             return msg;
         }
     }
-}
-
-/// A raw client connection, upgraded; frames are written by hand.
-async fn upgrade_raw(addr: SocketAddr) -> TcpStream {
-    let mut tcp = TcpStream::connect(addr).await.unwrap();
-    tcp.write_all(
-        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        head.push(tcp.read_u8().await.unwrap());
-    }
-    assert!(head.starts_with(b"HTTP/1.1 101"));
-    tcp
-}
-
-/// A client's (masked) frame.
-fn frame(fin: bool, opcode: OpCode, payload: Vec<u8>) -> Vec<u8> {
-    let mut out = BytesMut::new();
-    FrameEncoder::new(Role::Client)
-        .encode_message(&Message::Frame(Frame::new(fin, opcode, payload)), &mut out)
-        .unwrap();
-    out.to_vec()
-}
-
-/// Reads one server frame (unmasked): its opcode and payload length,
-/// skipping the payload.
-async fn read_frame(tcp: &mut TcpStream) -> (u8, usize) {
-    let mut head = [0u8; 2];
-    tcp.read_exact(&mut head).await.unwrap();
-    let len = match head[1] & 0x7f {
-        126 => tcp.read_u16().await.unwrap() as usize,
-        127 => tcp.read_u64().await.unwrap() as usize,
-        n => n as usize,
-    };
-    let mut left = len;
-    let mut buf = vec![0u8; 64 << 10];
-    while left > 0 {
-        let n = tcp.read(&mut buf[..left.min(64 << 10)]).await.unwrap();
-        assert!(n > 0, "the connection ended inside a frame");
-        left -= n;
-    }
-    (head[0] & 0x0f, len)
-}
-
-/// Waits until `f` holds, for at most five seconds.
-async fn until(mut f: impl FnMut() -> bool) {
-    within(5, async {
-        while !f() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
 }
 
 #[tokio::test]
@@ -210,8 +156,8 @@ async fn the_budget_holds_the_hub_to_its_limit_and_a_waiting_client_resumes() {
     a.write_all(&frame(true, OpCode::Continuation, vec![1; 16]))
         .await
         .unwrap();
-    assert_eq!(within(10, read_frame(&mut a)).await, (0x2, (3 << 20) + 16));
-    assert_eq!(within(10, read_frame(&mut b)).await, (0x2, 2 << 20));
+    assert_eq!(frame_len(&mut a).await, (0x2, (3 << 20) + 16));
+    assert_eq!(frame_len(&mut b).await, (0x2, 2 << 20));
     assert!(budget.peak() <= LIMIT, "peak {}", budget.peak());
 }
 
@@ -241,7 +187,7 @@ async fn a_client_that_waited_for_budget_is_not_refused_for_being_quiet_after() 
     a.write_all(&frame(true, OpCode::Continuation, vec![]))
         .await
         .unwrap();
-    assert_eq!(within(10, read_frame(&mut b)).await, (0x2, 2 << 20));
+    assert_eq!(frame_len(&mut b).await, (0x2, 2 << 20));
 
     // Quiet for longer than the wait: a request/response client between
     // requests. It must not be refused with 1013.
@@ -249,7 +195,7 @@ async fn a_client_that_waited_for_budget_is_not_refused_for_being_quiet_after() 
     b.write_all(&frame(true, OpCode::Text, b"still here".to_vec()))
         .await
         .unwrap();
-    assert_eq!(within(10, read_frame(&mut b)).await, (0x1, 10));
+    assert_eq!(frame_len(&mut b).await, (0x1, 10));
 }
 
 #[tokio::test]

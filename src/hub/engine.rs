@@ -180,15 +180,14 @@ impl<H: Handler> Hub<H> {
         }
         loop {
             let event = {
-                let ended = std::pin::pin!(tasks.join_next());
-                let stopped = std::pin::pin!(stop.wait_for(|stopped| *stopped));
-                let accept = std::pin::pin!(async {
+                let mut ended = std::pin::pin!(tasks.join_next());
+                let mut stopped = std::pin::pin!(stop.wait_for(|stopped| *stopped));
+                let mut accept = std::pin::pin!(async {
                     match &listener {
                         Some(l) => l.accept().await.map(|(tcp, _)| tcp),
                         None => std::future::pending().await,
                     }
                 });
-                let (mut ended, mut stopped, mut accept) = (ended, stopped, accept);
                 std::future::poll_fn(|cx| {
                     if let Poll::Ready(r) = ended.as_mut().poll(cx) {
                         return Poll::Ready(Next::Ended(r));

@@ -1,0 +1,80 @@
+//! Raw-socket helpers of `tests/engines.rs` and `tests/hub_driver.rs`:
+//! an upgrade by hand, client frames built with the core's encoder, server
+//! frames read off the wire, and bounded waits. Included with
+//! `#[path = "support/raw.rs"] mod raw;`.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use wavesock::proto::bytes::BytesMut;
+use wavesock::proto::encoder::FrameEncoder;
+use wavesock::{Frame, Message, OpCode, Role};
+
+pub async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), f)
+        .await
+        .expect("in time")
+}
+
+/// A raw client connection, upgraded.
+pub async fn upgrade_raw(addr: SocketAddr) -> TcpStream {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(
+        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        head.push(tcp.read_u8().await.unwrap());
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{head:?}");
+    tcp
+}
+
+/// A client's (masked) frame.
+pub fn frame(fin: bool, opcode: OpCode, payload: Vec<u8>) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    FrameEncoder::new(Role::Client)
+        .encode_message(&Message::Frame(Frame::new(fin, opcode, payload)), &mut out)
+        .unwrap();
+    out.to_vec()
+}
+
+/// Reads one server frame: its opcode and payload.
+pub async fn read_frame(tcp: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut head = [0u8; 2];
+    within(10, tcp.read_exact(&mut head)).await.unwrap();
+    let len = match head[1] & 0x7f {
+        126 => tcp.read_u16().await.unwrap() as usize,
+        127 => tcp.read_u64().await.unwrap() as usize,
+        n => n as usize,
+    };
+    let mut payload = vec![0u8; len];
+    within(10, tcp.read_exact(&mut payload)).await.unwrap();
+    (head[0] & 0x0f, payload)
+}
+
+/// Reads frames until a close frame; its code.
+pub async fn close_code(tcp: &mut TcpStream) -> u16 {
+    loop {
+        let (op, payload) = read_frame(tcp).await;
+        if op == 0x8 {
+            return u16::from_be_bytes([payload[0], payload[1]]);
+        }
+    }
+}
+
+/// Waits until `f` holds, for at most five seconds.
+pub async fn until(mut f: impl FnMut() -> bool) {
+    within(5, async {
+        while !f() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
