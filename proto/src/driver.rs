@@ -1,0 +1,415 @@
+//! One connection's outgoing side, for every engine: the protocol core
+//! ([`Connection`]) with the encoder and the write queue it fills. Every
+//! send passes the core's rules here and is encoded here; an engine only
+//! asks for the slices to write and says how much went, and keeps to its
+//! public API (the Stream's `Sink`, the hub's `SendStatus`) in how it
+//! reports the outcome.
+//!
+//! Queues are lent by the engine's [`Lender`] while something waits and
+//! given back once all is written, so an idle connection holds no write
+//! buffer whichever engine runs it.
+
+use std::io::IoSlice;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::conn::{Connection, Outgoing};
+use crate::encoder::{FrameEncoder, SHARE_PAYLOAD_MIN};
+use crate::error::Error;
+use crate::header::OpCode;
+use crate::message::{Message, PreparedMessage};
+use crate::outbox::{QueuePool, WriteQueue};
+
+/// A prepared frame at least this large is queued as a reference to its
+/// one shared copy (a publish to thousands); a smaller one is copied,
+/// which costs less than a slice of its own in the write.
+pub const SHARE_PREPARED_MIN: usize = 256;
+
+/// Where a driver borrows its write queue from while it has bytes to
+/// write, and gives it back to when they are written.
+pub trait Lender {
+    /// An empty queue.
+    fn take(&mut self) -> Box<WriteQueue>;
+    /// A queue emptied (or dropped from): keep it or free it.
+    fn give(&mut self, q: Box<WriteQueue>);
+}
+
+impl Lender for QueuePool {
+    #[inline]
+    fn take(&mut self) -> Box<WriteQueue> {
+        QueuePool::take(self)
+    }
+
+    #[inline]
+    fn give(&mut self, q: Box<WriteQueue>) {
+        QueuePool::give(self, q)
+    }
+}
+
+/// The core, the encoder and the bytes waiting for the peer.
+#[derive(Debug)]
+pub struct Driver {
+    conn: Connection,
+    encoder: FrameEncoder,
+    out: Option<Box<WriteQueue>>,
+}
+
+impl Driver {
+    /// A driver for `conn`, encoding with `encoder` (of the same role).
+    pub fn new(conn: Connection, encoder: FrameEncoder) -> Self {
+        debug_assert_eq!(conn.role(), encoder.role());
+        Driver {
+            conn,
+            encoder,
+            out: None,
+        }
+    }
+
+    /// The protocol core.
+    #[inline]
+    pub fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// The protocol core, to give it input.
+    #[inline]
+    pub fn conn_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+
+    /// The encoder, to set compression up after the handshake.
+    pub fn encoder_mut(&mut self) -> &mut FrameEncoder {
+        &mut self.encoder
+    }
+
+    /// Bytes waiting to be written.
+    #[inline]
+    pub fn buffered(&self) -> usize {
+        self.out.as_ref().map_or(0, |q| q.len())
+    }
+
+    /// Whether this connection holds a write queue now.
+    pub fn holds_queue(&self) -> bool {
+        self.out.is_some()
+    }
+
+    #[inline]
+    fn queue(&mut self, lender: &mut impl Lender) -> &mut WriteQueue {
+        self.out.get_or_insert_with(|| lender.take())
+    }
+
+    /// Sends `msg`, which passes the core's rules first
+    /// ([`Connection::handle_send`]). A large payload that goes out as it
+    /// is (a server's, uncompressed) is queued without a copy.
+    #[inline]
+    pub fn send(
+        &mut self,
+        msg: Message,
+        now: Instant,
+        lender: &mut impl Lender,
+    ) -> Result<Outgoing, Error> {
+        let verdict = self.conn.handle_send(&msg, now)?;
+        if verdict == Outgoing::Send {
+            self.encode_owned(msg, lender)?;
+        }
+        Ok(verdict)
+    }
+
+    fn encode_owned(&mut self, msg: Message, lender: &mut impl Lender) -> Result<(), Error> {
+        let encoder = &mut self.encoder;
+        let q = self.out.get_or_insert_with(|| lender.take());
+        if let Some(payload) = q.encode(|b| encoder.encode_owned(msg, b))? {
+            q.push_shared(payload);
+        }
+        Ok(())
+    }
+
+    /// Sends a whole text or binary message from a borrowed payload.
+    #[inline]
+    pub fn send_data(
+        &mut self,
+        opcode: OpCode,
+        payload: &[u8],
+        now: Instant,
+        lender: &mut impl Lender,
+    ) -> Result<Outgoing, Error> {
+        let verdict = self.conn.handle_send_frame(opcode, true, now)?;
+        if verdict == Outgoing::Send {
+            let encoder = &mut self.encoder;
+            self.out
+                .get_or_insert_with(|| lender.take())
+                .encode(|b| encoder.encode_data(opcode, payload, b))?;
+        }
+        Ok(verdict)
+    }
+
+    /// [`send_data`](Self::send_data) for a payload the caller holds as
+    /// `Bytes` (a message sent on as it was received): queued without a
+    /// copy when it goes out as it is and is large enough to be worth it.
+    #[inline]
+    pub fn send_data_shared(
+        &mut self,
+        opcode: OpCode,
+        payload: Bytes,
+        now: Instant,
+        lender: &mut impl Lender,
+    ) -> Result<Outgoing, Error> {
+        if payload.len() < SHARE_PAYLOAD_MIN {
+            return self.send_data(opcode, &payload, now, lender);
+        }
+        let msg = match opcode {
+            OpCode::Binary => Message::Binary(payload),
+            // Text must be UTF-8 to be a `Message`; the encoder only needs
+            // the bytes and the opcode, which a frame carries as they are.
+            _ => return self.send_data(opcode, &payload, now, lender),
+        };
+        self.send(msg, now, lender)
+    }
+
+    /// Sends a prepared message: a server queues its one shared frame
+    /// (compressed once per window size) by reference when large, a client
+    /// masks it anew.
+    pub fn send_prepared(
+        &mut self,
+        p: &PreparedMessage,
+        now: Instant,
+        lender: &mut impl Lender,
+    ) -> Result<Outgoing, Error> {
+        let verdict = self.conn.handle_send_frame(p.opcode(), true, now)?;
+        if verdict == Outgoing::Skip {
+            return Ok(verdict);
+        }
+        let Some(frame) = self.encoder.shared_frame(p)? else {
+            let encoder = &mut self.encoder;
+            self.out
+                .get_or_insert_with(|| lender.take())
+                .encode(|b| encoder.encode_prepared(p, b))?;
+            return Ok(verdict);
+        };
+        let q = self.queue(lender);
+        if frame.len() < SHARE_PREPARED_MIN {
+            q.encode(|b| {
+                b.extend_from_slice(&frame);
+                Ok::<_, Error>(())
+            })?;
+        } else {
+            q.push_shared(frame);
+        }
+        Ok(verdict)
+    }
+
+    /// Queues the frames the core owes the peer (pongs, the close reply,
+    /// keepalive pings); whether there were any. No backpressure holds
+    /// them back: the core owes few and small ones.
+    pub fn transmit(&mut self, lender: &mut impl Lender) -> Result<bool, Error> {
+        let mut any = false;
+        while let Some(msg) = self.conn.poll_transmit() {
+            any = true;
+            self.encode_owned(msg, lender)?;
+        }
+        Ok(any)
+    }
+
+    /// Queues bytes that are not WebSocket frames: the handshake's
+    /// response.
+    pub fn queue_raw(&mut self, bytes: &[u8], lender: &mut impl Lender) {
+        let _ = self.queue(lender).encode(|b| {
+            b.extend_from_slice(bytes);
+            Ok::<_, ()>(())
+        });
+    }
+
+    /// Fills `out` with the next bytes to write; how many slices it used
+    /// (0: nothing waits).
+    #[inline]
+    pub fn slices<'a>(&'a self, out: &mut [IoSlice<'a>]) -> usize {
+        self.out.as_ref().map_or(0, |q| q.slices(out))
+    }
+
+    /// `n` bytes were written. Once all is, the queue goes back to
+    /// `lender`. Returns whether all is written.
+    #[inline]
+    pub fn written(&mut self, n: usize, lender: &mut impl Lender) -> bool {
+        let Some(q) = self.out.as_deref_mut() else {
+            assert_eq!(n, 0, "wrote bytes that were never queued");
+            return true;
+        };
+        if q.consume(n) {
+            lender.give(self.out.take().expect("checked above"));
+            return true;
+        }
+        false
+    }
+
+    /// The transport takes no more for now: what waits keeps memory in
+    /// proportion to its size while the peer is slow.
+    pub fn write_blocked(&mut self) {
+        if let Some(q) = self.out.as_deref_mut() {
+            q.fit_waiting();
+        }
+    }
+
+    /// Drops what waits to be written (the transport is gone, or the
+    /// connection is abandoned) and gives the queue back.
+    pub fn discard_writes(&mut self, lender: &mut impl Lender) {
+        if let Some(q) = self.out.take() {
+            lender.give(q);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::close::{CloseCode, CloseFrame};
+    use crate::conn::Timers;
+    use crate::decoder::MessageDecoder;
+    use crate::outbox::PoolLimits;
+    use crate::{Limits, Role};
+    use bytes::BytesMut;
+
+    fn pool() -> QueuePool {
+        QueuePool::new(PoolLimits {
+            buffer_len: 1024,
+            buffer_max: 1 << 20,
+            count_max: 4,
+            bytes_max: 1 << 20,
+        })
+    }
+
+    fn driver(role: Role) -> Driver {
+        let now = Instant::now();
+        Driver::new(
+            Connection::new(role, Timers::default(), now),
+            FrameEncoder::new(role),
+        )
+    }
+
+    /// Everything queued, written in pieces of `max` bytes.
+    fn wire(d: &mut Driver, pool: &mut QueuePool, max: usize) -> BytesMut {
+        let mut wire = BytesMut::new();
+        loop {
+            let mut iov = [IoSlice::new(&[]); 8];
+            let k = d.slices(&mut iov);
+            if k == 0 {
+                break;
+            }
+            let mut n = 0;
+            for s in &iov[..k] {
+                let take = s.len().min(max - n);
+                wire.extend_from_slice(&s[..take]);
+                n += take;
+            }
+            d.written(n, pool);
+        }
+        wire
+    }
+
+    fn decode(role: Role, mut wire: BytesMut) -> Vec<Message> {
+        // The peer's decoder: it reads what `role` wrote.
+        let peer = match role {
+            Role::Server => Role::Client,
+            Role::Client => Role::Server,
+        };
+        let mut dec = MessageDecoder::new(peer, Limits::default());
+        let mut out = Vec::new();
+        while let Some(m) = dec.decode(&mut wire).unwrap() {
+            out.push(m);
+        }
+        assert!(wire.is_empty());
+        out
+    }
+
+    #[test]
+    fn sends_of_every_kind_arrive_in_order_and_the_queue_goes_back() {
+        let mut pool = pool();
+        let mut d = driver(Role::Server);
+        let now = Instant::now();
+        let big = Bytes::from(vec![5; SHARE_PAYLOAD_MIN + 10]);
+        let prepared = PreparedMessage::new(&Message::binary(vec![9; SHARE_PREPARED_MIN])).unwrap();
+        d.send(Message::text("one"), now, &mut pool).unwrap();
+        d.send_data_shared(OpCode::Binary, big.clone(), now, &mut pool)
+            .unwrap();
+        d.send_data(OpCode::Text, b"two", now, &mut pool).unwrap();
+        d.send_prepared(&prepared, now, &mut pool).unwrap();
+        d.send_prepared(&PreparedMessage::new(&Message::text("small")).unwrap(), now, &mut pool)
+            .unwrap();
+        assert!(d.holds_queue());
+        let mut iov = [IoSlice::new(&[]); 8];
+        assert!(d.slices(&mut iov) > 1, "large payloads are not copied");
+        let got = decode(Role::Server, wire(&mut d, &mut pool, 100));
+        assert_eq!(
+            got,
+            [
+                Message::text("one"),
+                Message::Binary(big),
+                Message::text("two"),
+                Message::binary(vec![9; SHARE_PREPARED_MIN]),
+                Message::text("small"),
+            ]
+        );
+        assert!(!d.holds_queue(), "an idle connection holds no queue");
+        assert_eq!(pool.len(), 1);
+    }
+
+    #[test]
+    fn a_client_masks_what_it_sends() {
+        let mut pool = pool();
+        let mut d = driver(Role::Client);
+        let now = Instant::now();
+        let big = Bytes::from(vec![5; SHARE_PAYLOAD_MIN + 10]);
+        d.send(Message::Binary(big.clone()), now, &mut pool)
+            .unwrap();
+        d.send_prepared(&PreparedMessage::new(&Message::text("p")).unwrap(), now, &mut pool)
+            .unwrap();
+        let mut iov = [IoSlice::new(&[]); 8];
+        assert_eq!(d.slices(&mut iov), 1, "masked: copied");
+        let got = decode(Role::Client, wire(&mut d, &mut pool, 7));
+        assert_eq!(got, [Message::Binary(big), Message::text("p")]);
+    }
+
+    #[test]
+    fn nothing_is_queued_after_our_close_and_a_second_close_is_skipped() {
+        let mut pool = pool();
+        let mut d = driver(Role::Server);
+        let now = Instant::now();
+        let close = Message::Close(Some(CloseFrame::new(CloseCode::NORMAL, "bye")));
+        assert_eq!(d.send(close.clone(), now, &mut pool), Ok(Outgoing::Send));
+        assert_eq!(d.send(close, now, &mut pool), Ok(Outgoing::Skip));
+        let len = d.buffered();
+        assert!(d.send(Message::text("late"), now, &mut pool).is_err());
+        assert!(d.send_data(OpCode::Text, b"x", now, &mut pool).is_err());
+        assert!(
+            d.send_prepared(&PreparedMessage::new(&Message::text("x")).unwrap(), now, &mut pool)
+                .is_err()
+        );
+        assert_eq!(d.buffered(), len, "nothing more queued");
+    }
+
+    #[test]
+    fn owed_frames_are_queued_by_transmit() {
+        let mut pool = pool();
+        let mut d = driver(Role::Server);
+        let now = Instant::now();
+        d.conn_mut()
+            .handle_frame(&Message::Ping(Bytes::from_static(b"hi")), now);
+        assert!(d.transmit(&mut pool).unwrap());
+        assert!(!d.transmit(&mut pool).unwrap());
+        let got = decode(Role::Server, wire(&mut d, &mut pool, 3));
+        assert_eq!(got, [Message::Pong(Bytes::from_static(b"hi"))]);
+    }
+
+    #[test]
+    fn discarded_writes_give_the_queue_back() {
+        let mut pool = pool();
+        let mut d = driver(Role::Server);
+        d.queue_raw(b"HTTP/1.1 400 Bad Request\r\n\r\n", &mut pool);
+        assert_eq!(d.buffered(), 28);
+        d.discard_writes(&mut pool);
+        assert_eq!(d.buffered(), 0);
+        assert!(!d.holds_queue());
+        assert_eq!(pool.len(), 1);
+        assert!(d.written(0, &mut pool));
+    }
+}

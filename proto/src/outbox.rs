@@ -1,0 +1,443 @@
+//! Bytes on their way to the peer, for every engine: a queue of frames in
+//! order, small ones copied into one buffer and large shared ones (a
+//! publish's frame, a large payload sent on as it was read) kept where
+//! they are, and the pool that lends queues to connections while they have
+//! something to write, so that an idle connection holds none.
+//!
+//! The engine asks the queue for the slices of its next write
+//! ([`WriteQueue::slices`]), writes them however its transport does, and
+//! says how much went ([`WriteQueue::consume`]). Nothing here touches a
+//! socket.
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use crate::buffer::keeps;
+
+/// At most this many slices go into one vectored write: what `writev`
+/// takes cheaply, and more than a burst of publishes needs.
+pub const MAX_SLICES: usize = 64;
+
+/// Outgoing bytes in order. Copied bytes are gathered in `tail`; once a
+/// shared chunk is queued, `segs` records how copied runs and chunks
+/// interleave. With no chunk queued `segs` is empty and `tail` is all.
+#[derive(Debug, Default)]
+pub struct WriteQueue {
+    segs: VecDeque<Seg>,
+    tail: BytesMut,
+    len: usize,
+    /// Room given to `tail` when it has none and something is copied in.
+    buffer_len: usize,
+}
+
+#[derive(Debug)]
+enum Seg {
+    /// The next this many bytes of `tail`.
+    Copied(usize),
+    /// Bytes written from where they are.
+    Shared(Bytes),
+}
+
+impl WriteQueue {
+    /// An empty queue that makes room for `buffer_len` bytes when first
+    /// copied into (none before: a queue given only shared frames needs
+    /// no buffer of its own).
+    pub fn new(buffer_len: usize) -> Self {
+        WriteQueue {
+            buffer_len,
+            ..WriteQueue::default()
+        }
+    }
+
+    /// Bytes waiting.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing waits.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Memory the queue holds of its own (not counting shared chunks).
+    pub fn capacity(&self) -> usize {
+        self.tail.capacity() + self.segs.capacity() * std::mem::size_of::<Seg>()
+    }
+
+    /// Appends whatever `f` writes into the copy buffer.
+    #[inline]
+    pub fn encode<T, E>(
+        &mut self,
+        f: impl FnOnce(&mut BytesMut) -> Result<T, E>,
+    ) -> Result<T, E> {
+        if self.tail.capacity() == 0 {
+            self.tail.reserve(self.buffer_len);
+        }
+        let before = self.tail.len();
+        let r = f(&mut self.tail);
+        let added = self.tail.len() - before;
+        self.len += added;
+        if added > 0 && !self.segs.is_empty() {
+            match self.segs.back_mut() {
+                Some(Seg::Copied(n)) => *n += added,
+                _ => self.segs.push_back(Seg::Copied(added)),
+            }
+        }
+        r
+    }
+
+    /// Appends `bytes` without copying them.
+    pub fn push_shared(&mut self, bytes: Bytes) {
+        if bytes.is_empty() {
+            return;
+        }
+        if self.segs.is_empty() && !self.tail.is_empty() {
+            self.segs.push_back(Seg::Copied(self.tail.len()));
+        }
+        self.len += bytes.len();
+        self.segs.push_back(Seg::Shared(bytes));
+    }
+
+    /// Fills `out` with the next bytes to write, in order; how many slices
+    /// it used (0 when nothing waits). One slice unless shared chunks are
+    /// queued, so a transport without vectored writes loses nothing.
+    pub fn slices<'a>(&'a self, out: &mut [IoSlice<'a>]) -> usize {
+        if self.segs.is_empty() {
+            if self.tail.is_empty() || out.is_empty() {
+                return 0;
+            }
+            out[0] = IoSlice::new(&self.tail);
+            return 1;
+        }
+        let mut at = 0;
+        let mut k = 0;
+        for (slot, seg) in out.iter_mut().zip(&self.segs) {
+            *slot = match seg {
+                Seg::Copied(n) => {
+                    at += n;
+                    IoSlice::new(&self.tail[at - n..at])
+                }
+                Seg::Shared(b) => IoSlice::new(b),
+            };
+            k += 1;
+        }
+        k
+    }
+
+    /// `n` bytes from the front were written (from one slice or, by a
+    /// vectored write, from several). Returns whether all is written.
+    ///
+    /// # Panics
+    /// If `n` is more than [`len`](Self::len): the transport said it wrote
+    /// bytes it was never given.
+    pub fn consume(&mut self, mut n: usize) -> bool {
+        assert!(n <= self.len, "wrote {n} bytes of {}", self.len);
+        if n == self.len {
+            // All written, the usual case: the buffer is kept whole (not
+            // advanced), so it is reused from its start.
+            self.tail.clear();
+            self.segs.clear();
+            self.len = 0;
+            return true;
+        }
+        self.len -= n;
+        if self.segs.is_empty() {
+            self.tail.advance(n);
+            return false;
+        }
+        while n > 0 {
+            let Some(front) = self.segs.front_mut() else {
+                unreachable!("segments cover every queued byte");
+            };
+            let left = match front {
+                Seg::Copied(k) => {
+                    let m = (*k).min(n);
+                    self.tail.advance(m);
+                    *k -= m;
+                    n -= m;
+                    *k
+                }
+                Seg::Shared(b) => {
+                    let m = b.len().min(n);
+                    b.advance(m);
+                    n -= m;
+                    b.len()
+                }
+            };
+            if left == 0 {
+                self.segs.pop_front();
+            }
+        }
+        if let [Seg::Copied(_)] = self.segs.make_contiguous() {
+            // Only copied bytes are left: back to the plain form.
+            self.segs.clear();
+        }
+        false
+    }
+
+    /// Drops everything queued, keeping the buffers.
+    pub fn clear(&mut self) {
+        self.tail.clear();
+        self.segs.clear();
+        self.len = 0;
+    }
+
+    /// The transport took no more: the queue now waits on the peer. Moves
+    /// the copied bytes to a buffer of their size when the one they are in
+    /// is over [`KEEP_FACTOR`](crate::buffer::KEEP_FACTOR) times larger,
+    /// so a connection's memory while it waits is in proportion to what it
+    /// has to write. Returns whether it moved them.
+    pub fn fit_waiting(&mut self) -> bool {
+        if keeps(self.tail.len(), self.tail.capacity()) {
+            return false;
+        }
+        let exact = if self.tail.is_empty() {
+            BytesMut::new()
+        } else {
+            BytesMut::from(&self.tail[..])
+        };
+        // The copied bytes keep their order, so `segs` still holds. The
+        // old buffer is freed: it was written from, so no pool takes it.
+        self.tail = exact;
+        true
+    }
+}
+
+/// Queues lent to connections while they have bytes to write: a busy
+/// connection allocates none, an idle one holds none. Boxed, so a
+/// connection without one pays a pointer.
+#[derive(Debug)]
+pub struct QueuePool {
+    // Boxed: lent as they are, a connection holds a pointer.
+    #[allow(clippy::vec_box)]
+    queues: Vec<Box<WriteQueue>>,
+    bytes: usize,
+    limits: PoolLimits,
+}
+
+/// How much a [`QueuePool`] keeps.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolLimits {
+    /// The copy buffer a new queue gets when first copied into.
+    pub buffer_len: usize,
+    /// A returned queue whose buffer is larger is dropped, not kept.
+    pub buffer_max: usize,
+    /// Queues kept at most.
+    pub count_max: usize,
+    /// Bytes of buffers kept at most.
+    pub bytes_max: usize,
+}
+
+impl QueuePool {
+    /// An empty pool.
+    pub const fn new(limits: PoolLimits) -> Self {
+        QueuePool {
+            queues: Vec::new(),
+            bytes: 0,
+            limits,
+        }
+    }
+
+    /// An empty queue, kept or new.
+    pub fn take(&mut self) -> Box<WriteQueue> {
+        match self.queues.pop() {
+            Some(q) => {
+                self.bytes -= q.capacity();
+                q
+            }
+            None => Box::new(WriteQueue::new(self.limits.buffer_len)),
+        }
+    }
+
+    /// Takes back a queue; keeps it if it is empty, not large, and the
+    /// pool not full.
+    pub fn give(&mut self, mut q: Box<WriteQueue>) {
+        q.clear();
+        // Moves a buffer written from back to its start; never allocates.
+        let _ = q.tail.try_reclaim(self.limits.buffer_len);
+        let cap = q.capacity();
+        if cap <= self.limits.buffer_max
+            && self.bytes + cap <= self.limits.bytes_max
+            && self.queues.len() < self.limits.count_max
+        {
+            self.bytes += cap;
+            self.queues.push(q);
+        }
+    }
+
+    /// Queues kept.
+    pub fn len(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// Whether none are kept.
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
+    /// Bytes of buffers kept.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a writer taking at most `max` bytes per call, vectored, would
+    /// receive for the whole queue.
+    fn drain(q: &mut WriteQueue, max: usize, slices: usize) -> Vec<u8> {
+        let mut wire = Vec::new();
+        while !q.is_empty() {
+            let mut iov = vec![IoSlice::new(&[]); slices];
+            let k = q.slices(&mut iov);
+            assert!(k > 0, "bytes wait, so a slice is given");
+            let mut n = 0;
+            for s in &iov[..k] {
+                let take = s.len().min(max - n);
+                wire.extend_from_slice(&s[..take]);
+                n += take;
+                if n == max {
+                    break;
+                }
+            }
+            q.consume(n);
+        }
+        wire
+    }
+
+    fn copied(q: &mut WriteQueue, b: &[u8]) {
+        q.encode(|t| {
+            t.extend_from_slice(b);
+            Ok::<_, ()>(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn order_is_kept_across_partial_and_vectored_writes() {
+        for max in [1, 3, 7, 100] {
+            for slices in [1, 2, MAX_SLICES] {
+                let mut q = WriteQueue::new(64);
+                copied(&mut q, b"ab");
+                q.push_shared(Bytes::from_static(b"CDE"));
+                copied(&mut q, b"fg");
+                copied(&mut q, b"h");
+                q.push_shared(Bytes::from_static(b"IJ"));
+                q.push_shared(Bytes::new());
+                copied(&mut q, b"k");
+                assert_eq!(q.len(), 11);
+                assert_eq!(drain(&mut q, max, slices), b"abCDEfghIJk", "{max} {slices}");
+                assert!(q.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn plain_bytes_go_out_as_one_slice() {
+        let mut q = WriteQueue::new(64);
+        copied(&mut q, b"abc");
+        copied(&mut q, b"def");
+        {
+            let mut iov = [IoSlice::new(&[]); 4];
+            assert_eq!(q.slices(&mut iov), 1);
+            assert_eq!(&*iov[0], b"abcdef");
+        }
+        assert!(!q.consume(2));
+        let mut iov = [IoSlice::new(&[]); 4];
+        assert_eq!(q.slices(&mut iov), 1);
+        assert_eq!(&*iov[0], b"cdef");
+        assert!(q.consume(4));
+    }
+
+    #[test]
+    fn a_write_past_the_queue_is_refused() {
+        let mut q = WriteQueue::new(64);
+        copied(&mut q, b"abc");
+        let r = std::panic::catch_unwind(move || q.consume(4));
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn a_queue_given_only_shared_frames_has_no_buffer() {
+        let mut q = WriteQueue::new(16 << 10);
+        q.push_shared(Bytes::from(vec![1; 1000]));
+        assert_eq!(q.tail.capacity(), 0);
+        copied(&mut q, b"x");
+        assert!(q.tail.capacity() >= 16 << 10);
+    }
+
+    #[test]
+    fn a_blocked_queue_keeps_memory_in_proportion_to_what_waits() {
+        let mut q = WriteQueue::new(96 << 10);
+        copied(&mut q, &[7; 100]);
+        q.push_shared(Bytes::from_static(b"shared"));
+        copied(&mut q, b"end");
+        assert!(!q.consume(50));
+        assert!(q.fit_waiting(), "a large buffer for 53 bytes");
+        assert!(q.tail.capacity() < 1024);
+        assert!(!q.fit_waiting(), "moved once");
+        let mut wire = vec![7; 50];
+        wire.extend(b"shared");
+        wire.extend(b"end");
+        assert_eq!(drain(&mut q, 5, 3), wire, "order holds after the move");
+        // Half full: kept where it is.
+        let mut q = WriteQueue::new(1024);
+        copied(&mut q, &[1; 600]);
+        assert!(!q.fit_waiting());
+    }
+
+    #[test]
+    fn the_pool_keeps_queues_up_to_its_count_and_bytes() {
+        let limits = PoolLimits {
+            buffer_len: 1000,
+            buffer_max: 4000,
+            count_max: 3,
+            bytes_max: 2500,
+        };
+        let mut pool = QueuePool::new(limits);
+        let mut qs: Vec<_> = (0..5).map(|_| pool.take()).collect();
+        for q in &mut qs {
+            copied(q, b"x");
+        }
+        for q in qs {
+            pool.give(q);
+        }
+        assert_eq!(pool.len(), 2, "bytes bound");
+        assert!(pool.bytes() <= 2500);
+        let big = {
+            let mut q = pool.take();
+            copied(&mut q, &[0; 5000]);
+            q
+        };
+        let before = pool.len();
+        pool.give(big);
+        assert_eq!(pool.len(), before, "a large buffer is not kept");
+        let q = pool.take();
+        assert!(q.is_empty() && q.tail.capacity() >= 1000, "reused whole");
+        let unused: Vec<_> = (0..5).map(|_| pool.take()).collect();
+        unused.into_iter().for_each(|q| pool.give(q));
+        assert_eq!(pool.len(), 3, "count bound");
+    }
+
+    #[test]
+    fn a_partly_written_queue_is_reused_from_its_start() {
+        let mut pool = QueuePool::new(PoolLimits {
+            buffer_len: 1000,
+            buffer_max: 4000,
+            count_max: 3,
+            bytes_max: 1 << 20,
+        });
+        let mut q = pool.take();
+        copied(&mut q, &[1; 900]);
+        q.consume(800);
+        pool.give(q);
+        let q = pool.take();
+        assert!(q.tail.capacity() >= 1000);
+    }
+}
