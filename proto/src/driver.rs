@@ -18,8 +18,9 @@ use crate::conn::{Connection, Outgoing};
 use crate::encoder::{FrameEncoder, SHARE_PAYLOAD_MIN};
 use crate::error::Error;
 use crate::header::OpCode;
-use crate::message::{Message, PreparedMessage};
+use crate::message::{Frame, Message, PreparedMessage};
 use crate::outbox::{QueuePool, WriteQueue};
+use crate::role::Role;
 
 /// A prepared frame at least this large is queued as a reference to its
 /// one shared copy (a publish to thousands); a smaller one is copied,
@@ -155,16 +156,19 @@ impl Driver {
         now: Instant,
         lender: &mut impl Lender,
     ) -> Result<Outgoing, Error> {
-        if payload.len() < SHARE_PAYLOAD_MIN {
+        if payload.len() < SHARE_PAYLOAD_MIN
+            || self.encoder.role() == Role::Client
+            || self.encoder.compresses_len(payload.len())
+        {
             return self.send_data(opcode, &payload, now, lender);
         }
-        let msg = match opcode {
-            OpCode::Binary => Message::Binary(payload),
-            // Text must be UTF-8 to be a `Message`; the encoder only needs
-            // the bytes and the opcode, which a frame carries as they are.
-            _ => return self.send_data(opcode, &payload, now, lender),
-        };
-        self.send(msg, now, lender)
+        // Goes out as it is: a frame, which the encoder writes the header
+        // of and queues the payload after, by reference.
+        self.send(
+            Message::Frame(Frame::new(true, opcode, payload)),
+            now,
+            lender,
+        )
     }
 
     /// Sends a prepared message: a server queues its one shared frame
@@ -262,11 +266,11 @@ impl Driver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Limits;
     use crate::close::{CloseCode, CloseFrame};
     use crate::conn::Timers;
     use crate::decoder::MessageDecoder;
     use crate::outbox::PoolLimits;
-    use crate::{Limits, Role};
     use bytes::BytesMut;
 
     fn pool() -> QueuePool {
@@ -333,8 +337,12 @@ mod tests {
             .unwrap();
         d.send_data(OpCode::Text, b"two", now, &mut pool).unwrap();
         d.send_prepared(&prepared, now, &mut pool).unwrap();
-        d.send_prepared(&PreparedMessage::new(&Message::text("small")).unwrap(), now, &mut pool)
-            .unwrap();
+        d.send_prepared(
+            &PreparedMessage::new(&Message::text("small")).unwrap(),
+            now,
+            &mut pool,
+        )
+        .unwrap();
         assert!(d.holds_queue());
         let mut iov = [IoSlice::new(&[]); 8];
         assert!(d.slices(&mut iov) > 1, "large payloads are not copied");
@@ -361,8 +369,12 @@ mod tests {
         let big = Bytes::from(vec![5; SHARE_PAYLOAD_MIN + 10]);
         d.send(Message::Binary(big.clone()), now, &mut pool)
             .unwrap();
-        d.send_prepared(&PreparedMessage::new(&Message::text("p")).unwrap(), now, &mut pool)
-            .unwrap();
+        d.send_prepared(
+            &PreparedMessage::new(&Message::text("p")).unwrap(),
+            now,
+            &mut pool,
+        )
+        .unwrap();
         let mut iov = [IoSlice::new(&[]); 8];
         assert_eq!(d.slices(&mut iov), 1, "masked: copied");
         let got = decode(Role::Client, wire(&mut d, &mut pool, 7));
@@ -381,8 +393,12 @@ mod tests {
         assert!(d.send(Message::text("late"), now, &mut pool).is_err());
         assert!(d.send_data(OpCode::Text, b"x", now, &mut pool).is_err());
         assert!(
-            d.send_prepared(&PreparedMessage::new(&Message::text("x")).unwrap(), now, &mut pool)
-                .is_err()
+            d.send_prepared(
+                &PreparedMessage::new(&Message::text("x")).unwrap(),
+                now,
+                &mut pool
+            )
+            .is_err()
         );
         assert_eq!(d.buffered(), len, "nothing more queued");
     }

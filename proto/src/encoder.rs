@@ -124,6 +124,11 @@ impl FrameEncoder {
             .is_some_and(|d| msg.is_data() && d.wants(msg.len()))
     }
 
+    /// Whether a text or binary message of `len` bytes is compressed.
+    pub fn compresses_len(&self, len: usize) -> bool {
+        self.deflater.as_ref().is_some_and(|d| d.wants(len))
+    }
+
     /// A whole text or binary message as one frame, compressed if
     /// negotiated and large enough.
     /// Encodes a whole text or binary message from a borrowed payload as

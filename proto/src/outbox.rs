@@ -70,10 +70,7 @@ impl WriteQueue {
 
     /// Appends whatever `f` writes into the copy buffer.
     #[inline]
-    pub fn encode<T, E>(
-        &mut self,
-        f: impl FnOnce(&mut BytesMut) -> Result<T, E>,
-    ) -> Result<T, E> {
+    pub fn encode<T, E>(&mut self, f: impl FnOnce(&mut BytesMut) -> Result<T, E>) -> Result<T, E> {
         if self.tail.capacity() == 0 {
             self.tail.reserve(self.buffer_len);
         }

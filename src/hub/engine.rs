@@ -28,7 +28,7 @@ use crate::hub::config::HubConfig;
 use crate::hub::event::{Closed, ConnId, HubMessage};
 use crate::hub::handle::{Adopted, Adopter, Command, HubHandle};
 use crate::hub::handler::Handler;
-use crate::hub::slot::{Conn, Reading, Slot, Stage, Transport, Turn, Ws};
+use crate::hub::slot::{Conn, POOL_LIMITS, Reading, Slot, Stage, Transport, Turn, Ws};
 use crate::hub::subs::{Subs, token};
 use crate::hub::timers::Timers;
 use crate::hub::wake::{ConnWaker, Key, ReadyQueue};
@@ -39,8 +39,8 @@ use crate::proto::buffer::{CORK, growth, keeps};
 use crate::proto::close::CloseCode;
 use crate::proto::conn::{Connection, Phase, later};
 use crate::proto::decoder::MessageDecoder;
-use crate::proto::encoder::FrameEncoder;
 use crate::proto::message::Message;
+use crate::proto::outbox::QueuePool;
 use crate::topics::Delivery;
 
 /// Reads per connection per turn before the others get theirs.
@@ -294,7 +294,7 @@ impl<H: Handler> Engine<H> {
             engine: index,
             current: None,
             now: None,
-            pool: Default::default(),
+            pool: QueuePool::new(POOL_LIMITS),
             dirty: Vec::new(),
             max_backpressure: config.max_backpressure,
             policy: config.backpressure_policy,
@@ -446,7 +446,7 @@ impl<H: Handler> Engine<H> {
             self.end(key);
             return;
         }
-        match slot.c.conn.phase() {
+        match slot.c.conn().phase() {
             Phase::TimedOut => {
                 self.end(key);
                 return;
@@ -460,7 +460,7 @@ impl<H: Handler> Engine<H> {
             }
             _ => {}
         }
-        let want = slot.c.conn.poll_timeout();
+        let want = slot.c.conn().poll_timeout();
         if want != slot.timer_at {
             slot.timer_at = want;
             if let Some(at) = want {
@@ -495,7 +495,7 @@ impl<H: Handler> Engine<H> {
         let closed = Closed {
             id: self.turn.id(key),
             frame,
-            error: error.or_else(|| slot.c.conn.take_error().map(Error::from)),
+            error: error.or_else(|| slot.c.conn().take_error().map(Error::from)),
         };
         if let Some(data) = slot.data.take() {
             self.handler.close(closed, data);
@@ -513,8 +513,8 @@ impl<H: Handler> Engine<H> {
             return;
         }
         slot.timer_at = None;
-        slot.c.conn.handle_timeout(now);
-        if slot.stage == Stage::Handshake && slot.c.conn.phase() == Phase::TimedOut {
+        slot.c.conn().handle_timeout(now);
+        if slot.stage == Stage::Handshake && slot.c.conn().phase() == Phase::TimedOut {
             // No answer: the request never came whole.
             slot.c.abandoned = true;
             slot.c.set_error(HandshakeError::Timeout.into());
@@ -922,9 +922,9 @@ fn refuse<T>(slot: &mut Slot<T>, turn: &mut Turn, err: &HandshakeError) {
 fn write_http<T, B>(slot: &mut Slot<T>, turn: &mut Turn, resp: &http::Response<B>, body: &[u8]) {
     let mut head = Vec::with_capacity(160 + body.len());
     write_response(resp, body, &mut head);
-    slot.c.encode(turn, |_, out| out.extend_from_slice(&head));
+    slot.c.queue_raw(turn, &head);
     // Nothing but this answer goes out, within the handshake's deadline.
-    slot.c.conn.handle_refused();
+    slot.c.conn().handle_refused();
     slot.stage = Stage::Ending;
 }
 
@@ -967,9 +967,7 @@ fn answer<H: Handler>(
         match crate::proto::deflate::pair(Role::Server, &params, &deflate, max) {
             Ok((inflater, deflater)) => {
                 r.decoder.set_inflater(inflater);
-                let mut encoder = FrameEncoder::new(Role::Server);
-                encoder.set_deflater(deflater);
-                slot.c.encoder = Some(Box::new(encoder));
+                slot.c.d.encoder_mut().set_deflater(deflater);
             }
             Err(e) => {
                 slot.c.fail(e.into());
@@ -979,12 +977,12 @@ fn answer<H: Handler>(
     }
     let mut head = Vec::with_capacity(160);
     write_response(&response, &[], &mut head);
-    slot.c.encode(turn, |_, out| out.extend_from_slice(&head));
+    slot.c.queue_raw(turn, &head);
     if r.pending.is_empty() {
         r.pending = BytesMut::new();
     }
     slot.reading = Some(r);
-    slot.c.conn = Connection::new(Role::Server, config.config.timers(), turn.now());
+    *slot.c.conn() = Connection::new(Role::Server, config.config.timers(), turn.now());
     slot.stage = Stage::Open;
     let data = slot.data.insert(data);
     handler.open(&mut Ws {
@@ -1048,12 +1046,12 @@ fn read_frames<H: Handler>(
                 break;
             }
         }
-        if slot.c.conn.state().hears_input() {
-            slot.c.conn.handle_input(turn.now());
+        if slot.c.conn().state().hears_input() {
+            slot.c.conn().handle_input(turn.now());
         }
         decode(slot, decoder, buf, !from_shared, cx, handler, turn);
         if from_shared {
-            if !shared.is_empty() && slot.c.conn.phase() == Phase::Open && !slot.c.abandoned {
+            if !shared.is_empty() && slot.c.conn().phase() == Phase::Open && !slot.c.abandoned {
                 // An unfinished frame: the connection keeps it.
                 pending.extend_from_slice(shared);
             }
@@ -1090,7 +1088,7 @@ fn read_frames<H: Handler>(
         if waits && decoder.account().charged() > 0 {
             // Holding budget while the peer sends nothing: the core's wait
             // runs (1013 past it) until input comes, as on the Stream.
-            slot.c.conn.handle_budget_wait(turn.now());
+            slot.c.conn().handle_budget_wait(turn.now());
         }
     }
     if r.decoder.is_at_rest() && r.pending.is_empty() {
@@ -1121,7 +1119,7 @@ fn grow_pending<T>(
         let wanted = pending.capacity() + len + additional;
         let grant = decoder.account_mut().try_set(Held::ReadBuffer, wanted);
         if grant != Grant::Granted {
-            if let Some(wanted) = slot.c.conn.handle_grant(grant, turn.now()) {
+            if let Some(wanted) = slot.c.conn().handle_grant(grant, turn.now()) {
                 wait_for_budget(slot, decoder, wanted, cx);
             }
             slot.c.transmit_owed(turn);
@@ -1155,7 +1153,7 @@ fn reading<T>(slot: &Slot<T>, decoder: &MessageDecoder) -> bool {
     slot.stage == Stage::Open
         && !slot.c.abandoned
         && !slot.c.write_blocked
-        && slot.c.conn.phase() == Phase::Open
+        && slot.c.d.conn().phase() == Phase::Open
         && decoder.budget_wait().is_none()
 }
 
@@ -1177,7 +1175,7 @@ fn decode<H: Handler>(
         return;
     }
     loop {
-        if slot.c.conn.phase() != Phase::Open || slot.c.abandoned {
+        if slot.c.conn().phase() != Phase::Open || slot.c.abandoned {
             break;
         }
         if slot.c.buffered() >= CORK {
@@ -1192,20 +1190,20 @@ fn decode<H: Handler>(
             Ok(None) => {
                 if let Some(wanted) = decoder.budget_wait() {
                     let grant = Grant::Wait { wanted };
-                    if let Some(wanted) = slot.c.conn.handle_grant(grant, turn.now()) {
+                    if let Some(wanted) = slot.c.conn().handle_grant(grant, turn.now()) {
                         wait_for_budget(slot, decoder, wanted, cx);
                     }
                 }
                 break;
             }
             Err(e) => {
-                slot.c.conn.handle_error(e, turn.now());
+                slot.c.conn().handle_error(e, turn.now());
                 break;
             }
         };
-        if slot.c.conn.state().is_waiting_for_budget() {
+        if slot.c.conn().state().is_waiting_for_budget() {
             // A message decoded is progress: the budget's wait ends.
-            slot.c.conn.handle_input(turn.now());
+            slot.c.conn().handle_input(turn.now());
         }
         let Some(data) = slot.data.as_mut() else {
             return;
@@ -1227,13 +1225,13 @@ fn decode<H: Handler>(
             Message::Text(t) => handler.message(&mut ws, HubMessage::Text(t.as_str())),
             Message::Binary(b) => handler.message(&mut ws, HubMessage::Binary(b)),
             Message::Ping(p) => {
-                ws.c.conn.handle_frame(&msg, ws.turn.now());
+                ws.c.conn().handle_frame(&msg, ws.turn.now());
                 handler.ping(&mut ws, p);
             }
             Message::Pong(p) => handler.pong(&mut ws, p),
             Message::Close(frame) => {
                 ws.c.peer_closed(frame.clone());
-                ws.c.conn.handle_frame(&msg, ws.turn.now());
+                ws.c.conn().handle_frame(&msg, ws.turn.now());
             }
             // Hub decoders assemble messages.
             Message::Frame(_) => {}
@@ -1255,7 +1253,7 @@ fn flush<H: Handler>(
     if slot.c.abandoned {
         return;
     }
-    match slot.c.poll_write_out(&mut slot.io, cx) {
+    match slot.c.poll_write_out(&mut slot.io, cx, &mut turn.pool) {
         Poll::Ready(Ok(())) => {}
         Poll::Ready(Err(e)) => {
             slot.c.transport_ended(Some(e));
@@ -1266,7 +1264,6 @@ fn flush<H: Handler>(
             return;
         }
     }
-    slot.c.release_out(&mut turn.pool);
     if std::mem::replace(&mut slot.c.write_blocked, false) {
         // Reading paused while the peer was behind: go on.
         slot.waker.requeue();

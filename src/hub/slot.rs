@@ -8,9 +8,7 @@ use std::time::Instant;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use std::collections::VecDeque;
-
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -23,9 +21,11 @@ use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
 use crate::proto::conn::{Connection, Outgoing, Phase};
 use crate::proto::decoder::MessageDecoder;
+use crate::proto::driver::Driver;
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::header::OpCode;
 use crate::proto::message::{Message, PreparedMessage};
+use crate::proto::outbox::{MAX_SLICES, PoolLimits, QueuePool};
 use crate::retry::Retrying;
 use crate::topics::{Published, Topics};
 
@@ -165,14 +165,10 @@ pub(crate) struct Ending {
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub(crate) key: Key,
-    pub(crate) conn: Connection,
-    /// Only with compression: a server's encoder holds no other state, so
-    /// the others encode with one made on the spot.
-    pub(crate) encoder: Option<Box<FrameEncoder>>,
-    /// Bytes to write, from the engine's pool: corked during the turn,
-    /// written at its end; what the peer does not take stays here (its
-    /// backpressure).
-    out: Option<Box<Out>>,
+    /// The core, the encoder, and the bytes to write in a queue lent by
+    /// the engine's pool: corked during the turn, written at its end; what
+    /// the peer does not take stays there (its backpressure).
+    pub(crate) d: Driver,
     pub(crate) ending: Option<Box<Ending>>,
     /// In the turn's list of connections to write out.
     pub(crate) dirty: bool,
@@ -199,7 +195,7 @@ pub(crate) struct Turn {
     pub(crate) current: Option<Bytes>,
     /// The time, read once per turn when first needed.
     pub(crate) now: Option<Instant>,
-    pub(crate) pool: Pool,
+    pub(crate) pool: QueuePool,
     pub(crate) dirty: Vec<u32>,
     pub(crate) max_backpressure: usize,
     pub(crate) policy: BackpressurePolicy,
@@ -224,109 +220,21 @@ impl Turn {
     }
 }
 
-/// Buffers kept in the pool are at most this large; a larger one (after a
-/// large message) goes back to the allocator.
-const POOL_BUFFER_MAX: usize = 256 << 10;
-/// The pool keeps at most this many bytes of buffers.
-const POOL_BYTES_MAX: usize = 8 << 20;
-/// A pooled buffer's size when the pool is empty.
-const POOL_BUFFER: usize = 16 << 10;
-/// The pool keeps at most this many buffers (those holding only shared
-/// frames have no bytes of their own to count).
-const POOL_COUNT_MAX: usize = 4096;
-/// Pieces (shared frames and encoded bytes) written in one system call.
-const MAX_SLICES: usize = 64;
-/// A prepared frame at least this large is queued as a reference to the
-/// one shared copy; a smaller one is copied (cheaper than a piece of its
-/// own).
-const SHARE_PREPARED_MIN: usize = 256;
-
-/// Write buffers lent to connections while they hold bytes to write, so
-/// that an idle connection holds none and a busy one allocates none.
-// Boxed: a connection holds a pointer, not an `Out`, while idle.
-#[allow(clippy::vec_box)]
-#[derive(Debug, Default)]
-pub(crate) struct Pool {
-    bufs: Vec<Box<Out>>,
-    bytes: usize,
-}
-
-impl Pool {
-    fn take(&mut self) -> Box<Out> {
-        match self.bufs.pop() {
-            Some(b) => {
-                self.bytes -= b.tail.capacity();
-                b
-            }
-            // The buffer itself is allocated when first encoded into: a
-            // connection sent only shared frames (a publish) needs none.
-            None => Box::new(Out {
-                chunks: VecDeque::new(),
-                chunk_bytes: 0,
-                tail: BytesMut::new(),
-            }),
-        }
-    }
-
-    /// Keeps an empty buffer, unless it is large or the pool is full.
-    fn give(&mut self, out: Box<Out>) {
-        let cap = out.tail.capacity();
-        if cap <= POOL_BUFFER_MAX
-            && self.bytes + cap <= POOL_BYTES_MAX
-            && self.bufs.len() < POOL_COUNT_MAX
-        {
-            self.bytes += cap;
-            self.bufs.push(out);
-        }
-    }
-}
-
-/// What waits to be written to a connection, in order: payloads sent from
-/// where they were received (with what was encoded before them), then the
-/// bytes encoded since.
-#[derive(Debug)]
-pub(crate) struct Out {
-    chunks: VecDeque<Bytes>,
-    chunk_bytes: usize,
-    tail: BytesMut,
-}
-
-impl Out {
-    fn len(&self) -> usize {
-        self.chunk_bytes + self.tail.len()
-    }
-
-    fn push_chunk(&mut self, chunk: Bytes) {
-        self.chunk_bytes += chunk.len();
-        self.chunks.push_back(chunk);
-    }
-
-    /// `n` bytes from the front were written (from one piece or, by a
-    /// vectored write, from several).
-    fn consume(&mut self, mut n: usize) {
-        while n > 0 {
-            let Some(c) = self.chunks.front_mut() else {
-                self.tail.advance(n);
-                return;
-            };
-            let k = n.min(c.len());
-            c.advance(k);
-            self.chunk_bytes -= k;
-            n -= k;
-            if c.is_empty() {
-                self.chunks.pop_front();
-            }
-        }
-    }
-}
+/// The engine's write queues: a buffer is kept up to 256 KiB, 8 MiB of
+/// them in all, and at most 4 096 queues (those holding only shared frames
+/// have no bytes of their own to count); a new one gets 16 KiB.
+pub(crate) const POOL_LIMITS: PoolLimits = PoolLimits {
+    buffer_len: 16 << 10,
+    buffer_max: 256 << 10,
+    count_max: 4096,
+    bytes_max: 8 << 20,
+};
 
 impl Conn {
     pub(crate) fn new(key: Key, conn: Connection) -> Self {
         Conn {
             key,
-            conn,
-            encoder: None,
-            out: None,
+            d: Driver::new(conn, FrameEncoder::new(Role::Server)),
             ending: None,
             dirty: false,
             write_blocked: false,
@@ -335,121 +243,67 @@ impl Conn {
         }
     }
 
+    /// The protocol core.
+    #[inline]
+    pub(crate) fn conn(&mut self) -> &mut Connection {
+        self.d.conn_mut()
+    }
+
     /// Bytes waiting to be written.
     pub(crate) fn buffered(&self) -> usize {
-        self.out.as_ref().map_or(0, |o| o.len())
+        self.d.buffered()
+    }
+
+    /// Puts the connection on the turn's list to write.
+    #[inline]
+    fn mark(&mut self, turn: &mut Turn) {
+        if !self.dirty {
+            self.dirty = true;
+            turn.dirty.push(self.key.slot);
+        }
     }
 
     /// Writes what waits, in order, until the transport takes no more
-    /// (`Pending`) or all is written.
+    /// (`Pending`) or all is written (the queue then goes back to `pool`).
     pub(crate) fn poll_write_out(
         &mut self,
         io: &mut Transport,
         cx: &mut Context<'_>,
+        pool: &mut QueuePool,
     ) -> Poll<io::Result<()>> {
-        let Some(out) = self.out.as_deref_mut() else {
-            return Poll::Ready(Ok(()));
-        };
         loop {
-            let written = if out.chunks.is_empty() {
-                if out.tail.is_empty() {
-                    return Poll::Ready(Ok(()));
-                }
-                Pin::new(&mut *io).poll_write(cx, &out.tail)
-            } else {
-                // Shared frames (publishes, large echoes) and what was
-                // encoded around them go out in one system call.
+            let written = {
                 let mut slices = [IoSlice::new(&[]); MAX_SLICES];
-                let mut k = 0;
-                for c in out.chunks.iter().take(MAX_SLICES - 1) {
-                    slices[k] = IoSlice::new(c);
-                    k += 1;
+                match self.d.slices(&mut slices) {
+                    0 => return Poll::Ready(Ok(())),
+                    1 => Pin::new(&mut *io).poll_write(cx, &slices[0]),
+                    // Shared frames (publishes, large echoes) and what was
+                    // encoded around them go out in one system call.
+                    k => Pin::new(&mut *io).poll_write_vectored(cx, &slices[..k]),
                 }
-                if k == out.chunks.len() && !out.tail.is_empty() {
-                    slices[k] = IoSlice::new(&out.tail);
-                    k += 1;
-                }
-                Pin::new(&mut *io).poll_write_vectored(cx, &slices[..k])
             };
             let n = match written {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                 Poll::Ready(Ok(n)) => n,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    self.d.write_blocked();
+                    return Poll::Pending;
+                }
             };
-            out.consume(n);
+            self.d.written(n, pool);
         }
     }
 
-    /// Encodes into the write buffer (taken from the pool if need be) and
-    /// puts the connection on the turn's list to write.
-    pub(crate) fn encode<R>(
-        &mut self,
-        turn: &mut Turn,
-        f: impl FnOnce(&mut FrameEncoder, &mut BytesMut) -> R,
-    ) -> R {
-        self.encode_with(turn, true, f)
-    }
-
-    /// [`encode`](Self::encode); `reserve`: give a buffer that has none
-    /// its pool size first (not for a send that may only queue a shared
-    /// frame).
-    fn encode_with<R>(
-        &mut self,
-        turn: &mut Turn,
-        reserve: bool,
-        f: impl FnOnce(&mut FrameEncoder, &mut BytesMut) -> R,
-    ) -> R {
-        if !self.dirty {
-            self.dirty = true;
-            turn.dirty.push(self.key.slot);
-        }
-        let out = self.out.get_or_insert_with(|| turn.pool.take());
-        if reserve && out.tail.capacity() == 0 {
-            out.tail.reserve(POOL_BUFFER);
-        }
-        match self.encoder.as_deref_mut() {
-            Some(e) => f(e, &mut out.tail),
-            None => f(&mut FrameEncoder::new(Role::Server), &mut out.tail),
-        }
-    }
-
-    /// Queues `payload` as it is after what is queued (a header written
-    /// just before it): sent from where it was received, not copied.
-    fn queue_shared(&mut self, payload: Bytes) {
-        if let Some(out) = self.out.as_deref_mut() {
-            if !out.tail.is_empty() {
-                let head = out.tail.split().freeze();
-                out.push_chunk(head);
-            }
-            out.push_chunk(payload);
-        }
-    }
-
-    /// Gives an emptied write buffer back to the pool (or to the allocator,
-    /// if it grew large).
-    pub(crate) fn release_out(&mut self, pool: &mut Pool) {
-        if self.out.as_ref().is_some_and(|o| o.len() > 0) {
-            return;
-        }
-        let Some(mut out) = self.out.take() else {
-            return;
-        };
-        out.tail.clear();
-        // Reclaims the space already written from; never allocates (a
-        // buffer that held only shared frames stays without one).
-        let _ = out.tail.try_reclaim(POOL_BUFFER);
-        pool.give(out);
+    /// Queues bytes that are not frames (the handshake's response).
+    pub(crate) fn queue_raw(&mut self, turn: &mut Turn, bytes: &[u8]) {
+        self.mark(turn);
+        self.d.queue_raw(bytes, &mut turn.pool);
     }
 
     /// Drops what waits to be written.
-    pub(crate) fn discard_out(&mut self, pool: &mut Pool) {
-        if let Some(o) = self.out.as_deref_mut() {
-            o.tail.clear();
-            o.chunks.clear();
-            o.chunk_bytes = 0;
-        }
-        self.release_out(pool);
+    pub(crate) fn discard_out(&mut self, pool: &mut QueuePool) {
+        self.d.discard_writes(pool);
     }
 
     fn ending(&mut self) -> &mut Ending {
@@ -472,34 +326,33 @@ impl Conn {
     /// Encodes the frames the core owes the peer (pongs, the close echo,
     /// keepalive pings); the backpressure limit does not hold them back.
     pub(crate) fn transmit_owed(&mut self, turn: &mut Turn) {
-        while let Some(msg) = self.conn.poll_transmit() {
-            if let Err(e) = self.encode(turn, |enc, out| enc.encode_message(&msg, out)) {
-                // The core only owes frames that encode; should one not,
-                // the connection cannot go on.
-                self.fail(e.into());
-                return;
-            }
+        match self.d.transmit(&mut turn.pool) {
+            Ok(false) => {}
+            Ok(true) => self.mark(turn),
+            // The core only owes frames that encode; should one not, the
+            // connection cannot go on.
+            Err(e) => self.fail(e.into()),
         }
     }
 
     /// Ends the connection at once with `err`.
     pub(crate) fn fail(&mut self, err: Error) {
         self.set_error(err);
-        self.conn.abandon();
+        self.d.conn_mut().abandon();
         self.abandoned = true;
     }
 
     /// The transport ended: EOF (`None`) or an error. The core says
     /// whether that is part of closing.
     pub(crate) fn transport_ended(&mut self, err: Option<io::Error>) {
-        let open = self.conn.phase() == Phase::Open;
+        let open = self.d.conn().phase() == Phase::Open;
         let err = err.unwrap_or_else(|| {
             io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "connection closed without a close frame",
             )
         });
-        if let Some(err) = self.conn.handle_transport_error(err) {
+        if let Some(err) = self.d.conn_mut().handle_transport_error(err) {
             if open {
                 self.set_error(err.into());
             }
@@ -507,20 +360,16 @@ impl Conn {
         self.abandoned = true;
     }
 
-    /// The common path of every send: the backpressure policy, the core's
-    /// rules, then `encode` into the write buffer.
+    /// The common path of every send: the backpressure policy, then the
+    /// driver's rules and encoding (`send`).
     fn send_with(
         &mut self,
         turn: &mut Turn,
-        rule: impl FnOnce(
-            &mut Connection,
+        send: impl FnOnce(
+            &mut Driver,
             Instant,
+            &mut QueuePool,
         ) -> std::result::Result<Outgoing, crate::proto::Error>,
-        reserve: bool,
-        encode: impl FnOnce(
-            &mut FrameEncoder,
-            &mut BytesMut,
-        ) -> std::result::Result<(), crate::proto::Error>,
     ) -> Result<SendStatus> {
         if self.abandoned {
             return Ok(SendStatus::Closed);
@@ -539,17 +388,17 @@ impl Conn {
                 }
             });
         }
-        // The core's rules; the hub reports a send after a close as
-        // `SendStatus::Closed` where the Stream returns the core's error.
-        match rule(&mut self.conn, turn.now()) {
-            Ok(Outgoing::Send) => {}
+        let now = turn.now();
+        // The hub reports a send after a close as `SendStatus::Closed`
+        // where the Stream returns the core's error.
+        match send(&mut self.d, now, &mut turn.pool) {
+            Ok(Outgoing::Send) => self.mark(turn),
             Ok(Outgoing::Skip)
             | Err(crate::proto::Error::AlreadyClosed | crate::proto::Error::ConnectionClosed) => {
                 return Ok(SendStatus::Closed);
             }
             Err(e) => return Err(e.into()),
         }
-        self.encode_with(turn, reserve, encode)?;
         Ok(if self.buffered() > turn.max_backpressure {
             self.wants_drain = true;
             SendStatus::Backpressure
@@ -559,12 +408,7 @@ impl Conn {
     }
 
     pub(crate) fn send_message(&mut self, turn: &mut Turn, msg: &Message) -> Result<SendStatus> {
-        self.send_with(
-            turn,
-            |c, now| c.handle_send(msg, now),
-            true,
-            |e, out| e.encode_message(msg, out),
-        )
+        self.send_with(turn, |d, now, pool| d.send(msg.clone(), now, pool))
     }
 
     pub(crate) fn send_data(
@@ -574,28 +418,18 @@ impl Conn {
         payload: &[u8],
     ) -> Result<SendStatus> {
         // The message being handled, sent on as it is (an echo, a relay):
-        // its header is written and its payload queued where it was read,
-        // when nothing transforms it (no compression on this connection).
-        let same = turn.current.as_ref().filter(|c| {
-            c.as_ptr() == payload.as_ptr() && c.len() == payload.len() && self.encoder.is_none()
-        });
+        // the driver queues its payload where it was read when nothing
+        // transforms it.
+        let same = turn
+            .current
+            .as_ref()
+            .filter(|c| c.as_ptr() == payload.as_ptr() && c.len() == payload.len());
         if let Some(current) = same.cloned() {
-            let len = current.len();
-            let status = self.send_with(turn, data_rule(opcode), true, |e, out| {
-                e.encode_header(true, opcode, len, out).map(|_| ())
-            })?;
-            if matches!(status, SendStatus::Sent | SendStatus::Backpressure) {
-                self.queue_shared(current);
-                if self.buffered() > turn.max_backpressure {
-                    self.wants_drain = true;
-                    return Ok(SendStatus::Backpressure);
-                }
-            }
-            return Ok(status);
+            return self.send_with(turn, |d, now, pool| {
+                d.send_data_shared(opcode, current, now, pool)
+            });
         }
-        self.send_with(turn, data_rule(opcode), true, |e, out| {
-            e.encode_data(opcode, payload, out)
-        })
+        self.send_with(turn, |d, now, pool| d.send_data(opcode, payload, now, pool))
     }
 
     pub(crate) fn send_prepared(
@@ -603,27 +437,9 @@ impl Conn {
         turn: &mut Turn,
         msg: &PreparedMessage,
     ) -> Result<SendStatus> {
-        let mut shared = None;
-        let status = self.send_with(turn, data_rule(msg.opcode()), false, |e, out| {
-            let frame = e.prepared_frame(msg)?;
-            if frame.len() < SHARE_PREPARED_MIN {
-                out.extend_from_slice(&frame);
-            } else {
-                shared = Some(frame);
-            }
-            Ok(())
-        })?;
         // A publish to thousands: each connection queues a reference to
-        // the one frame (compressed once per window size), not a copy in a
-        // buffer of its own.
-        if let Some(frame) = shared {
-            self.queue_shared(frame);
-            if self.buffered() > turn.max_backpressure {
-                self.wants_drain = true;
-                return Ok(SendStatus::Backpressure);
-            }
-        }
-        Ok(status)
+        // the one frame (compressed once per window size), not a copy.
+        self.send_with(turn, |d, now, pool| d.send_prepared(msg, now, pool))
     }
 
     pub(crate) fn close(&mut self, turn: &mut Turn, code: CloseCode, reason: &str) -> Result<()> {
@@ -631,13 +447,6 @@ impl Conn {
         self.send_message(turn, &Message::Close(Some(frame)))
             .map(|_| ())
     }
-}
-
-/// The core's rule for a whole data (or prepared) frame of `opcode`.
-fn data_rule(
-    opcode: OpCode,
-) -> impl FnOnce(&mut Connection, Instant) -> std::result::Result<Outgoing, crate::proto::Error> {
-    move |c, now| c.handle_send_frame(opcode, true, now)
 }
 
 /// A hub connection as a [`Handler`](crate::hub::Handler) sees it during a
@@ -711,7 +520,7 @@ impl<T> Ws<'_, T> {
     /// Whether a close frame went out or came in: data can no longer be
     /// sent.
     pub fn is_closing(&self) -> bool {
-        self.c.abandoned || self.c.conn.is_close_sent() || self.c.conn.is_peer_gone()
+        self.c.abandoned || self.c.d.conn().is_close_sent() || self.c.d.conn().is_peer_gone()
     }
 
     /// Subscribes the connection to `topic`: what is published to it from
@@ -770,65 +579,6 @@ impl<T> Ws<'_, T> {
 mod tests {
     use super::*;
 
-    fn out_with(chunks: &[&'static [u8]], tail: &[u8]) -> Out {
-        let mut out = Out {
-            chunks: VecDeque::new(),
-            chunk_bytes: 0,
-            tail: BytesMut::from(tail),
-        };
-        for c in chunks {
-            out.push_chunk(Bytes::from_static(c));
-        }
-        out
-    }
-
-    #[test]
-    fn a_vectored_write_consumes_across_pieces_in_order() {
-        let mut out = out_with(&[b"abc", b"de"], b"fgh");
-        assert_eq!(out.len(), 8);
-        // Part of the first piece.
-        out.consume(2);
-        assert_eq!(&out.chunks[0][..], b"c");
-        assert_eq!(out.len(), 6);
-        // The rest of it, all of the second and one byte of the tail.
-        out.consume(4);
-        assert!(out.chunks.is_empty());
-        assert_eq!(out.chunk_bytes, 0);
-        assert_eq!(&out.tail[..], b"gh");
-        out.consume(2);
-        assert_eq!(out.len(), 0);
-    }
-
-    #[test]
-    fn the_pool_keeps_buffers_up_to_its_count_and_bytes() {
-        let mut pool = Pool::default();
-        let fresh = pool.take();
-        assert_eq!(
-            fresh.tail.capacity(),
-            0,
-            "allocated when first encoded into"
-        );
-        for _ in 0..POOL_COUNT_MAX + 10 {
-            pool.give(Box::new(out_with(&[], b"")));
-        }
-        assert_eq!(pool.bufs.len(), POOL_COUNT_MAX);
-        let mut pool = Pool::default();
-        let big = || {
-            Box::new(Out {
-                chunks: VecDeque::new(),
-                chunk_bytes: 0,
-                tail: BytesMut::with_capacity(POOL_BUFFER_MAX),
-            })
-        };
-        for _ in 0..POOL_BYTES_MAX / POOL_BUFFER_MAX + 3 {
-            pool.give(big());
-        }
-        assert!(pool.bytes <= POOL_BYTES_MAX);
-        assert_eq!(pool.bufs.len(), POOL_BYTES_MAX / POOL_BUFFER_MAX);
-        let taken = pool.take();
-        assert_eq!(pool.bytes, POOL_BYTES_MAX - taken.tail.capacity());
-    }
-
     fn conn() -> Conn {
         let key = Key {
             slot: 0,
@@ -847,7 +597,7 @@ mod tests {
             engine: 0,
             current: None,
             now: None,
-            pool: Pool::default(),
+            pool: QueuePool::new(POOL_LIMITS),
             dirty: Vec::new(),
             max_backpressure: 1 << 20,
             policy: BackpressurePolicy::Close,
@@ -862,19 +612,18 @@ mod tests {
         let big = PreparedMessage::new(&Message::binary(vec![7u8; 1024])).unwrap();
         let small = PreparedMessage::new(&Message::text("hi")).unwrap();
         assert_eq!(c.send_prepared(&mut turn, &big).unwrap(), SendStatus::Sent);
-        let out = c.out.as_deref().unwrap();
-        assert_eq!(out.chunks.len(), 1);
-        assert_eq!(out.chunks[0], big.frame(), "the same bytes");
-        assert_eq!(out.chunks[0].as_ptr(), big.frame().as_ptr(), "not a copy");
-        assert_eq!(out.tail.capacity(), 0, "no buffer of its own for it");
+        let mut iov = [IoSlice::new(&[]); 4];
+        assert_eq!(c.d.slices(&mut iov), 1);
+        assert_eq!(&*iov[0], &big.frame()[..], "the same bytes");
+        assert_eq!(iov[0].as_ptr(), big.frame().as_ptr(), "not a copy");
         assert_eq!(turn.dirty, [0]);
         assert_eq!(
             c.send_prepared(&mut turn, &small).unwrap(),
             SendStatus::Sent
         );
-        let out = c.out.as_deref().unwrap();
-        assert_eq!(out.chunks.len(), 1);
-        assert_eq!(&out.tail[..], &small.frame()[..]);
+        let mut iov = [IoSlice::new(&[]); 4];
+        assert_eq!(c.d.slices(&mut iov), 2, "the small one copied after it");
+        assert_eq!(&*iov[1], &small.frame()[..]);
         assert_eq!(c.buffered(), big.frame().len() + small.frame().len());
     }
 
