@@ -19,7 +19,7 @@ use crate::encoder::{FrameEncoder, SHARE_PAYLOAD_MIN};
 use crate::error::Error;
 use crate::header::OpCode;
 use crate::message::{Frame, Message, PreparedMessage};
-use crate::outbox::{QueuePool, WriteQueue};
+use crate::outbox::{MAX_SLICES, QueuePool, WriteQueue};
 use crate::role::Role;
 
 /// A prepared frame at least this large is queued as a reference to its
@@ -193,10 +193,7 @@ impl Driver {
         };
         let q = self.queue(lender);
         if frame.len() < SHARE_PREPARED_MIN {
-            q.encode(|b| {
-                b.extend_from_slice(&frame);
-                Ok::<_, Error>(())
-            })?;
+            q.copy(&frame);
         } else {
             q.push_shared(frame);
         }
@@ -218,10 +215,7 @@ impl Driver {
     /// Queues bytes that are not WebSocket frames: the handshake's
     /// response.
     pub fn queue_raw(&mut self, bytes: &[u8], lender: &mut impl Lender) {
-        let _ = self.queue(lender).encode(|b| {
-            b.extend_from_slice(bytes);
-            Ok::<_, ()>(())
-        });
+        self.queue(lender).copy(bytes);
     }
 
     /// Fills `out` with the next bytes to write; how many slices it used
@@ -229,6 +223,25 @@ impl Driver {
     #[inline]
     pub fn slices<'a>(&'a self, out: &mut [IoSlice<'a>]) -> usize {
         self.out.as_ref().map_or(0, |q| q.slices(out))
+    }
+
+    /// Calls `write` with the slices of the next write (none when nothing
+    /// waits): one when the bytes are in one piece, up to
+    /// [`MAX_SLICES`] when shared chunks are queued.
+    #[inline]
+    pub fn with_slices<R>(&self, write: impl FnOnce(&[IoSlice<'_>]) -> R) -> R {
+        let Some(q) = self.out.as_deref() else {
+            return write(&[]);
+        };
+        if let Some(plain) = q.plain() {
+            if plain.is_empty() {
+                return write(&[]);
+            }
+            return write(&[IoSlice::new(plain)]);
+        }
+        let mut iov = [IoSlice::new(&[]); MAX_SLICES];
+        let k = q.slices(&mut iov);
+        write(&iov[..k])
     }
 
     /// `n` bytes were written. Once all is, the queue goes back to

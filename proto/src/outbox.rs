@@ -71,7 +71,16 @@ impl WriteQueue {
     /// Appends whatever `f` writes into the copy buffer.
     #[inline]
     pub fn encode<T, E>(&mut self, f: impl FnOnce(&mut BytesMut) -> Result<T, E>) -> Result<T, E> {
-        if self.tail.capacity() == 0 {
+        self.encode_with(true, f)
+    }
+
+    #[inline]
+    fn encode_with<T, E>(
+        &mut self,
+        reserve: bool,
+        f: impl FnOnce(&mut BytesMut) -> Result<T, E>,
+    ) -> Result<T, E> {
+        if reserve && self.tail.capacity() == 0 {
             self.tail.reserve(self.buffer_len);
         }
         let before = self.tail.len();
@@ -85,6 +94,16 @@ impl WriteQueue {
             }
         }
         r
+    }
+
+    /// Appends a copy of `bytes`, making no more room than they need when
+    /// the queue has no buffer: a small frame copied to thousands of
+    /// connections (a publish) costs each its size, not a buffer.
+    pub fn copy(&mut self, bytes: &[u8]) {
+        let _ = self.encode_with(false, |b| {
+            b.extend_from_slice(bytes);
+            Ok::<_, ()>(())
+        });
     }
 
     /// Appends `bytes` without copying them.
@@ -123,6 +142,13 @@ impl WriteQueue {
             k += 1;
         }
         k
+    }
+
+    /// The bytes waiting, when they are all in one piece (nothing shared
+    /// is queued): the usual case, written without building a slice list.
+    #[inline]
+    pub fn plain(&self) -> Option<&[u8]> {
+        self.segs.is_empty().then_some(&self.tail[..])
     }
 
     /// `n` bytes from the front were written (from one slice or, by a
@@ -367,6 +393,18 @@ mod tests {
         assert_eq!(q.tail.capacity(), 0);
         copied(&mut q, b"x");
         assert!(q.tail.capacity() >= 16 << 10);
+    }
+
+    #[test]
+    fn a_copy_into_a_queue_without_a_buffer_takes_its_size() {
+        let mut q = WriteQueue::new(16 << 10);
+        q.copy(b"a small publish");
+        assert!(q.tail.capacity() < 1024);
+        q.copy(b" and more");
+        assert_eq!(q.len(), 24);
+        let mut iov = [IoSlice::new(&[]); 2];
+        assert_eq!(q.slices(&mut iov), 1);
+        assert_eq!(&*iov[0], b"a small publish and more");
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::proto::driver::Driver;
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::header::OpCode;
 use crate::proto::message::{Message, PreparedMessage};
-use crate::proto::outbox::{MAX_SLICES, PoolLimits, QueuePool};
+use crate::proto::outbox::{PoolLimits, QueuePool};
 use crate::retry::Retrying;
 use crate::topics::{Published, Topics};
 
@@ -272,15 +272,15 @@ impl Conn {
         pool: &mut QueuePool,
     ) -> Poll<io::Result<()>> {
         loop {
-            let written = {
-                let mut slices = [IoSlice::new(&[]); MAX_SLICES];
-                match self.d.slices(&mut slices) {
-                    0 => return Poll::Ready(Ok(())),
-                    1 => Pin::new(&mut *io).poll_write(cx, &slices[0]),
-                    // Shared frames (publishes, large echoes) and what was
-                    // encoded around them go out in one system call.
-                    k => Pin::new(&mut *io).poll_write_vectored(cx, &slices[..k]),
-                }
+            let written = self.d.with_slices(|s| match s {
+                [] => None,
+                [one] => Some(Pin::new(&mut *io).poll_write(cx, one)),
+                // Shared frames (publishes, large echoes) and what was
+                // encoded around them go out in one system call.
+                _ => Some(Pin::new(&mut *io).poll_write_vectored(cx, s)),
+            });
+            let Some(written) = written else {
+                return Poll::Ready(Ok(()));
             };
             let n = match written {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),

@@ -1,6 +1,7 @@
-//! What both directions of a connection share: the protocol core
-//! ([`Connection`]), which decides, and the outgoing bytes
-//! ([`WriteState`]), which carry out what it decides. The unsplit stream
+//! What both directions of a connection share: the driver ([`Driver`]:
+//! the protocol core, the encoder and the bytes queued for the peer),
+//! which decides, and the writing ([`WriteState`]), which carries out what
+//! it decides. The unsplit stream
 //! holds one [`Core`]; the halves of a split stream share one behind a
 //! lock. The receiving side ([`ReadState`](crate::stream::read::ReadState))
 //! owns the decoder and read buffer and reaches the core through its
@@ -17,8 +18,10 @@ use crate::error::{Error, Result};
 use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
 use crate::proto::conn::{Connection, Outgoing, State};
+use crate::proto::driver::Driver;
+use crate::proto::encoder::FrameEncoder;
 use crate::proto::message::{Message, PreparedMessage};
-use crate::stream::write::{CORK, Task, WriteState};
+use crate::stream::write::{CORK, Task, ThreadQueues, WriteState};
 use crate::trace;
 
 /// The current time, from Tokio's clock so that tests can pause it.
@@ -26,10 +29,10 @@ pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
-/// The protocol core and the outgoing bytes of one connection.
+/// The driver and the writing of one connection.
 #[derive(Debug)]
 pub(crate) struct Core {
-    pub(crate) conn: Connection,
+    pub(crate) d: Driver,
     pub(crate) write: WriteState,
 }
 
@@ -45,38 +48,36 @@ pub(crate) struct Fed {
 impl Core {
     pub(crate) fn new(role: Role, config: &Config) -> Self {
         Core {
-            conn: Connection::new(role, config.timers(), now()),
-            write: WriteState::new(role, config),
+            d: Driver::new(
+                Connection::new(role, config.timers(), now()),
+                FrameEncoder::with_mask_keys(role, config.mask_keys),
+            ),
+            write: WriteState::new(config),
         }
     }
 
     /// Gives the core an input, queues what it then owes the peer, and
     /// says where it stands.
     pub(crate) fn feed(&mut self, input: impl FnOnce(&mut Connection)) -> Result<Fed> {
-        input(&mut self.conn);
+        input(self.d.conn_mut());
         let queued = self.transmit()?;
         Ok(Fed {
-            state: self.conn.state(),
-            deadline: self.conn.poll_timeout(),
+            state: self.d.conn().state(),
+            deadline: self.d.conn().poll_timeout(),
             queued,
         })
     }
 
     /// Encodes the frames the core owes the peer; whether there were any.
     pub(crate) fn transmit(&mut self) -> Result<bool> {
-        let mut any = false;
-        while let Some(msg) = self.conn.poll_transmit() {
-            any = true;
-            self.write.queue(msg)?;
-        }
-        Ok(any)
+        Ok(self.d.transmit(&mut ThreadQueues)?)
     }
 
     /// A write failed, or the receiving side saw the transport end: the
     /// connection is over for every task, which may be waiting for input
     /// or for room that will never come.
     pub(crate) fn end_transport(&mut self) {
-        self.conn.handle_transport_end();
+        self.d.conn_mut().handle_transport_end();
         self.write.wake_writers();
         self.write.wake_reader();
     }
@@ -87,14 +88,14 @@ impl Core {
     where
         W: AsyncWrite + Unpin,
     {
-        if self.write.is_full() {
+        if self.write.is_full(&self.d) {
             ready!(self.poll_send_buffered(io, cx))?;
-        } else if self.write.outbox.len() >= CORK && self.write.nobody_parked() {
+        } else if self.d.buffered() >= CORK && self.write.nobody_parked() {
             // A burst of replies starts leaving once a cork's worth is
             // queued; a transport that is not ready just lets the queue grow
             // on. Only when no other task waits to write: polling the
             // transport takes over its single write waker slot.
-            if let Poll::Ready(Err(e)) = self.write.poll_drain(io, cx, Task::Sending) {
+            if let Poll::Ready(Err(e)) = self.write.poll_drain(&mut self.d, io, cx, Task::Sending) {
                 self.end_transport();
                 return Poll::Ready(Err(e.into()));
             }
@@ -102,39 +103,33 @@ impl Core {
         Poll::Ready(Ok(()))
     }
 
-    /// What the user sends passes the core's rules first
-    /// ([`Connection::handle_send`]).
+    /// What the user sends passes the driver's rules
+    /// ([`Driver::send`]).
     #[inline]
     pub(crate) fn start_send(&mut self, msg: Message) -> Result<()> {
-        match self.conn.handle_send(&msg, now())? {
-            Outgoing::Send => {
-                if msg.is_close() {
-                    trace::debug_event!("close frame sent");
-                }
-                self.write.queue(msg)
-            }
-            Outgoing::Skip => Ok(()),
+        let close = msg.is_close();
+        if self.d.send(msg, now(), &mut ThreadQueues)? == Outgoing::Send && close {
+            trace::debug_event!("close frame sent");
         }
+        Ok(())
     }
 
     pub(crate) fn start_send_prepared(&mut self, p: &PreparedMessage) -> Result<()> {
-        match self.conn.handle_send_frame(p.opcode(), true, now())? {
-            Outgoing::Send => self.write.queue_prepared(p),
-            Outgoing::Skip => Ok(()),
-        }
+        self.d.send_prepared(p, now(), &mut ThreadQueues)?;
+        Ok(())
     }
 
     fn poll_send_buffered<W>(&mut self, io: &mut W, cx: &mut Context<'_>) -> Poll<Result<()>>
     where
         W: AsyncWrite + Unpin,
     {
-        if self.conn.is_transport_ended() && !self.write.outbox.is_empty() {
+        if self.d.conn().is_transport_ended() && self.d.buffered() > 0 {
             // What is queued will not arrive, and a peer that stopped
             // reading would keep the write waiting for ever.
-            self.write.outbox.clear();
+            self.d.discard_writes(&mut ThreadQueues);
             return Poll::Ready(Err(Error::ConnectionClosed));
         }
-        match self.write.poll_drain(io, cx, Task::Sending) {
+        match self.write.poll_drain(&mut self.d, io, cx, Task::Sending) {
             Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
             Poll::Ready(Err(e)) => {
                 self.end_transport();
@@ -184,10 +179,10 @@ impl Core {
         W: AsyncWrite + Unpin,
     {
         let w = &mut self.write;
-        if w.outbox.is_empty() && !w.unflushed {
+        if self.d.buffered() == 0 && !w.unflushed {
             return Poll::Ready(Ok(false));
         }
-        let r = match w.poll_drain(io, cx, Task::Receiving) {
+        let r = match w.poll_drain(&mut self.d, io, cx, Task::Receiving) {
             Poll::Ready(Ok(())) => match w.poll_flush_io(io, cx, Task::Receiving) {
                 Poll::Ready(r) => r,
                 // Retried on the next poll: the flush wakes this task when
@@ -197,7 +192,7 @@ impl Core {
             Poll::Ready(Err(e)) => Err(e),
             // Owing more than the write buffer holds: wait for the peer to
             // read rather than buffer without bound.
-            Poll::Pending if w.is_full() => {
+            Poll::Pending if w.is_full(&self.d) => {
                 w.park(Task::Receiving, cx);
                 return Poll::Pending;
             }
@@ -206,8 +201,8 @@ impl Core {
         if r.is_err() {
             self.end_transport();
         }
-        let w = &self.write;
-        Poll::Ready(r.map(|()| !w.outbox.is_empty() || w.unflushed))
+        let owed = self.d.buffered() > 0 || self.write.unflushed;
+        Poll::Ready(r.map(|()| owed))
     }
 
     /// The write half of finishing the connection: write out what is owed
@@ -223,13 +218,13 @@ impl Core {
     where
         W: AsyncWrite + Unpin,
     {
-        let w = &mut self.write;
+        let (w, d) = (&mut self.write, &mut self.d);
         if w.is_shut_down() {
             return Poll::Ready(());
         }
         let r = (|| {
-            if ready!(w.poll_drain(io, cx, Task::Receiving)).is_err() {
-                w.outbox.clear();
+            if ready!(w.poll_drain(d, io, cx, Task::Receiving)).is_err() {
+                d.discard_writes(&mut ThreadQueues);
             }
             let _ = ready!(w.poll_flush_io(io, cx, Task::Receiving));
             if !wait_for_peer {
@@ -245,7 +240,7 @@ impl Core {
 
     /// Ends the connection without waiting for anything more.
     pub(crate) fn abandon(&mut self) {
-        self.conn.abandon();
-        self.write.outbox.clear();
+        self.d.conn_mut().abandon();
+        self.d.discard_writes(&mut ThreadQueues);
     }
 }

@@ -2,7 +2,6 @@
 //! messages to send over any `AsyncRead + AsyncWrite`, and its split halves.
 
 mod core;
-mod outbox;
 mod pieces;
 mod pool;
 mod read;
@@ -110,7 +109,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> CoreLink for UnsplitLink<'_, S> {
     }
 
     fn state(&self) -> State {
-        self.core.conn.state()
+        self.core.d.conn().state()
     }
 }
 
@@ -201,11 +200,12 @@ where
         // after a first that gave up gets no fresh timeout.
         let deadline = self
             .core
-            .conn
+            .d
+            .conn()
             .close_deadline()
-            .unwrap_or_else(|| later(now(), self.core.conn.close_timeout()));
+            .unwrap_or_else(|| later(now(), self.core.d.conn().close_timeout()));
         let send = async {
-            if !self.core.conn.is_close_sent() {
+            if !self.core.d.conn().is_close_sent() {
                 self.feed(Message::Close(frame)).await?;
             }
             self.flush().await
@@ -303,7 +303,7 @@ impl<S> WebSocketStream<S> {
 
     /// Whether a close frame has been sent.
     pub fn is_close_sent(&self) -> bool {
-        self.core.conn.is_close_sent()
+        self.core.d.conn().is_close_sent()
     }
 
     /// Turns permessage-deflate on in both directions, as negotiated; fails
@@ -321,13 +321,13 @@ impl<S> WebSocketStream<S> {
             decoder.max_message_size(),
         )?;
         decoder.set_inflater(inflater);
-        self.core.write.encoder_mut().set_deflater(deflater);
+        self.core.d.encoder_mut().set_deflater(deflater);
         Ok(())
     }
 
     /// Whether the peer's close frame has been received.
     pub fn is_close_received(&self) -> bool {
-        self.core.conn.is_close_received()
+        self.core.d.conn().is_close_received()
     }
 }
 

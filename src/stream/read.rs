@@ -145,7 +145,7 @@ impl ReadState {
 
     /// The core's error once the connection has ended, if it ended with one.
     fn take_error<L: CoreLink>(&mut self, link: &mut L) -> Option<Result<Message>> {
-        link.with_core(|c, _| c.conn.take_error())
+        link.with_core(|c, _| c.d.conn_mut().take_error())
             .map(|e| Err(e.into()))
     }
 
@@ -192,7 +192,7 @@ impl ReadState {
     fn poll_timer<L: CoreLink>(&mut self, link: &mut L, cx: &mut Context<'_>) -> Poll<()> {
         let state = link.state();
         if self.timer.set_for != Some(state) {
-            let deadline = link.with_core(|c, _| c.conn.poll_timeout());
+            let deadline = link.with_core(|c, _| c.d.conn().poll_timeout());
             self.timer.set(deadline, state);
         }
         match &mut self.timer.sleep {
@@ -327,7 +327,7 @@ impl ReadState {
                     // transport takes it at once; wait for nothing.
                     link.with_core(|c, io| {
                         let _ = c.transmit();
-                        let _ = c.write.poll_drain(io, cx, Task::Receiving);
+                        let _ = c.write.poll_drain(&mut c.d, io, cx, Task::Receiving);
                     });
                     let err = self.take_error(link);
                     self.give_up(link);
@@ -429,7 +429,7 @@ impl ReadState {
                 Ok(n) if n > 0 => {
                     if link.state().hears_input() {
                         let at = now();
-                        link.with_core(|c, _| c.conn.handle_input(at));
+                        link.with_core(|c, _| c.d.conn_mut().handle_input(at));
                     }
                     continue;
                 }
@@ -453,7 +453,7 @@ impl ReadState {
         // Senders waiting on the transport learn it has ended; the core
         // says whether the end is part of closing.
         let err = link.with_core(|c, _| {
-            let err = c.conn.handle_transport_error(err);
+            let err = c.d.conn_mut().handle_transport_error(err);
             c.end_transport();
             err
         });

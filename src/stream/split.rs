@@ -60,7 +60,7 @@ impl<S> Shared<S> {
         let mut guard = self.lock();
         let locked = &mut *guard;
         let r = f(&mut locked.core, &mut locked.io);
-        let state = locked.core.conn.state().to_bits();
+        let state = locked.core.d.conn().state().to_bits();
         (r, self.state.swap(state, Ordering::AcqRel) != state)
     }
 
@@ -79,7 +79,7 @@ where
 {
     let (rd, wr) = tokio::io::split(io);
     let shared = Arc::new(Shared {
-        state: AtomicU8::new(core.conn.state().to_bits()),
+        state: AtomicU8::new(core.d.conn().state().to_bits()),
         reader: AtomicWaker::new(),
         locked: Mutex::new(Locked { core, io: wr }),
     });

@@ -1,8 +1,9 @@
-//! Bytes on their way out: frames encoded into an outbox and written to the
-//! transport, and the wakers of the tasks that wait for that. What may be
-//! sent is the core's decision ([`Core`](crate::stream::core::Core)); this
-//! only encodes and writes.
+//! Bytes on their way out: the driver's queue
+//! ([`Driver`](crate::proto::driver::Driver)) written to the transport,
+//! and the wakers of the tasks that wait for that. What may be sent and
+//! how it is encoded is the driver's; this only writes and wakes.
 
+use std::cell::RefCell;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -10,12 +11,10 @@ use std::task::{Context, Poll, Waker};
 use tokio::io::AsyncWrite;
 
 use crate::config::Config;
-use crate::error::Result;
-use crate::proto::Role;
-use crate::proto::encoder::FrameEncoder;
-use crate::proto::message::{Message, PreparedMessage};
+use crate::proto::driver::{Driver, Lender};
+use crate::proto::outbox::{PoolLimits, QueuePool, WriteQueue};
 use crate::retry::Retrying;
-use crate::stream::outbox::Outbox;
+use crate::stream::pool::BUF_LEN;
 
 /// Which task is driving a write: the transport's write readiness
 /// remembers only the last task to ask, so whichever makes progress wakes
@@ -30,10 +29,47 @@ pub(crate) enum Task {
 
 pub(crate) use crate::proto::buffer::CORK;
 
+/// Write queues kept per thread: one connection is polled at a time and
+/// needs one (a split one's halves may be polled on two), so two are kept;
+/// each gets room for a 64 KiB message.
+const THREAD_POOL: PoolLimits = PoolLimits {
+    buffer_len: BUF_LEN,
+    buffer_max: 2 * BUF_LEN,
+    count_max: 2,
+    bytes_max: 4 * BUF_LEN,
+};
+
+thread_local! {
+    static QUEUES: RefCell<QueuePool> = const { RefCell::new(QueuePool::new(THREAD_POOL)) };
+}
+
+/// Lends write queues from the thread's pool (a new one while the pool is
+/// in use or the thread is shutting down).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ThreadQueues;
+
+impl Lender for ThreadQueues {
+    #[inline]
+    fn take(&mut self) -> Box<WriteQueue> {
+        QUEUES
+            .try_with(|p| p.try_borrow_mut().ok().map(|mut p| p.take()))
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| Box::new(WriteQueue::new(THREAD_POOL.buffer_len)))
+    }
+
+    #[inline]
+    fn give(&mut self, q: Box<WriteQueue>) {
+        let _ = QUEUES.try_with(|p| {
+            if let Ok(mut p) = p.try_borrow_mut() {
+                p.give(q);
+            }
+        });
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct WriteState {
-    encoder: FrameEncoder,
-    pub(crate) outbox: Outbox,
     write_buffer_size: usize,
     shutdown: bool,
     /// Bytes were handed to the transport since its last completed flush. A
@@ -62,10 +98,8 @@ pub(crate) fn store(slot: &mut Option<Waker>, cx: &Context<'_>) {
 }
 
 impl WriteState {
-    pub(crate) fn new(role: Role, config: &Config) -> Self {
+    pub(crate) fn new(config: &Config) -> Self {
         WriteState {
-            encoder: FrameEncoder::with_mask_keys(role, config.mask_keys),
-            outbox: Outbox::default(),
             write_buffer_size: config.write_buffer_size,
             shutdown: false,
             unflushed: false,
@@ -73,17 +107,13 @@ impl WriteState {
         }
     }
 
-    pub(crate) fn encoder_mut(&mut self) -> &mut FrameEncoder {
-        &mut self.encoder
-    }
-
     pub(crate) fn is_shut_down(&self) -> bool {
         self.shutdown
     }
 
-    /// Whether the outbox is past its limit.
-    pub(crate) fn is_full(&self) -> bool {
-        self.outbox.len() >= self.write_buffer_size
+    /// Whether what waits to be written is past the limit.
+    pub(crate) fn is_full(&self, d: &Driver) -> bool {
+        d.buffered() >= self.write_buffer_size
     }
 
     /// Whether no task is parked waiting for write progress.
@@ -135,30 +165,10 @@ impl WriteState {
         }
     }
 
-    /// Encodes a message into the outbox; a payload the encoder leaves
-    /// as it is goes in by reference.
-    pub(crate) fn queue(&mut self, msg: Message) -> Result<()> {
-        let encoder = &mut self.encoder;
-        if let Some(payload) = self.outbox.encode(|b| encoder.encode_owned(msg, b))? {
-            self.outbox.push_shared(payload);
-        }
-        Ok(())
-    }
-
-    /// Queues a prepared message: by reference when its frame goes out as
-    /// it is, encoded anew otherwise.
-    pub(crate) fn queue_prepared(&mut self, p: &PreparedMessage) -> Result<()> {
-        if let Some(frame) = self.encoder.shared_frame(p)? {
-            self.outbox.push_shared(frame);
-            return Ok(());
-        }
-        let encoder = &mut self.encoder;
-        Ok(self.outbox.encode(|b| encoder.encode_prepared(p, b))?)
-    }
-
-    /// Writes out the outbox.
+    /// Writes out what the driver has queued.
     pub(crate) fn poll_drain<W>(
         &mut self,
+        d: &mut Driver,
         io: &mut W,
         cx: &mut Context<'_>,
         task: Task,
@@ -167,15 +177,27 @@ impl WriteState {
         W: AsyncWrite + Unpin,
     {
         let mut progressed = false;
-        while !self.outbox.is_empty() {
-            match self.outbox.poll_write_once(io, cx) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Poll::Ready(Ok(_)) => {
+        loop {
+            let r = d.with_slices(|s| match s {
+                [] => None,
+                [one] => Some(Pin::new(&mut Retrying(&mut *io)).poll_write(cx, one)),
+                _ => Some(Pin::new(&mut Retrying(&mut *io)).poll_write_vectored(cx, s)),
+            });
+            match r {
+                None => break,
+                Some(Poll::Ready(Ok(0))) => {
+                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                }
+                Some(Poll::Ready(Ok(n))) => {
+                    d.written(n, &mut ThreadQueues);
                     progressed = true;
                     self.unflushed = true;
                 }
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => {
+                Some(Poll::Ready(Err(e))) => return Poll::Ready(Err(e)),
+                Some(Poll::Pending) => {
+                    // Waiting on the peer: hold memory in proportion to
+                    // what is left.
+                    d.write_blocked();
                     if progressed {
                         self.wake_other(task, cx);
                     }
