@@ -66,16 +66,21 @@ impl WebSocketCodec {
     }
 
     /// Turns permessage-deflate on in both directions, with the parameters
-    /// the handshake agreed on.
+    /// the handshake agreed on. An error (the core could not make the
+    /// compressor pair for these parameters) leaves the codec as it was;
+    /// the connection should then be refused or failed, as both engines do.
     #[cfg(feature = "deflate")]
-    pub fn enable_deflate(&mut self, params: &DeflateParams, config: &DeflateConfig) {
+    pub fn enable_deflate(
+        &mut self,
+        params: &DeflateParams,
+        config: &DeflateConfig,
+    ) -> Result<(), Error> {
         let role = self.decoder.role();
         let max = self.decoder.max_message_size();
-        // Cannot fail: this method is compiled only with the `deflate` feature.
-        if let Ok((inflater, deflater)) = crate::proto::deflate::pair(role, params, config, max) {
-            self.decoder.set_inflater(inflater);
-            self.encoder.set_deflater(deflater);
-        }
+        let (inflater, deflater) = crate::proto::deflate::pair(role, params, config, max)?;
+        self.decoder.set_inflater(inflater);
+        self.encoder.set_deflater(deflater);
+        Ok(())
     }
 
     /// Writes only a frame header; see [`FrameEncoder::encode_header`].

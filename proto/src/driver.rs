@@ -203,13 +203,22 @@ impl Driver {
     /// Queues the frames the core owes the peer (pongs, the close reply,
     /// keepalive pings); whether there were any. No backpressure holds
     /// them back: the core owes few and small ones.
+    #[inline]
     pub fn transmit(&mut self, lender: &mut impl Lender) -> Result<bool, Error> {
-        let mut any = false;
+        // Asked after every message: nothing owed is the case to keep
+        // cheap, so the loop stays out of line.
+        match self.conn.poll_transmit() {
+            None => Ok(false),
+            Some(first) => self.transmit_from(first, lender).map(|()| true),
+        }
+    }
+
+    fn transmit_from(&mut self, first: Message, lender: &mut impl Lender) -> Result<(), Error> {
+        self.encode_owned(first, lender)?;
         while let Some(msg) = self.conn.poll_transmit() {
-            any = true;
             self.encode_owned(msg, lender)?;
         }
-        Ok(any)
+        Ok(())
     }
 
     /// Queues bytes that are not WebSocket frames: the handshake's

@@ -157,20 +157,24 @@ impl WriteQueue {
     /// # Panics
     /// If `n` is more than [`len`](Self::len): the transport said it wrote
     /// bytes it was never given.
-    pub fn consume(&mut self, mut n: usize) -> bool {
+    #[inline]
+    pub fn consume(&mut self, n: usize) -> bool {
         assert!(n <= self.len, "wrote {n} bytes of {}", self.len);
         if n == self.len {
             // All written, the usual case: the buffer is kept whole (not
             // advanced), so it is reused from its start.
-            self.tail.clear();
-            self.segs.clear();
-            self.len = 0;
+            self.clear();
             return true;
         }
+        self.consume_part(n);
+        false
+    }
+
+    fn consume_part(&mut self, mut n: usize) {
         self.len -= n;
         if self.segs.is_empty() {
             self.tail.advance(n);
-            return false;
+            return;
         }
         while n > 0 {
             let Some(front) = self.segs.front_mut() else {
@@ -199,13 +203,16 @@ impl WriteQueue {
             // Only copied bytes are left: back to the plain form.
             self.segs.clear();
         }
-        false
     }
 
     /// Drops everything queued, keeping the buffers.
+    #[inline]
     pub fn clear(&mut self) {
         self.tail.clear();
-        self.segs.clear();
+        // Not a call per write when, as usual, nothing shared was queued.
+        if !self.segs.is_empty() {
+            self.segs.clear();
+        }
         self.len = 0;
     }
 

@@ -312,7 +312,7 @@ impl<S> WebSocketStream<S> {
         &mut self,
         params: &DeflateParams,
         config: &DeflateConfig,
-    ) -> Result<()> {
+    ) -> std::result::Result<(), crate::proto::Error> {
         let decoder = self.reader.decoder_mut();
         let (inflater, deflater) = crate::proto::deflate::pair(
             decoder.role(),
@@ -323,6 +323,13 @@ impl<S> WebSocketStream<S> {
         decoder.set_inflater(inflater);
         self.core.d.encoder_mut().set_deflater(deflater);
         Ok(())
+    }
+
+    /// Fails the connection before it starts: a setup step (compression)
+    /// that could not be done.
+    #[cfg(feature = "deflate")]
+    pub(crate) fn fail_setup(&mut self, e: crate::proto::Error) {
+        let _ = self.core.feed(|c| c.handle_error(e, now()));
     }
 
     /// Whether the peer's close frame has been received.

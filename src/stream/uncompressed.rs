@@ -37,9 +37,14 @@ where
     ///     .with_deflate(DeflateParams::default(), &DeflateConfig::default());
     /// # Ok::<(), wavesock::Error>(())
     /// ```
+    ///
+    /// Should the compressor pair not be made for `params`, the connection
+    /// fails with that error (the next poll returns it), rather than run
+    /// uncompressed against a peer that expects compression.
     pub fn with_deflate(mut self, params: DeflateParams, config: &DeflateConfig) -> Self {
-        // Cannot fail: this module is compiled only with the `deflate` feature.
-        let _ = self.enable_deflate(&params, config);
+        if let Err(e) = self.enable_deflate(&params, config) {
+            self.fail_setup(e);
+        }
         self
     }
 
