@@ -239,6 +239,24 @@ def hub():
     seed("raw_unfinished", b"GET / HTTP/1.1\r\nHost: x\r\n", raw=True)
 
 
+def driver():
+    # [role] then events of three bytes: op (% 9), arg, fill. See
+    # wavesock_fuzz::driver: 0 text, 1 binary, 2 borrowed data, 3 shared
+    # data, 4 prepared, 5 close, 6 peer ping, 7 write, 8 discard (arg
+    # >= 0x80) or a blocked write. An odd arg makes a payload of 4 KiB and
+    # more (the shared paths).
+    mix = [
+        (0, 4, 1), (1, 3, 2), (2, 6, 0), (3, 5, 1), (4, 33, 0), (7, 2, 5),
+        (6, 4, 3), (8, 0, 0), (7, 3, 200), (4, 2, 9), (5, 2, 0), (0, 2, 0),
+        (5, 0, 0), (7, 1, 255),
+    ]
+    events = bytes(b for e in mix for b in e)
+    write("driver", "server_mix", bytes([0]) + events)
+    write("driver", "client_mix", bytes([1]) + events)
+    cut = [(1, 5, 2), (3, 7, 1), (7, 1, 3), (8, 0x80, 0)]
+    write("driver", "discard_mid_frame", bytes([0]) + bytes(b for e in cut for b in e))
+
+
 if __name__ == "__main__":
     frame_decoder()
     utf8()
@@ -246,5 +264,6 @@ if __name__ == "__main__":
     deflate()
     conn()
     hub()
+    driver()
     for t in sorted(os.listdir(ROOT)):
         print(t, len(os.listdir(os.path.join(ROOT, t))))

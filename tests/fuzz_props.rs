@@ -973,6 +973,14 @@ proptest! {
         props::conn(&events);
     }
 
+    /// The `driver` property on random event sequences.
+    #[test]
+    fn driver_property_on_random_events(
+        events in proptest::collection::vec(any::<u8>(), 4..300),
+    ) {
+        props::driver(&events);
+    }
+
     /// The `deflate` property, each mode, on random bytes.
     #[test]
     fn deflate_property_on_random_bytes(

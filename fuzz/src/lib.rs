@@ -40,6 +40,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("deflate", deflate_no_probe),
     ("conn", conn),
     ("hub", hub),
+    ("driver", driver),
 ];
 
 /// Takes bytes off the front of the input; zeros once it runs out.
@@ -1208,4 +1209,208 @@ fn check_hub_output(out: &HubOutcome) -> Vec<(u8, Vec<u8>)> {
         assert_eq!(code, *error_code, "the close code and the handler's error");
     }
     frames
+}
+
+/// The driver under input-chosen sends of every kind, peer pings, writes
+/// of input-chosen sizes and slice counts, blocked writes and a discard.
+///
+/// The model: what the peer decodes from the bytes written is exactly the
+/// messages the driver accepted (`Outgoing::Send`) and the pongs it owed,
+/// in order; after our close nothing but that close goes out and a second
+/// close is skipped; `buffered()` is what was queued minus what was
+/// written; a connection with nothing to write holds no queue.
+pub fn driver(data: &[u8]) {
+    use wavesock::PreparedMessage;
+    use wavesock::proto::driver::Driver;
+    use wavesock::proto::encoder::FrameEncoder;
+    use wavesock::proto::outbox::{PoolLimits, QueuePool};
+
+    let mut input = Input(data);
+    let role = if input.byte() & 1 == 0 {
+        Role::Server
+    } else {
+        Role::Client
+    };
+    let now = Instant::now();
+    let mut d = Driver::new(
+        Connection::new(role, Timers::default(), now),
+        FrameEncoder::new(role),
+    );
+    let mut pool = QueuePool::new(PoolLimits {
+        buffer_len: 1 << 10,
+        buffer_max: 1 << 20,
+        count_max: 2,
+        bytes_max: 1 << 20,
+    });
+    let mut expected: Vec<Message> = Vec::new();
+    let mut wire = BytesMut::new();
+    let mut close_sent = false;
+    let mut discarded = false;
+
+    while !input.is_empty() && !discarded {
+        let before = d.buffered();
+        let op = input.byte();
+        let arg = input.byte();
+        // Small payloads from the input; large ones (the shared paths)
+        // made up to a size the input picks.
+        let len = if arg & 1 == 0 {
+            usize::from(arg % 16)
+        } else {
+            4096 + usize::from(arg) * 8
+        };
+        let fill = input.byte();
+        let ascii = vec![b'a' + fill % 26; len];
+        let verdict = match op % 9 {
+            0 => {
+                let m = Message::text(String::from_utf8(ascii.clone()).unwrap());
+                Some((d.send(m.clone(), now, &mut pool), m))
+            }
+            1 => {
+                let m = Message::binary(ascii.clone());
+                Some((d.send(m.clone(), now, &mut pool), m))
+            }
+            2 => {
+                let (opcode, m) = if fill & 1 == 0 {
+                    (
+                        OpCode::Text,
+                        Message::text(String::from_utf8(ascii.clone()).unwrap()),
+                    )
+                } else {
+                    (OpCode::Binary, Message::binary(ascii.clone()))
+                };
+                Some((d.send_data(opcode, &ascii, now, &mut pool), m))
+            }
+            3 => {
+                let (opcode, m) = if fill & 1 == 0 {
+                    (
+                        OpCode::Text,
+                        Message::text(String::from_utf8(ascii.clone()).unwrap()),
+                    )
+                } else {
+                    (OpCode::Binary, Message::binary(ascii.clone()))
+                };
+                let payload = bytes::Bytes::from(ascii.clone());
+                Some((d.send_data_shared(opcode, payload, now, &mut pool), m))
+            }
+            4 => {
+                let m = Message::binary(ascii.clone());
+                let p = PreparedMessage::new(&m).unwrap();
+                Some((d.send_prepared(&p, now, &mut pool), m))
+            }
+            5 => {
+                let frame = (arg & 2 != 0)
+                    .then(|| CloseFrame::new(CloseCode(1000 + u16::from(fill % 4)), "bye"));
+                let m = Message::Close(frame);
+                let r = d.send(m.clone(), now, &mut pool);
+                assert_eq!(
+                    r,
+                    Ok(if close_sent {
+                        Outgoing::Skip
+                    } else {
+                        Outgoing::Send
+                    }),
+                    "a first close is sent, a second skipped"
+                );
+                close_sent = true;
+                Some((r, m))
+            }
+            6 => {
+                let payload = bytes::Bytes::copy_from_slice(&ascii[..ascii.len().min(8)]);
+                d.conn_mut()
+                    .handle_frame(&Message::Ping(payload.clone()), now);
+                let owed = d.transmit(&mut pool).unwrap();
+                assert_eq!(owed, !close_sent, "a pong is owed until our close");
+                if owed {
+                    expected.push(Message::Pong(payload));
+                }
+                None
+            }
+            7 => {
+                // A write of at most `max` bytes over at most `slices`.
+                let max = usize::from(fill) * 37 + 1;
+                let slices = usize::from(arg % 4) + 1;
+                let n = d.with_slices(|s| {
+                    let mut n = 0;
+                    for s in s.iter().take(slices) {
+                        let k = s.len().min(max - n);
+                        wire.extend_from_slice(&s[..k]);
+                        n += k;
+                        if n == max {
+                            break;
+                        }
+                    }
+                    n
+                });
+                let all = d.written(n, &mut pool);
+                assert_eq!(d.buffered(), before - n);
+                assert_eq!(all, d.buffered() == 0);
+                assert_eq!(d.holds_queue(), !all, "an idle driver holds no queue");
+                None
+            }
+            8 if arg & 0x80 != 0 => {
+                d.discard_writes(&mut pool);
+                assert_eq!(d.buffered(), 0);
+                assert!(!d.holds_queue());
+                discarded = true;
+                None
+            }
+            _ => {
+                d.write_blocked();
+                assert_eq!(d.buffered(), before, "fitting loses nothing");
+                None
+            }
+        };
+        if let Some((r, m)) = verdict {
+            if m.is_close() {
+                if r == Ok(Outgoing::Send) {
+                    expected.push(m);
+                }
+            } else if close_sent {
+                assert!(r.is_err(), "data after our close is refused: {r:?}");
+                assert_eq!(d.buffered(), before, "and nothing is queued");
+            } else {
+                assert_eq!(r, Ok(Outgoing::Send));
+                assert!(d.buffered() > before);
+                expected.push(m);
+            }
+        }
+    }
+    if !discarded {
+        // Everything left, written at once.
+        while d.buffered() > 0 {
+            let n = d.with_slices(|s| {
+                s.iter()
+                    .map(|s| {
+                        wire.extend_from_slice(s);
+                        s.len()
+                    })
+                    .sum()
+            });
+            d.written(n, &mut pool);
+        }
+        assert!(!d.holds_queue());
+    }
+    let peer = match role {
+        Role::Server => Role::Client,
+        Role::Client => Role::Server,
+    };
+    let mut dec = MessageDecoder::new(peer, Limits::default());
+    let mut got = Vec::new();
+    while let Some(m) = dec
+        .decode(&mut wire)
+        .expect("the driver writes valid frames")
+    {
+        got.push(m);
+    }
+    if discarded {
+        assert!(got.len() <= expected.len());
+        assert_eq!(
+            got[..],
+            expected[..got.len()],
+            "what went out came in order"
+        );
+    } else {
+        assert!(wire.is_empty(), "no partial frame is left");
+        assert_eq!(got, expected);
+    }
 }
