@@ -46,7 +46,7 @@
 # Prints each compiler error with the example's origin (`file:line` of the
 # fence, and the line in it) and exits 1 if any example fails.
 #
-# One file, like check-layers.sh: bash only starts the embedded Python 3
+# One file: bash only starts the embedded Python 3
 # program. (Python tracebacks count lines from the `<<'PY'` line.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
