@@ -8,17 +8,35 @@
 //! three: the memory budget's wait, resume and refusals (1009, 1013), a
 //! quiet client never refused, the handshake's deadline, the closing
 //! handshake either way and a hang-up after our close, keepalive, a
-//! protocol violation's 1002, and settings of `Duration::MAX` (never).
+//! protocol violation's 1002, settings of `Duration::MAX` (never), and an
+//! idle connection holding no buffer after a large message.
+//!
+//! Every scenario runs twice per engine: over plain loopback, and with the
+//! server's socket behind the fault-injection transport of
+//! `tests/faults.rs` (short reads and writes, `Pending`, `Interrupted`,
+//! `WouldBlock`), whose faults must change nothing a peer can see.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{RwLock, mpsc};
+#[path = "counting/mod.rs"]
+mod counting;
+#[path = "support/faulty.rs"]
+mod faulty;
 #[path = "support/raw.rs"]
 mod raw;
+
+#[global_allocator]
+static GLOBAL: counting::Counting = counting::Counting;
+
+/// Scenarios run side by side; the one that counts the heap runs alone.
+static HEAP: RwLock<()> = RwLock::const_new(());
 
 use raw::{close_code, frame, read_frame, until, upgrade_raw, within};
 use wavesock::hub::{Closed, Handler, Hub, HubConfig, HubMessage, Ws};
@@ -31,7 +49,29 @@ enum Engine {
     Hub,
 }
 
-const ENGINES: [Engine; 3] = [Engine::Stream, Engine::Split, Engine::Hub];
+/// An engine, and whether the server's socket misbehaves.
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    engine: Engine,
+    faults: bool,
+}
+
+const ENGINES: [Case; 6] = {
+    const fn case(engine: Engine, faults: bool) -> Case {
+        Case { engine, faults }
+    }
+    [
+        case(Engine::Stream, false),
+        case(Engine::Split, false),
+        case(Engine::Hub, false),
+        case(Engine::Stream, true),
+        case(Engine::Split, true),
+        case(Engine::Hub, true),
+    ]
+};
+
+/// The faulty transport's seed: fixed, so a failure replays.
+const SEED: u64 = 0x5eed;
 
 /// How a server connection ended: `None` cleanly, else its error's text.
 type Ended = Option<String>;
@@ -81,34 +121,50 @@ impl Handler for HubEcho {
     }
 }
 
-async fn start(engine: Engine, config: Config) -> Server {
+async fn start(case: Case, config: Config) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, ended) = mpsc::unbounded_channel();
-    match engine {
-        Engine::Hub => {
+    match (case.engine, case.faults) {
+        (Engine::Hub, false) => {
             let config = HubConfig::default().engines(Some(1)).config(config);
             let hub = Hub::new(HubEcho(tx), config).unwrap();
             tokio::spawn(hub.serve(listener));
         }
-        Engine::Stream | Engine::Split => {
+        (Engine::Hub, true) => {
+            let config = HubConfig::default().engines(Some(1)).config(config);
+            let hub = Hub::new(HubEcho(tx), config).unwrap();
+            let handle = hub.handle();
+            tokio::spawn(hub.run());
             tokio::spawn(async move {
-                loop {
+                let counts = Arc::new(faulty::Counts::default());
+                for seed in SEED.. {
+                    let (tcp, _) = listener.accept().await.unwrap();
+                    let io = faulty::Faulty::new(tcp, seed, counts.clone());
+                    if handle.accept(io).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        (engine, faults) => {
+            tokio::spawn(async move {
+                let counts = Arc::new(faulty::Counts::default());
+                for seed in SEED.. {
                     let (tcp, _) = listener.accept().await.unwrap();
                     let tx = tx.clone();
                     let config = config.clone();
+                    let counts = counts.clone();
                     tokio::spawn(async move {
-                        // A refused or unfinished handshake ends nothing
-                        // that was open: it is not reported, as on the hub.
-                        let Ok(ws) = wavesock::accept_async_with_config(tcp, config).await else {
-                            return;
-                        };
-                        let ended = if engine == Engine::Split {
-                            serve_split(ws).await
+                        let ended = if faults {
+                            let io = faulty::Faulty::new(tcp, seed, counts);
+                            serve_any(engine, io, config).await
                         } else {
-                            serve_stream(ws).await
+                            serve_any(engine, tcp, config).await
                         };
-                        let _ = tx.send(ended);
+                        if let Some(ended) = ended {
+                            let _ = tx.send(ended);
+                        }
                     });
                 }
             });
@@ -117,7 +173,26 @@ async fn start(engine: Engine, config: Config) -> Server {
     Server { addr, ended }
 }
 
-async fn serve_stream(mut ws: wavesock::WebSocketStream<TcpStream>) -> Ended {
+/// Accepts and serves one connection on the Stream, unsplit or split;
+/// `None` if the handshake did not finish.
+async fn serve_any<S>(engine: Engine, io: S, config: Config) -> Option<Ended>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    // A refused or unfinished handshake ends nothing that was open: it is
+    // not reported, as on the hub.
+    let ws = wavesock::accept_async_with_config(io, config).await.ok()?;
+    Some(if engine == Engine::Split {
+        serve_split(ws).await
+    } else {
+        serve_stream(ws).await
+    })
+}
+
+async fn serve_stream<S>(mut ws: wavesock::WebSocketStream<S>) -> Ended
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     while let Some(msg) = ws.next().await {
         match msg {
             Ok(Message::Text(t)) if t.as_str() == "close" => {
@@ -138,7 +213,10 @@ async fn serve_stream(mut ws: wavesock::WebSocketStream<TcpStream>) -> Ended {
     None
 }
 
-async fn serve_split(ws: wavesock::WebSocketStream<TcpStream>) -> Ended {
+async fn serve_split<S>(ws: wavesock::WebSocketStream<S>) -> Ended
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (mut tx, mut rx) = ws.split();
     let (queue, mut queued) = mpsc::unbounded_channel::<Message>();
     // The sending half in a task of its own, as split halves are used.
@@ -180,6 +258,7 @@ fn budget_config(budget: &MemoryBudget) -> Config {
 
 #[tokio::test]
 async fn echo_and_a_client_close_echoed_with_its_code() {
+    let _heap = HEAP.read().await;
     for engine in ENGINES {
         eprintln!("engine {engine:?}");
         let mut server = start(engine, Config::default()).await;
@@ -206,6 +285,7 @@ async fn echo_and_a_client_close_echoed_with_its_code() {
 
 #[tokio::test]
 async fn a_server_close_answered_by_a_hang_up_is_a_clean_end() {
+    let _heap = HEAP.read().await;
     for engine in ENGINES {
         eprintln!("engine {engine:?}");
         let mut server = start(engine, Config::default()).await;
@@ -222,6 +302,7 @@ async fn a_server_close_answered_by_a_hang_up_is_a_clean_end() {
 
 #[tokio::test]
 async fn a_hang_up_without_closing_is_reported() {
+    let _heap = HEAP.read().await;
     for engine in ENGINES {
         eprintln!("engine {engine:?}");
         let mut server = start(engine, Config::default()).await;
@@ -234,6 +315,7 @@ async fn a_hang_up_without_closing_is_reported() {
 
 #[tokio::test]
 async fn a_protocol_violation_gets_1002() {
+    let _heap = HEAP.read().await;
     for engine in ENGINES {
         eprintln!("engine {engine:?}");
         let mut server = start(engine, Config::default()).await;
@@ -250,6 +332,7 @@ async fn keepalive_closes_a_silent_peer_and_keeps_a_live_one() {
     let config = Config::default()
         .ping_interval(Some(Duration::from_millis(100)))
         .pong_timeout(Duration::from_millis(200));
+    let _heap = HEAP.read().await;
     for engine in ENGINES {
         eprintln!("engine {engine:?}");
         let mut server = start(engine, config.clone()).await;
@@ -277,6 +360,7 @@ async fn keepalive_closes_a_silent_peer_and_keeps_a_live_one() {
 #[tokio::test]
 async fn an_unfinished_handshake_is_cut_at_its_timeout() {
     let config = Config::default().handshake_timeout(Some(Duration::from_millis(200)));
+    let _heap = HEAP.read().await;
     for engine in ENGINES {
         eprintln!("engine {engine:?}");
         let server = start(engine, config.clone()).await;
@@ -292,6 +376,7 @@ async fn an_unfinished_handshake_is_cut_at_its_timeout() {
 
 #[tokio::test]
 async fn a_message_larger_than_the_whole_budget_gets_1009() {
+    let _heap = HEAP.read().await;
     for engine in ENGINES {
         eprintln!("engine {engine:?}");
         let budget = MemoryBudget::new(1 << 20).allowance(0);
@@ -309,6 +394,7 @@ async fn a_message_larger_than_the_whole_budget_gets_1009() {
 #[tokio::test]
 async fn under_contention_a_client_waits_then_resumes_and_is_not_refused_later() {
     let wait = Duration::from_millis(800);
+    let _heap = HEAP.read().await;
     for engine in ENGINES {
         eprintln!("engine {engine:?}");
         let budget = MemoryBudget::new(16 << 20).allowance(0).wait_timeout(wait);
@@ -321,9 +407,14 @@ async fn under_contention_a_client_waits_then_resumes_and_is_not_refused_later()
         // B's message needs budget that A holds (reading a frame holds up
         // to twice its size while the buffer grows): B waits.
         let mut b = upgrade_raw(server.addr).await;
-        b.write_all(&frame(true, OpCode::Binary, vec![2; 8 << 20]))
-            .await
-            .unwrap();
+        // B writes while A stays quiet for less than the wait (a write of
+        // 8 MiB to a slow server may take longer than that by itself).
+        let b_writes = tokio::spawn(async move {
+            b.write_all(&frame(true, OpCode::Binary, vec![2; 8 << 20]))
+                .await
+                .unwrap();
+            b
+        });
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(
             budget.peak() <= budget.limit(),
@@ -335,6 +426,7 @@ async fn under_contention_a_client_waits_then_resumes_and_is_not_refused_later()
             .await
             .unwrap();
         assert_eq!(read_frame(&mut a).await.1.len(), 5 << 20, "{engine:?}");
+        let mut b = within(10, b_writes).await.unwrap();
         assert_eq!(read_frame(&mut b).await.1.len(), 8 << 20, "{engine:?}");
         // Quiet for longer than the wait, then a request: answered.
         tokio::time::sleep(wait * 2).await;
@@ -357,6 +449,7 @@ async fn under_contention_a_client_waits_then_resumes_and_is_not_refused_later()
 #[tokio::test]
 async fn a_client_holding_budget_while_silent_gets_1013_and_the_waiting_one_resumes() {
     let wait = Duration::from_millis(1000);
+    let _heap = HEAP.read().await;
     for engine in ENGINES {
         let budget = MemoryBudget::new(16 << 20).allowance(0).wait_timeout(wait);
         let mut server = start(engine, budget_config(&budget)).await;
@@ -386,6 +479,7 @@ async fn a_client_holding_budget_while_silent_gets_1013_and_the_waiting_one_resu
 
 #[tokio::test]
 async fn an_idle_connection_holds_no_budget_after_a_large_message() {
+    let _heap = HEAP.read().await;
     for engine in ENGINES {
         eprintln!("engine {engine:?}");
         let budget = MemoryBudget::new(64 << 20).allowance(0);
@@ -409,6 +503,7 @@ async fn settings_of_duration_max_mean_never_on_every_engine() {
         .pong_timeout(Duration::MAX)
         .close_timeout(Duration::MAX)
         .memory_budget(MemoryBudget::new(1 << 20).wait_timeout(Duration::MAX));
+    let _heap = HEAP.read().await;
     for engine in ENGINES {
         let mut server = start(engine, config.clone()).await;
         let (mut ws, _) = wavesock::connect_async(format!("ws://{}/", server.addr))
@@ -423,4 +518,53 @@ async fn settings_of_duration_max_mean_never_on_every_engine() {
         while within(5, ws.next()).await.is_some() {}
         assert_eq!(server.ended().await, None, "{engine:?}");
     }
+}
+
+#[tokio::test]
+async fn an_idle_connection_holds_no_buffer_after_a_large_message() {
+    // Alone: the heap is the process's.
+    let _heap = HEAP.write().await;
+    let mut held = Vec::new();
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let server = start(engine, Config::default().max_message_size(16 << 20)).await;
+        let (mut ws, _) = wavesock::connect_async(format!("ws://{}/", server.addr))
+            .await
+            .unwrap();
+        // Warm: the pools and the runtime hold what they keep anyway.
+        for _ in 0..3 {
+            ws.send(Message::binary(vec![1u8; 100 << 10]))
+                .await
+                .unwrap();
+            within(10, ws.next()).await.unwrap().unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let idle = counting::LIVE.load(Ordering::SeqCst);
+        ws.send(Message::binary(vec![3u8; 8 << 20])).await.unwrap();
+        let echo = within(10, ws.next()).await.unwrap().unwrap();
+        assert_eq!(echo.len(), 8 << 20, "{engine:?}");
+        drop(echo);
+        // The client waits for more, as a read loop does: a Stream gives
+        // its memory back when it waits, so this one must be polled.
+        let _ = tokio::time::timeout(Duration::from_millis(50), ws.next()).await;
+        // Both ends idle again: neither keeps the message's buffers (the
+        // pools keep at most a few buffers of their bounded size).
+        let slack = 1 << 20;
+        let mut live = counting::LIVE.load(Ordering::SeqCst);
+        for _ in 0..500 {
+            if live < idle + slack {
+                break;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(1), ws.next()).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            live = counting::LIVE.load(Ordering::SeqCst);
+        }
+        if live >= idle + slack {
+            held.push(format!(
+                "{engine:?}: {live} bytes live, {idle} before the 8 MiB echo"
+            ));
+        }
+        drop(ws);
+    }
+    assert!(held.is_empty(), "{held:#?}");
 }

@@ -77,7 +77,18 @@ impl ReadBuf {
     }
 
     /// A message split off the buffer may share its memory.
+    #[inline]
     pub(crate) fn handed_out(&mut self) {
+        if self.buf.capacity() == 0 {
+            // The message took the allocation's last byte: this empty view
+            // can hold nothing more, and keeping it would keep the whole
+            // allocation alive with the message's memory until the next
+            // read (an idle split connection held an 8 MiB echo so).
+            self.buf = BytesMut::new();
+            self.shared = false;
+            self.arena = false;
+            return;
+        }
         self.shared = true;
     }
 
@@ -201,12 +212,11 @@ impl ReadBuf {
         account: &mut BudgetAccount,
         frame_left: Option<usize>,
     ) -> Poll<io::Result<usize>> {
-        if self.buf.capacity() > 0 {
-            // Memory a handed-out message still uses: drop our share, as
-            // taking a spare would.
-            self.buf = BytesMut::new();
-            self.shared = false;
-        }
+        // Memory a handed-out message may still use: drop our share, as
+        // taking a spare would (an empty view of no capacity holds a share
+        // too).
+        self.buf = BytesMut::new();
+        self.shared = false;
         self.arena = false;
         let mut stack = [MaybeUninit::<u8>::uninit(); STACK_READ];
         let len = frame_left.map_or(STACK_READ, |want| {
@@ -548,6 +558,24 @@ mod tests {
         read(&mut rb, &[5; 10], |_| None);
         let n = read(&mut rb, &vec![6; 100_000], |held| Some(20 - held.min(20)));
         assert!(n <= 10 + READ_CHUNK, "{n}");
+    }
+
+    #[test]
+    fn a_message_that_fills_its_allocation_leaves_no_share_behind() {
+        let mut rb = ReadBuf::default();
+        rb.buf = BytesMut::with_capacity(5000);
+        rb.buf.extend_from_slice(&[4; 5000]);
+        let msg = rb.bytes().split_to(5000).freeze();
+        assert_eq!(rb.buf.capacity(), 0);
+        rb.handed_out();
+        // The message is the allocation's only owner now: dropping it
+        // frees the memory (a share left in the buffer would keep it until
+        // the next read).
+        let Ok(owned) = msg.try_into_mut() else {
+            panic!("the read buffer kept a share of the message's memory");
+        };
+        assert_eq!(owned.len(), 5000);
+        assert!(!rb.shared);
     }
 
     #[test]

@@ -46,9 +46,10 @@ pub struct Counts {
 
 /// `inner` with faults: each call may return `Pending` (waking the task
 /// at once, as a transport that becomes ready again would), `Interrupted`,
-/// or move fewer bytes than it could.
-pub struct Faulty {
-    pub inner: DuplexStream,
+/// or move fewer bytes than it could. Over an in-memory pipe by default;
+/// `tests/engines.rs` wraps a server's TCP stream.
+pub struct Faulty<T = DuplexStream> {
+    pub inner: T,
     rng: Rng,
     counts: Arc<Counts>,
     /// Bytes each direction still moves before it breaks, and how.
@@ -72,8 +73,8 @@ pub enum Break {
     Reset,
 }
 
-impl Faulty {
-    pub fn new(inner: DuplexStream, seed: u64, counts: Arc<Counts>) -> Self {
+impl<T> Faulty<T> {
+    pub fn new(inner: T, seed: u64, counts: Arc<Counts>) -> Self {
         Faulty {
             inner,
             rng: Rng::new(seed),
@@ -106,7 +107,7 @@ impl Faulty {
     }
 }
 
-impl AsyncRead for Faulty {
+impl<T: AsyncRead + Unpin> AsyncRead for Faulty<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -143,7 +144,7 @@ impl AsyncRead for Faulty {
     }
 }
 
-impl AsyncWrite for Faulty {
+impl<T: AsyncWrite + Unpin> AsyncWrite for Faulty<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
