@@ -562,8 +562,7 @@ mod tests {
 
     #[test]
     fn a_message_that_fills_its_allocation_leaves_no_share_behind() {
-        let mut rb = ReadBuf::default();
-        rb.buf = BytesMut::with_capacity(5000);
+        let mut rb = ReadBuf::new(BytesMut::with_capacity(5000));
         rb.buf.extend_from_slice(&[4; 5000]);
         let msg = rb.bytes().split_to(5000).freeze();
         assert_eq!(rb.buf.capacity(), 0);
