@@ -90,8 +90,11 @@ impl Server {
 }
 
 /// What every echo server does with a text message `close`: closes with
-/// 4000 and this reason.
+/// 4000 and this reason. With `close-then-send` it then tries to send
+/// [`LATE`] too, which the rules refuse (the Stream with an error, the hub
+/// with `SendStatus::Closed`): it must never reach the wire.
 const CLOSE_REASON: &str = "asked to";
+const LATE: &str = "sent after our close";
 
 /// The hub's echo.
 #[derive(Clone)]
@@ -109,8 +112,12 @@ impl Handler for HubEcho {
     }
 
     fn message(&mut self, ws: &mut Ws<'_, ()>, msg: HubMessage<'_>) {
-        if msg == HubMessage::Text("close") {
+        if let HubMessage::Text(t @ ("close" | "close-then-send")) = msg {
             ws.close(CloseCode::from(4000), CLOSE_REASON).unwrap();
+            if t == "close-then-send" {
+                let status = ws.send_text(LATE).unwrap();
+                assert_eq!(status, wavesock::hub::SendStatus::Closed);
+            }
             return;
         }
         let _ = ws.send_borrowed(msg);
@@ -195,10 +202,17 @@ where
 {
     while let Some(msg) = ws.next().await {
         match msg {
-            Ok(Message::Text(t)) if t.as_str() == "close" => {
+            Ok(Message::Text(t)) if t.as_str().starts_with("close") => {
                 let frame = CloseFrame::new(CloseCode::from(4000), CLOSE_REASON);
                 if let Err(e) = ws.send(Message::Close(Some(frame))).await {
                     return Some(e.to_string());
+                }
+                if t.as_str() == "close-then-send" {
+                    let late = ws.send(Message::text(LATE)).await;
+                    assert!(
+                        matches!(late, Err(wavesock::Error::AlreadyClosed)),
+                        "{late:?}"
+                    );
                 }
             }
             Ok(m) if m.is_data() => {
@@ -230,9 +244,14 @@ where
     let mut ended = None;
     while let Some(msg) = rx.next().await {
         match msg {
-            Ok(Message::Text(t)) if t.as_str() == "close" => {
+            Ok(Message::Text(t)) if t.as_str().starts_with("close") => {
                 let frame = CloseFrame::new(CloseCode::from(4000), CLOSE_REASON);
                 let _ = queue.send(Message::Close(Some(frame)));
+                if t.as_str() == "close-then-send" {
+                    // The sender fails this one and stops; the receiver
+                    // goes on to the peer's close reply.
+                    let _ = queue.send(Message::text(LATE));
+                }
             }
             Ok(m) if m.is_data() => {
                 let _ = queue.send(m);
@@ -297,6 +316,55 @@ async fn a_server_close_answered_by_a_hang_up_is_a_clean_end() {
         // No close reply: the client hangs up instead, as many do.
         drop(tcp);
         assert_eq!(server.ended().await, None, "{engine:?}");
+    }
+}
+
+#[tokio::test]
+async fn nothing_sent_after_our_close_reaches_the_wire() {
+    let _heap = HEAP.read().await;
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let mut tcp = upgrade_raw(server.addr).await;
+        tcp.write_all(&frame(true, OpCode::Text, b"close-then-send".to_vec()))
+            .await
+            .unwrap();
+        let (op, payload) = read_frame(&mut tcp).await;
+        assert_eq!(
+            (op, &payload[..2]),
+            (0x8, &[0x0f, 0xa0][..]),
+            "{engine:?}: 4000"
+        );
+        // Our close reply; then the server ends, and nothing came between.
+        tcp.write_all(&frame(true, OpCode::Close, vec![0x0f, 0xa0]))
+            .await
+            .unwrap();
+        let mut rest = Vec::new();
+        within(5, tcp.read_to_end(&mut rest)).await.unwrap();
+        assert!(rest.is_empty(), "{engine:?}: {rest:?} after the close");
+        assert_eq!(server.ended().await, None, "{engine:?}: a clean close");
+    }
+}
+
+#[tokio::test]
+async fn a_refused_client_that_reads_nothing_is_answered_and_cut() {
+    let _heap = HEAP.read().await;
+    let config = Config::default().handshake_timeout(Some(Duration::from_millis(300)));
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let server = start(engine, config.clone()).await;
+        let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+        // No Upgrade: refused. The client reads nothing for a while.
+        tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let mut answer = Vec::new();
+        within(5, tcp.read_to_end(&mut answer))
+            .await
+            .expect("the connection ends");
+        let head = String::from_utf8_lossy(&answer);
+        assert!(head.starts_with("HTTP/1.1 4"), "{engine:?}: {head}");
     }
 }
 

@@ -49,6 +49,36 @@ impl Lender for QueuePool {
 }
 
 /// The core, the encoder and the bytes waiting for the peer.
+///
+/// ```
+/// use std::time::Instant;
+/// use wavesock_proto::conn::{Connection, Outgoing, Timers};
+/// use wavesock_proto::driver::Driver;
+/// use wavesock_proto::encoder::FrameEncoder;
+/// use wavesock_proto::outbox::{PoolLimits, QueuePool};
+/// use wavesock_proto::{Message, Role};
+///
+/// let now = Instant::now();
+/// let mut pool = QueuePool::new(PoolLimits {
+///     buffer_len: 16 << 10,
+///     buffer_max: 256 << 10,
+///     count_max: 64,
+///     bytes_max: 1 << 20,
+/// });
+/// let conn = Connection::new(Role::Server, Timers::default(), now);
+/// let mut d = Driver::new(conn, FrameEncoder::new(Role::Server));
+/// assert_eq!(d.send(Message::text("hi"), now, &mut pool)?, Outgoing::Send);
+///
+/// // The engine writes what the driver gives it, and says how much went.
+/// let mut wire = Vec::new();
+/// let n = d.with_slices(|slices| {
+///     slices.iter().map(|s| { wire.extend_from_slice(s); s.len() }).sum()
+/// });
+/// assert!(d.written(n, &mut pool), "all written");
+/// assert_eq!(wire, [0x81, 2, b'h', b'i']);
+/// assert!(!d.holds_queue(), "an idle connection holds no write buffer");
+/// # Ok::<(), wavesock_proto::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Driver {
     conn: Connection,

@@ -6,7 +6,14 @@
 //! Nothing here knows about sockets, async runtimes, clocks or HTTP: the
 //! crate depends on none of them, so the compiler keeps it so. The engines
 //! above it (wavesock's `WebSocketStream` and hub) move bytes and time in
-//! and out; wavesock re-exports this crate as `wavesock_proto::proto`.
+//! and out; wavesock re-exports this crate as `wavesock::proto`.
+//!
+//! The layers, bottom up: frames ([`header`], [`mask`]), messages
+//! ([`decoder`], [`encoder`], [`message`], [`deflate`]), the connection's
+//! state and deadlines ([`conn::Connection`]), the memory rules
+//! ([`budget`], [`buffer`]), and the per-connection [`driver::Driver`]:
+//! the core with its encoder and a write queue ([`outbox`]), through which
+//! every engine sends and writes.
 //!
 //! ```
 //! use wavesock_proto::{Limits, Message, Role};
