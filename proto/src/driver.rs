@@ -15,12 +15,11 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::conn::{Connection, Outgoing};
-use crate::encoder::{FrameEncoder, SHARE_PAYLOAD_MIN};
+use crate::encoder::FrameEncoder;
 use crate::error::Error;
 use crate::header::OpCode;
 use crate::message::{Frame, Message, PreparedMessage};
 use crate::outbox::{MAX_SLICES, QueuePool, WriteQueue};
-use crate::role::Role;
 
 /// A prepared frame at least this large is queued as a reference to its
 /// one shared copy (a publish to thousands); a smaller one is copied,
@@ -186,14 +185,12 @@ impl Driver {
         now: Instant,
         lender: &mut impl Lender,
     ) -> Result<Outgoing, Error> {
-        if payload.len() < SHARE_PAYLOAD_MIN
-            || self.encoder.role() == Role::Client
-            || self.encoder.compresses_len(payload.len())
-        {
+        if self.encoder.compresses_len(payload.len()) {
             return self.send_data(opcode, &payload, now, lender);
         }
-        // Goes out as it is: a frame, which the encoder writes the header
-        // of and queues the payload after, by reference.
+        // Otherwise it goes out as it is, as a frame: the encoder writes
+        // its header and queues the payload after it by reference when
+        // that is worth it (large enough, and not a client's, which masks).
         self.send(
             Message::Frame(Frame::new(true, opcode, payload)),
             now,
@@ -319,9 +316,11 @@ impl Driver {
 mod tests {
     use super::*;
     use crate::Limits;
+    use crate::Role;
     use crate::close::{CloseCode, CloseFrame};
     use crate::conn::Timers;
     use crate::decoder::MessageDecoder;
+    use crate::encoder::SHARE_PAYLOAD_MIN;
     use crate::outbox::PoolLimits;
     use bytes::BytesMut;
 
@@ -411,6 +410,100 @@ mod tests {
         );
         assert!(!d.holds_queue(), "an idle connection holds no queue");
         assert_eq!(pool.len(), 1);
+    }
+
+    fn n_slices(d: &Driver) -> usize {
+        d.with_slices(|s| s.len())
+    }
+
+    #[test]
+    fn a_lent_queue_gets_the_pools_buffer_size() {
+        let mut pool = pool();
+        let mut d = driver(Role::Server);
+        d.send(Message::text("x"), Instant::now(), &mut pool)
+            .unwrap();
+        assert!(d.out.as_ref().unwrap().capacity() >= 1024);
+    }
+
+    #[test]
+    fn a_payload_sent_on_is_shared_only_when_it_goes_out_as_it_is() {
+        let now = Instant::now();
+        let mut pool = pool();
+        let big = Bytes::from(vec![5; SHARE_PAYLOAD_MIN]);
+        for opcode in [OpCode::Binary, OpCode::Text] {
+            let mut d = driver(Role::Server);
+            d.send_data_shared(opcode, big.clone(), now, &mut pool)
+                .unwrap();
+            assert_eq!(n_slices(&d), 2, "{opcode:?}: the header, then the payload");
+            let shared = d.with_slices(|s| s[1].as_ptr());
+            assert_eq!(shared, big.as_ptr(), "not a copy");
+        }
+        // Under the threshold: copied.
+        let mut d = driver(Role::Server);
+        let small = big.slice(..SHARE_PAYLOAD_MIN - 1);
+        d.send_data_shared(OpCode::Binary, small, now, &mut pool)
+            .unwrap();
+        assert_eq!(n_slices(&d), 1);
+        // A client masks: copied.
+        let mut d = driver(Role::Client);
+        d.send_data_shared(OpCode::Binary, big.clone(), now, &mut pool)
+            .unwrap();
+        assert_eq!(n_slices(&d), 1);
+    }
+
+    #[cfg(feature = "deflate")]
+    #[test]
+    fn a_payload_sent_on_by_a_compressing_connection_is_compressed() {
+        use crate::deflate::{DeflateConfig, DeflateParams, pair};
+        let mut pool = pool();
+        let mut d = driver(Role::Server);
+        let (_, deflater) = pair(
+            Role::Server,
+            &DeflateParams::default(),
+            &DeflateConfig::default(),
+            1 << 20,
+        )
+        .unwrap();
+        d.encoder_mut().set_deflater(deflater);
+        let big = Bytes::from(vec![5; SHARE_PAYLOAD_MIN]);
+        d.send_data_shared(OpCode::Binary, big, Instant::now(), &mut pool)
+            .unwrap();
+        assert_eq!(n_slices(&d), 1, "compressed into the queue");
+        assert!(d.buffered() < 100, "{}", d.buffered());
+        let rsv1 = d.with_slices(|s| s[0][0] & 0x40);
+        assert_eq!(rsv1, 0x40, "marked compressed");
+    }
+
+    #[test]
+    fn prepared_frames_from_256_bytes_are_shared() {
+        let now = Instant::now();
+        let mut pool = pool();
+        // A 4-byte header (a 16-bit length): payloads of 252 and 251 bytes
+        // make frames of 256 and 255.
+        for (payload, shared) in [(252, true), (251, false)] {
+            let p = PreparedMessage::new(&Message::binary(vec![1; payload])).unwrap();
+            let mut d = driver(Role::Server);
+            d.send_prepared(&p, now, &mut pool).unwrap();
+            let ptr = d.with_slices(|s| s[0].as_ptr());
+            assert_eq!(ptr == p.frame().as_ptr(), shared, "{payload}");
+        }
+    }
+
+    #[test]
+    fn a_blocked_write_fits_what_waits() {
+        let mut pool = QueuePool::new(PoolLimits {
+            buffer_len: 64 << 10,
+            buffer_max: 1 << 20,
+            count_max: 4,
+            bytes_max: 1 << 20,
+        });
+        let mut d = driver(Role::Server);
+        d.send(Message::text("x"), Instant::now(), &mut pool)
+            .unwrap();
+        assert!(d.out.as_ref().unwrap().capacity() >= 64 << 10);
+        d.write_blocked();
+        assert!(d.out.as_ref().unwrap().capacity() < 1024);
+        assert_eq!(d.buffered(), 3);
     }
 
     #[test]

@@ -402,6 +402,74 @@ mod tests {
         assert!(q.tail.capacity() >= 16 << 10);
     }
 
+    fn n_slices(q: &WriteQueue) -> usize {
+        let mut iov = [IoSlice::new(&[]); 8];
+        q.slices(&mut iov)
+    }
+
+    #[test]
+    fn copies_stay_one_piece_and_runs_between_shared_chunks_merge() {
+        let mut q = WriteQueue::new(64);
+        assert_eq!(n_slices(&q), 0, "nothing waits");
+        assert_eq!(q.plain(), Some(&[][..]));
+        copied(&mut q, b"ab");
+        copied(&mut q, b"");
+        copied(&mut q, b"cd");
+        assert_eq!(q.plain(), Some(&b"abcd"[..]), "copies only: one piece");
+        q.push_shared(Bytes::from_static(b"SHARED"));
+        assert_eq!(q.plain(), None);
+        copied(&mut q, b"");
+        assert_eq!(n_slices(&q), 2, "an empty copy adds no piece");
+        copied(&mut q, b"e");
+        copied(&mut q, b"f");
+        assert_eq!(n_slices(&q), 3, "copies after a chunk merge into one run");
+        let mut iov = [IoSlice::new(&[]); 8];
+        q.slices(&mut iov);
+        assert_eq!(&*iov[2], b"ef");
+        assert_eq!(q.slices(&mut []), 0, "no room, no slice");
+    }
+
+    #[test]
+    fn a_drained_queue_is_reused_without_what_it_held() {
+        let mut q = WriteQueue::new(64);
+        copied(&mut q, b"ab");
+        q.push_shared(Bytes::from_static(b"SHARED"));
+        assert!(q.consume(8));
+        copied(&mut q, b"x");
+        assert_eq!(q.plain(), Some(&b"x"[..]), "no stale chunk");
+        assert_eq!(drain(&mut q, 100, 8), b"x");
+    }
+
+    #[test]
+    fn the_pool_counts_the_bytes_it_keeps() {
+        let mut pool = QueuePool::new(PoolLimits {
+            buffer_len: 1000,
+            buffer_max: 1 << 20,
+            count_max: 8,
+            bytes_max: 1 << 20,
+        });
+        assert!(pool.is_empty());
+        let mut a = pool.take();
+        copied(&mut a, b"x");
+        a.push_shared(Bytes::from_static(b"SHARED"));
+        a.consume(7);
+        let segs = a.segs.capacity() * std::mem::size_of::<Seg>();
+        assert!(segs > 0, "the chunk list keeps its room");
+        let a_cap = a.tail.capacity() + segs;
+        assert_eq!(a.capacity(), a_cap);
+        let mut b = pool.take();
+        copied(&mut b, &[0; 3000]);
+        b.consume(3000);
+        let b_cap = b.capacity();
+        pool.give(a);
+        pool.give(b);
+        assert!(!pool.is_empty());
+        assert_eq!(pool.len(), 2);
+        assert_eq!(pool.bytes(), a_cap + b_cap);
+        let taken = pool.take();
+        assert_eq!(pool.bytes(), a_cap + b_cap - taken.capacity());
+    }
+
     #[test]
     fn a_copy_into_a_queue_without_a_buffer_takes_its_size() {
         let mut q = WriteQueue::new(16 << 10);
