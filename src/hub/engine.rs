@@ -863,7 +863,9 @@ fn lend(readers: &mut Vec<Box<Reading>>, config: &HubConfig) -> Box<Reading> {
 /// Reading state back to the pool, if it holds nothing of its connection.
 fn lend_back(mut r: Box<Reading>, readers: &mut Vec<Box<Reading>>) {
     if r.decoder.is_at_rest() && r.pending.is_empty() && readers.len() < READER_POOL_MAX {
-        if r.pending.capacity() > PENDING_KEEP_MAX {
+        if r.pending.capacity() > PENDING_KEEP_MAX || r.pending.capacity() == 0 {
+            // Too large to keep, or an empty view that may share a
+            // handed-out message's memory.
             r.pending = BytesMut::new();
         }
         readers.push(r);
@@ -1074,9 +1076,10 @@ fn read_frames<H: Handler>(
     // decoded (after a large message too), and no more than in proportion
     // to an unfinished frame while it waits for the rest.
     if pending.is_empty() {
-        if pending.capacity() > 0 {
-            *pending = BytesMut::new();
-        }
+        // Even with no capacity: an empty view left where a message ended
+        // still shares that message's allocation (and would keep it alive
+        // in the readers' pool).
+        *pending = BytesMut::new();
     } else if (waits || !reading(slot, decoder)) && !keeps(pending.len(), pending.capacity()) {
         *pending = BytesMut::from(&pending[..]);
     }
