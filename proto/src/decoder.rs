@@ -26,15 +26,15 @@ use crate::message::{Frame, Message};
 use crate::text::Utf8Bytes;
 use crate::utf8::Utf8Validator;
 
-/// Frames below this size that fill their buffer are handed the buffer.
-const TAKE_WHOLE_BELOW: usize = 64 << 10;
-
-/// The `len` payload bytes at the front of `src`, split off. A small frame
-/// that fills the buffer to its end gets the buffer whole, as sharing it
-/// would cost an allocation and leave nothing reusable behind. (A large one
-/// is shared, so the reader can reuse the memory once the message is gone.)
+/// The `len` payload bytes at the front of `src`, split off. A payload that
+/// fills the buffer to its end gets the buffer whole: splitting would leave
+/// `src` an empty view of no capacity, which can hold nothing more yet
+/// shares the allocation, and so keeps the message's memory alive for as
+/// long as the reader keeps its buffer (an idle connection after a large
+/// message).
+#[inline]
 fn take_payload(src: &mut BytesMut, len: usize) -> BytesMut {
-    if len == src.capacity() && len < TAKE_WHOLE_BELOW {
+    if len == src.capacity() {
         std::mem::take(src)
     } else {
         src.split_to(len)
@@ -464,7 +464,7 @@ impl MessageDecoder {
         *checked = 0;
         let frame_end = *handed_out == *len;
         let len = *len;
-        let payload = src.split_to(avail).freeze();
+        let payload = take_payload(src, avail).freeze();
         if frame_end {
             self.state = DecodeState::Head;
             if header.fin {
@@ -626,6 +626,43 @@ impl MessageDecoder {
             if let Some(msg) = self.finish_frame(header, take_payload(src, len))? {
                 return Ok(Some(msg));
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encoder::FrameEncoder;
+
+    /// A client's frame of `len` bytes in a buffer of exactly its size.
+    fn exact_frame(len: usize) -> BytesMut {
+        let mut wire = BytesMut::new();
+        FrameEncoder::new(Role::Client)
+            .encode_message(&Message::binary(vec![7; len]), &mut wire)
+            .unwrap();
+        let mut exact = BytesMut::with_capacity(wire.len());
+        exact.extend_from_slice(&wire);
+        assert_eq!(exact.capacity(), exact.len());
+        exact
+    }
+
+    #[test]
+    fn a_payload_that_fills_the_buffer_leaves_it_no_share() {
+        for len in [100, 64 << 10, 1 << 20] {
+            let mut src = exact_frame(len);
+            let mut dec = MessageDecoder::new(Role::Server, Limits::default());
+            let Some(Message::Binary(payload)) = dec.decode(&mut src).unwrap() else {
+                panic!("a binary message");
+            };
+            assert_eq!(payload.len(), len);
+            assert!(src.is_empty());
+            // The message is its memory's only owner: nothing left in the
+            // reader's buffer keeps that memory alive once it is dropped.
+            assert!(
+                payload.try_into_mut().is_ok(),
+                "{len}: the buffer kept a share"
+            );
         }
     }
 }

@@ -82,8 +82,9 @@ impl ReadBuf {
         if self.buf.capacity() == 0 {
             // The message took the allocation's last byte: this empty view
             // can hold nothing more, and keeping it would keep the whole
-            // allocation alive with the message's memory until the next
-            // read (an idle split connection held an 8 MiB echo so).
+            // allocation alive until the next read. The decoder hands such
+            // a payload the buffer whole (`take_payload`); this guards any
+            // other split.
             self.buf = BytesMut::new();
             self.shared = false;
             self.arena = false;
