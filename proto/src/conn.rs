@@ -228,6 +228,16 @@ impl State {
         self.0 & Self::BUDGET_WAIT != 0
     }
 
+    /// Whether the core needs to hear of `msg`, decoded in this state
+    /// ([`Connection::handle_message`]): a control frame, or any message
+    /// while the connection waits for memory budget. A data message
+    /// otherwise changes nothing, so a receiver that shares the core with
+    /// another task need not reach it.
+    #[inline]
+    pub fn hears_message(self, msg: &Message) -> bool {
+        msg.is_control() || self.is_waiting_for_budget()
+    }
+
     /// The state as one byte, to publish in an atomic.
     pub fn to_bits(self) -> u8 {
         self.0
@@ -465,6 +475,18 @@ impl Connection {
             }
             _ => {}
         }
+    }
+
+    /// A message decoded from the peer at `now`, when
+    /// [`State::hears_message`] says the core needs it: a control frame
+    /// changes the state ([`handle_frame`](Self::handle_frame)), and any
+    /// message is progress for a memory budget's wait.
+    #[inline]
+    pub fn handle_message(&mut self, msg: &Message, now: Instant) {
+        if self.state.is_waiting_for_budget() {
+            self.handle_input(now);
+        }
+        self.handle_frame(msg, now);
     }
 
     /// The peer's data broke the protocol (a decoding error), or its

@@ -13,7 +13,8 @@
 //! state and deadlines ([`conn::Connection`]), the memory rules
 //! ([`budget`], [`buffer`]), and the per-connection [`driver::Driver`]:
 //! the core with its encoder and a write queue ([`outbox`]), through which
-//! every engine sends and writes.
+//! every engine sends and writes, and the [`inbox::Inbox`] beside it: the
+//! decoder and the read buffer, through which every engine reads.
 //!
 //! ```
 //! use wavesock_proto::{Limits, Message, Role};
@@ -43,6 +44,7 @@ pub mod driver;
 pub mod encoder;
 pub mod error;
 pub mod header;
+pub mod inbox;
 pub mod limits;
 pub mod mask;
 pub mod message;

@@ -5,7 +5,6 @@ mod core;
 mod pieces;
 mod pool;
 mod read;
-mod read_buf;
 mod split;
 #[cfg(feature = "deflate")]
 mod uncompressed;

@@ -8,6 +8,8 @@ use std::thread::LocalKey;
 
 use bytes::BytesMut;
 
+use crate::proto::inbox::ReadMemory;
+
 /// The size of every pooled buffer: room for a 64 KiB message with its
 /// header and what follows it, so that messages of the common 64 KiB size
 /// are read in place instead of outgrowing their buffer by a header.
@@ -96,26 +98,33 @@ pub(crate) fn give(mut buf: BytesMut) {
     keep(&SPARE, buf);
 }
 
-/// Moves the bytes of `buf` to a buffer of their size when `buf` holds over
-/// four times more memory than bytes. Called when a connection is about to
-/// wait, so a waiting connection's memory stays in proportion to what it
-/// has in hand. The old buffer goes back to the pool unless `shared` (a
-/// message handed out, or a queued chunk, may still use its memory).
-/// Returns whether `buf` was replaced.
-pub(crate) fn fit(buf: &mut BytesMut, shared: bool) -> bool {
-    if crate::proto::buffer::keeps(buf.len(), buf.capacity()) {
-        return false;
+/// The thread's spares and arena, lent to a connection's inbox.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ThreadMemory;
+
+impl ReadMemory for ThreadMemory {
+    #[inline]
+    fn take_spare(&mut self) -> BytesMut {
+        take()
     }
-    let exact = if buf.is_empty() {
-        BytesMut::new()
-    } else {
-        BytesMut::from(&buf[..])
-    };
-    let old = std::mem::replace(buf, exact);
-    if !shared {
-        give(old);
+
+    #[inline]
+    fn give_spare(&mut self, buf: BytesMut) {
+        give(buf)
     }
-    true
+
+    #[inline]
+    fn spare_len(&self) -> usize {
+        BUF_LEN
+    }
+
+    #[inline]
+    fn arena_copy(&mut self, bytes: &[u8]) -> Option<BytesMut> {
+        if bytes.len() > ARENA_MAX {
+            return None;
+        }
+        arena_copy(bytes)
+    }
 }
 
 /// Starts the thread's next arena copy in a fresh chunk.
@@ -190,29 +199,5 @@ mod tests {
         let bufs: Vec<_> = (0..KEEP + 3).map(|_| take()).collect();
         bufs.into_iter().for_each(give);
         assert_eq!(pooled(), KEEP);
-    }
-
-    #[test]
-    fn fit_moves_a_few_bytes_out_of_a_large_buffer() {
-        while pooled() > 0 {
-            drop(take());
-        }
-        let mut buf = take();
-        buf.extend_from_slice(b"partial frame");
-        assert!(fit(&mut buf, false));
-        assert_eq!(&buf[..], b"partial frame");
-        assert!(buf.capacity() < 1024);
-        assert_eq!(pooled(), 1, "the spare went back");
-
-        let mut shared = take();
-        shared.extend_from_slice(b"x");
-        assert!(fit(&mut shared, true));
-        assert_eq!(pooled(), 0, "memory that may be shared is not pooled");
-
-        let mut full = take();
-        full.resize(BUF_LEN / 2, 7);
-        let ptr = full.as_ptr();
-        assert!(!fit(&mut full, false));
-        assert_eq!(full.as_ptr(), ptr, "half full: kept where it is");
     }
 }

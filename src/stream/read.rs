@@ -4,6 +4,7 @@
 //! ([`Connection`]); this moves bytes and time.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Instant;
@@ -11,6 +12,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Sleep, sleep_until};
+use tokio_util::io::poll_read_buf;
 
 use crate::config::Config;
 use crate::error::Result;
@@ -18,9 +20,11 @@ use crate::proto::Role;
 use crate::proto::budget::Grant;
 use crate::proto::conn::{Connection, Phase, State};
 use crate::proto::decoder::MessageDecoder;
+use crate::proto::inbox::{Inbox, Next, Plan};
 use crate::proto::message::Message;
+use crate::retry::Retrying;
 use crate::stream::core::{Core, now};
-use crate::stream::read_buf::ReadBuf;
+use crate::stream::pool::ThreadMemory;
 use crate::stream::write::Task;
 use crate::trace;
 
@@ -76,12 +80,24 @@ impl CoreTimer {
     }
 }
 
-/// The receiving side: the decoder and read buffer, and the timer that
-/// serves the core's clock.
+/// A read into an empty buffer goes to the stack first, this large: the
+/// inbox keeps what came in memory of its size (which is what a small
+/// message needs anyway), and a read that finds nothing costs no buffer.
+const STACK_READ: usize = 4 << 10;
+
+/// How a read ended.
+enum Read {
+    /// Bytes came (`Ok(0)`: the transport ended), or it failed.
+    Io(io::Result<usize>),
+    /// The memory budget had no room for it: nothing was read.
+    Refused(Grant),
+}
+
+/// The receiving side: the inbox (decoder and read buffer), and the timer
+/// that serves the core's clock.
 #[derive(Debug)]
 pub(crate) struct ReadState {
-    decoder: MessageDecoder,
-    read_buf: ReadBuf,
+    inbox: Inbox,
     /// This stream has yielded its last item. Not the core's: the core
     /// knows how the connection ended, this only that the stream did.
     terminated: bool,
@@ -96,8 +112,7 @@ pub(crate) struct ReadState {
 impl ReadState {
     pub(crate) fn new(role: Role, config: &Config, read_buf: BytesMut) -> Self {
         ReadState {
-            decoder: crate::codec::decoder(role, config),
-            read_buf: ReadBuf::new(read_buf),
+            inbox: Inbox::new(crate::codec::decoder(role, config), read_buf),
             terminated: false,
             must_flush: false,
             timer: CoreTimer::default(),
@@ -107,11 +122,11 @@ impl ReadState {
     }
 
     pub(crate) fn role(&self) -> Role {
-        self.decoder.role()
+        self.inbox.decoder().role()
     }
 
     pub(crate) fn decoder_mut(&mut self) -> &mut MessageDecoder {
-        &mut self.decoder
+        self.inbox.decoder_mut()
     }
 
     pub(crate) fn is_terminated(&self) -> bool {
@@ -139,8 +154,7 @@ impl ReadState {
     }
 
     fn release_input(&mut self) {
-        self.decoder.discard();
-        self.read_buf.release(self.decoder.account_mut());
+        self.inbox.release();
     }
 
     /// The core's error once the connection has ended, if it ended with one.
@@ -179,10 +193,10 @@ impl ReadState {
         }
         // A client waits for the server to close the TCP connection.
         loop {
-            self.read_buf.bytes().clear();
+            self.inbox.clear();
             match ready!(self.poll_read(link, cx)) {
-                Ok(0) | Err(_) => return Poll::Ready(()),
-                Ok(_) => {}
+                Read::Io(Ok(n)) if n > 0 => {}
+                _ => return Poll::Ready(()),
             }
         }
     }
@@ -212,18 +226,34 @@ impl ReadState {
         Poll::Ready(self.feed(link, |c| c.handle_timeout(now())))
     }
 
-    fn poll_read<L: CoreLink>(
-        &mut self,
-        link: &mut L,
-        cx: &mut Context<'_>,
-    ) -> Poll<io::Result<usize>> {
-        let need = self.decoder.payload_remaining(0);
-        self.read_buf.poll_read(
-            link.read_io(),
-            cx,
-            self.decoder.account_mut(),
-            move |held| need.map(|n| n.saturating_sub(held)),
-        )
+    /// Reads where the inbox says: into the stack when nothing is
+    /// buffered, else into its buffer.
+    fn poll_read<L: CoreLink>(&mut self, link: &mut L, cx: &mut Context<'_>) -> Poll<Read> {
+        let mut mem = ThreadMemory;
+        let mut io = Retrying(link.read_io());
+        let io = Pin::new(&mut io);
+        match self.inbox.plan(&mut mem) {
+            Plan::Scratch { limit } => {
+                let mut stack = [MaybeUninit::<u8>::uninit(); STACK_READ];
+                let mut into = tokio::io::ReadBuf::uninit(&mut stack[..limit.min(STACK_READ)]);
+                if let Err(e) = ready!(io.poll_read(cx, &mut into)) {
+                    return Poll::Ready(Read::Io(Err(e)));
+                }
+                let got = into.filled();
+                self.inbox.received(got, got.len() == STACK_READ, &mut mem);
+                Poll::Ready(Read::Io(Ok(got.len())))
+            }
+            Plan::Own => {
+                let r = poll_read_buf(io, cx, &mut self.inbox.target());
+                let got = match &r {
+                    Poll::Ready(Ok(n)) => Some(*n),
+                    _ => None,
+                };
+                self.inbox.read_done(got, &mut mem);
+                r.map(Read::Io)
+            }
+            Plan::Refused(grant) => Poll::Ready(Read::Refused(grant)),
+        }
     }
 
     /// Under a memory budget: reading waits for budget, or holds some while
@@ -263,10 +293,8 @@ impl ReadState {
             // Refused for good: the core fails the connection (1009).
             return Poll::Ready(Ok(()));
         };
-        if let Some(budget) = self.decoder.account().budget() {
-            if budget.wait_for(wanted, cx.waker()) {
-                return Poll::Ready(Ok(()));
-            }
+        if self.inbox.wait_for_budget(wanted, cx.waker()) {
+            return Poll::Ready(Ok(()));
         }
         trace::debug_event!(wanted, "waiting for memory budget");
         self.poll_budget_wait(link, cx)
@@ -334,34 +362,25 @@ impl ReadState {
                     return Poll::Ready(err);
                 }
             }
-            let decoded = self.decoder.decode(self.read_buf.bytes());
-            self.read_buf.sync(self.decoder.account_mut());
-            match decoded {
-                Ok(Some(msg)) => {
-                    self.read_buf.handed_out();
-                    // A message decoded is progress for the budget's wait.
-                    let progress = state.is_waiting_for_budget();
-                    if progress || msg.is_control() {
+            let budget = match self.inbox.next() {
+                Next::Message(msg) => {
+                    if state.hears_message(&msg) {
                         if msg.is_close() {
                             trace::debug_event!(code = ?msg.close_frame().map(|f| f.code), "close frame received");
                         }
                         let at = now();
-                        self.feed(link, |c| {
-                            if progress {
-                                c.handle_input(at);
-                            }
-                            c.handle_frame(&msg, at);
-                        })?;
+                        self.feed(link, |c| c.handle_message(&msg, at))?;
                     }
                     return Poll::Ready(Some(Ok(msg)));
                 }
-                Ok(None) => {}
-                Err(e) => {
+                Next::Input => None,
+                Next::Budget(grant) => Some(grant),
+                Next::Error(e) => {
                     trace::warn_event!(error = %e, close_code = ?e.close_code(), "failing the connection");
                     self.feed(link, |c| c.handle_error(e, now()))?;
                     continue;
                 }
-            }
+            };
             // About to wait for input: write out what was queued meanwhile
             // (replies fed by the user, pongs), all in one write. This is
             // what makes `feed` in a read loop cork replies to pipelined
@@ -372,7 +391,7 @@ impl ReadState {
                 Poll::Pending => {
                     // Waiting for the peer to take what we owe it: as when
                     // waiting for input, hold no more than in proportion.
-                    self.read_buf.fit(self.decoder.account_mut());
+                    self.inbox.wait(&mut ThreadMemory);
                     // The clock runs meanwhile: a peer that reads nothing
                     // for the keepalive's interval and timeout is as dead
                     // as one that sends nothing, and a close still times
@@ -396,12 +415,12 @@ impl ReadState {
                 );
                 return self.ended(link, err);
             }
-            if let Some(wanted) = self.decoder.budget_wait() {
+            if let Some(grant) = budget {
                 // Decoding waits for memory budget: read nothing meanwhile.
-                ready!(self.poll_budget(link, cx, Grant::Wait { wanted }))?;
+                ready!(self.poll_budget(link, cx, grant))?;
                 continue;
             }
-            if self.decoder.account().charged() > 0 {
+            if self.inbox.holds_budget() {
                 // Holding budget while the peer sends nothing.
                 if let Poll::Ready(r) = self.poll_budget_wait(link, cx) {
                     r?;
@@ -409,21 +428,19 @@ impl ReadState {
                 }
             }
             let read = match self.poll_read(link, cx) {
-                Poll::Ready(r) => r,
-                Poll::Pending => match self.read_buf.take_denied() {
-                    Some(grant) => {
-                        ready!(self.poll_budget(link, cx, grant))?;
+                Poll::Ready(Read::Io(r)) => r,
+                Poll::Ready(Read::Refused(grant)) => {
+                    ready!(self.poll_budget(link, cx, grant))?;
+                    continue;
+                }
+                Poll::Pending => {
+                    if link.state() != state {
+                        // Changed by another task between the checks above
+                        // and the wait.
                         continue;
                     }
-                    None => {
-                        if link.state() != state {
-                            // Changed by another task between the checks
-                            // above and the wait.
-                            continue;
-                        }
-                        return Poll::Pending;
-                    }
-                },
+                    return Poll::Pending;
+                }
             };
             let err = match read {
                 Ok(n) if n > 0 => {

@@ -1,0 +1,531 @@
+//! One connection's receiving side, for every engine: the decoder, the read
+//! buffer and every rule about its memory (how much room to make before a
+//! read, what to keep while the connection waits, the memory budget's
+//! charge). An engine asks where to read ([`Inbox::plan`]), reads there,
+//! says what came, and takes messages out ([`Inbox::next`]); what the
+//! core must hear of it ([`Next`]) it passes on to the [`Connection`].
+//!
+//! It is kept apart from the [`Driver`](crate::driver::Driver) (the core
+//! and the sending side) so that a receiving task can decode while another
+//! task sends: only what [`Next`] reports needs the core.
+//!
+//! The rules: an idle connection holds no buffer; a read into an empty
+//! buffer goes to the engine's scratch memory first (the stack, or a buffer
+//! all of an engine's connections share) and only what arrived is kept, in
+//! the engine's arena when small (see [`ReadMemory`]); once such reads come
+//! full, input goes to a spare until the connection waits, and a read into
+//! an empty spare keeps it only if it filled a quarter of it; a frame being
+//! received gets room in proportion to what has arrived (never to what its
+//! header announced, [`growth`]); and whenever the connection waits the
+//! buffer holds at most four times its bytes ([`keeps`]). Under a memory
+//! budget the buffer's capacity is recorded in the connection's account
+//! after every change, and growth is asked for before anything is
+//! allocated.
+//!
+//! [`Connection`]: crate::conn::Connection
+
+use std::task::Waker;
+
+use bytes::buf::Limit;
+use bytes::{BufMut, BytesMut};
+
+use crate::budget::{Grant, Held};
+use crate::buffer::{READ_CHUNK, growth, keeps};
+use crate::decoder::MessageDecoder;
+use crate::error::Error;
+use crate::message::Message;
+
+/// Memory an engine lends its connections' receiving sides. The defaults
+/// lend nothing: every buffer is a connection's own.
+pub trait ReadMemory {
+    /// A buffer for a burst of input: reads that fill the engine's scratch
+    /// go on in one of these until the connection waits.
+    fn take_spare(&mut self) -> BytesMut {
+        BytesMut::with_capacity(4 * READ_CHUNK)
+    }
+
+    /// Memory no message shares, emptied: keep it for the next burst, or
+    /// free it.
+    fn give_spare(&mut self, buf: BytesMut) {
+        drop(buf);
+    }
+
+    /// The size of a spare: a buffer up to this size is given back as one
+    /// when it is outgrown, rather than reallocated away.
+    fn spare_len(&self) -> usize {
+        0
+    }
+
+    /// `bytes` copied into memory shared with other small reads (an arena),
+    /// if the engine has room for them there: a small message then costs a
+    /// reference count rather than an allocation of its own.
+    fn arena_copy(&mut self, bytes: &[u8]) -> Option<BytesMut> {
+        let _ = bytes;
+        None
+    }
+}
+
+/// Memory of no engine's: every buffer is the connection's own.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OwnMemory;
+
+impl ReadMemory for OwnMemory {}
+
+/// Where the next read goes, from [`Inbox::plan`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// Nothing is buffered: read into the engine's scratch memory, at most
+    /// `limit` bytes (past the end of the frame being received by little),
+    /// then pass what came to [`Inbox::received`], or decode it where it
+    /// is with [`Inbox::next_in`] and keep the rest with
+    /// [`Inbox::keep_rest`].
+    Scratch {
+        /// The most worth reading.
+        limit: usize,
+    },
+    /// Read into [`Inbox::target`], then report with [`Inbox::read_done`].
+    Own,
+    /// The memory budget has no room for the next read: tell the core
+    /// ([`Connection::handle_grant`](crate::conn::Connection::handle_grant))
+    /// and read nothing until it is answered.
+    Refused(Grant),
+}
+
+/// What decoding gave, from [`Inbox::next`].
+#[derive(Debug)]
+pub enum Next {
+    /// A message. When the core's [`State::hears_message`] says so, pass
+    /// it to [`Connection::handle_message`].
+    ///
+    /// [`State::hears_message`]: crate::conn::State::hears_message
+    /// [`Connection::handle_message`]: crate::conn::Connection::handle_message
+    Message(Message),
+    /// Nothing whole yet: read more.
+    Input,
+    /// The memory budget holds decoding back: tell the core
+    /// ([`Connection::handle_grant`](crate::conn::Connection::handle_grant))
+    /// and, if it says to wait, [`Inbox::wait_for_budget`].
+    Budget(Grant),
+    /// The peer broke the protocol or a limit: tell the core
+    /// ([`Connection::handle_error`](crate::conn::Connection::handle_error)).
+    Error(Error),
+}
+
+/// The receiving side of one connection.
+///
+/// ```
+/// use wavesock_proto::bytes::BytesMut;
+/// use wavesock_proto::decoder::MessageDecoder;
+/// use wavesock_proto::encoder::FrameEncoder;
+/// use wavesock_proto::inbox::{Inbox, Next, OwnMemory, Plan};
+/// use wavesock_proto::{Limits, Message, Role};
+///
+/// let mut wire = BytesMut::new();
+/// FrameEncoder::new(Role::Client).encode_message(&Message::text("hi"), &mut wire)?;
+///
+/// let decoder = MessageDecoder::new(Role::Server, Limits::default());
+/// let mut inbox = Inbox::new(decoder, BytesMut::new());
+/// let mut memory = OwnMemory;
+/// // Nothing buffered: the engine reads into memory of its own, and the
+/// // inbox keeps what came.
+/// let Plan::Scratch { limit } = inbox.plan(&mut memory) else { panic!() };
+/// assert!(limit >= wire.len());
+/// inbox.received(&wire, false, &mut memory);
+/// let Next::Message(msg) = inbox.next() else { panic!() };
+/// assert_eq!(msg, Message::text("hi"));
+/// // Waiting for more: an idle connection holds no buffer.
+/// inbox.wait(&mut memory);
+/// assert!(inbox.is_at_rest());
+/// # Ok::<(), wavesock_proto::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Inbox {
+    decoder: MessageDecoder,
+    buf: BytesMut,
+    /// Messages handed out may share the buffer's memory, so it must not go
+    /// back to the engine as a spare.
+    shared: bool,
+    /// The buffer is a view into the engine's arena: it must not outlive
+    /// the read that made it, or a frame left unfinished would keep a whole
+    /// chunk alive.
+    arena: bool,
+    /// The last read into an empty buffer filled the engine's scratch:
+    /// input comes in bulk, so the next one goes straight to a spare.
+    bulk: bool,
+    /// The read being made started with an empty buffer.
+    fresh: bool,
+}
+
+impl Inbox {
+    /// `decoder` for this connection, and `initial`, bytes already read
+    /// past the handshake.
+    pub fn new(decoder: MessageDecoder, initial: BytesMut) -> Self {
+        Inbox {
+            decoder,
+            buf: initial,
+            shared: false,
+            arena: false,
+            bulk: false,
+            fresh: false,
+        }
+    }
+
+    /// The decoder (to set an inflater once compression is negotiated, or
+    /// read its account).
+    #[inline]
+    pub fn decoder(&self) -> &MessageDecoder {
+        &self.decoder
+    }
+
+    /// The decoder, to change.
+    #[inline]
+    pub fn decoder_mut(&mut self) -> &mut MessageDecoder {
+        &mut self.decoder
+    }
+
+    /// The bytes received and not yet decoded. An engine that reads the
+    /// upgrade request into them leaves whatever followed it here.
+    #[inline]
+    pub fn buffered(&mut self) -> &mut BytesMut {
+        &mut self.buf
+    }
+
+    /// Whether nothing is held for the connection: no bytes, no memory, and
+    /// the decoder between messages ([`MessageDecoder::is_at_rest`]). An
+    /// engine may then lend this inbox to another connection of the same
+    /// limits.
+    #[inline]
+    pub fn is_at_rest(&self) -> bool {
+        self.buf.capacity() == 0 && self.decoder.is_at_rest()
+    }
+
+    /// Whether the connection holds memory budget while it waits for input
+    /// (part of a message): the core's budget wait should run
+    /// ([`Connection::handle_budget_wait`](crate::conn::Connection::handle_budget_wait)),
+    /// so a peer that stops halfway does not hold it for ever.
+    #[inline]
+    pub fn holds_budget(&self) -> bool {
+        self.decoder.account().charged() > 0
+    }
+
+    /// Where the next read goes. Under a memory budget, room for it is
+    /// asked for first.
+    pub fn plan(&mut self, mem: &mut impl ReadMemory) -> Plan {
+        let frame_left = self.decoder.payload_remaining(self.buf.len());
+        self.fresh = self.buf.is_empty();
+        if self.fresh {
+            // (No memory at all, the usual case after a small message, has
+            // nothing to reclaim: not worth the call.)
+            if self.buf.capacity() == 0 || !self.buf.try_reclaim(READ_CHUNK) {
+                if !self.bulk {
+                    // Memory a handed-out message may still use: drop our
+                    // share (an empty view of no capacity holds one too).
+                    self.drop_buf();
+                    self.sync();
+                    let limit =
+                        frame_left.map_or(usize::MAX, |want| want.saturating_add(READ_CHUNK));
+                    return Plan::Scratch { limit };
+                }
+                // Drops our share of the last burst; messages handed out
+                // keep theirs.
+                self.buf = mem.take_spare();
+                self.shared = false;
+                self.arena = false;
+            }
+            self.settle(mem);
+        } else if self.decoder.account().is_on() {
+            if let Err(refused) = self.reserve_budgeted(frame_left, mem) {
+                if self.buf.capacity() == self.buf.len() {
+                    return Plan::Refused(refused);
+                }
+            }
+        } else {
+            self.reserve(frame_left, mem);
+        }
+        Plan::Own
+    }
+
+    /// Where a [`Plan::Own`] read goes: the buffer, limited to what is
+    /// worth reading (mid-payload, little past the frame's end: whatever
+    /// follows it is moved to the front when the next frame needs room).
+    #[inline]
+    pub fn target(&mut self) -> Limit<&mut BytesMut> {
+        let limit = self
+            .decoder
+            .payload_remaining(self.buf.len())
+            .map_or(usize::MAX, |want| want.saturating_add(READ_CHUNK));
+        (&mut self.buf).limit(limit)
+    }
+
+    /// A [`Plan::Own`] read ended: `Some(n)` bytes came (`n > 0`), or
+    /// `None` (it waits, or the transport ended or failed).
+    pub fn read_done(&mut self, got: Option<usize>, mem: &mut impl ReadMemory) {
+        match got {
+            Some(n) if n > 0 => {
+                if self.fresh && n < self.buf.capacity() / 4 {
+                    self.bulk = false;
+                    self.fit(mem);
+                }
+            }
+            // Waiting, at EOF or failed: keep only what is in proportion, so
+            // a peer that sends a frame slowly (or never finishes one) costs
+            // what it sent, not what it announced.
+            _ => self.fit(mem),
+        }
+        self.sync();
+    }
+
+    /// A [`Plan::Scratch`] read brought `got`; `filled`: it filled the
+    /// scratch memory (input comes in bulk). The bytes are kept in memory
+    /// of their size (the engine's arena when small), or in a spare when
+    /// they came in bulk.
+    pub fn received(&mut self, got: &[u8], filled: bool, mem: &mut impl ReadMemory) {
+        debug_assert!(self.buf.is_empty());
+        self.bulk = filled;
+        if filled {
+            // More is likely waiting: it comes into a spare, which goes back
+            // when the connection waits (see `wait`), so that a burst is
+            // read in a few large reads rather than grown a scratch at a
+            // time.
+            self.buf = mem.take_spare();
+            self.buf.extend_from_slice(got);
+            self.settle(mem);
+        } else if !got.is_empty() {
+            let view = mem.arena_copy(got);
+            self.arena = view.is_some();
+            self.shared = self.arena;
+            self.buf = view.unwrap_or_else(|| BytesMut::from(got));
+        }
+        self.sync();
+    }
+
+    /// Decodes the next message from the buffer.
+    #[inline]
+    pub fn next(&mut self) -> Next {
+        let decoded = self.decoder.decode(&mut self.buf);
+        self.sync();
+        match decoded {
+            Ok(Some(msg)) => {
+                self.handed_out();
+                Next::Message(msg)
+            }
+            Ok(None) => self.stopped(),
+            Err(e) => Next::Error(e),
+        }
+    }
+
+    /// Decodes the next message from `scratch`, memory of the engine's
+    /// that the message may borrow from but the connection does not keep
+    /// (a read buffer all of an engine's connections share). Once done
+    /// with it, [`keep_rest`](Self::keep_rest).
+    #[inline]
+    pub fn next_in(&mut self, scratch: &mut BytesMut) -> Next {
+        match self.decoder.decode(scratch) {
+            Ok(Some(msg)) => Next::Message(msg),
+            Ok(None) => self.stopped(),
+            Err(e) => Next::Error(e),
+        }
+    }
+
+    /// After decoding from `scratch`: what is left there (an unfinished
+    /// frame) becomes the connection's own, and `scratch` is emptied for
+    /// the next connection. `open`: the connection still takes input; if
+    /// not, what is left is dropped.
+    pub fn keep_rest(&mut self, scratch: &mut BytesMut, open: bool) {
+        if open && !scratch.is_empty() {
+            self.buf.extend_from_slice(scratch);
+            self.sync();
+        }
+        scratch.clear();
+        self.decoder.detach();
+    }
+
+    /// Why decoding stopped without a message.
+    fn stopped(&self) -> Next {
+        match self.decoder.budget_wait() {
+            Some(wanted) => Next::Budget(Grant::Wait { wanted }),
+            None => Next::Input,
+        }
+    }
+
+    /// Registers `waker` to be woken once the memory budget has `wanted`
+    /// bytes available (after the core said to wait for them); `true` when
+    /// it has already: try again at once.
+    pub fn wait_for_budget(&self, wanted: usize, waker: &Waker) -> bool {
+        self.decoder
+            .account()
+            .budget()
+            .is_some_and(|b| b.wait_for(wanted, waker))
+    }
+
+    /// The connection is about to wait (for input, or for the peer to take
+    /// what it is sent): it keeps memory in proportion to the bytes it
+    /// holds, none when it holds none.
+    pub fn wait(&mut self, mem: &mut impl ReadMemory) {
+        self.fit(mem);
+        self.sync();
+    }
+
+    /// Drops the bytes received and not decoded (input after the end, read
+    /// only to see the transport close), keeping the memory.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+    }
+
+    /// Drops everything: the message in progress, the bytes, the memory.
+    /// For a connection that takes no more input.
+    pub fn release(&mut self) {
+        self.decoder.discard();
+        self.drop_buf();
+        self.decoder.account_mut().release(Held::ReadBuffer);
+    }
+
+    fn drop_buf(&mut self) {
+        self.buf = BytesMut::new();
+        self.shared = false;
+        self.arena = false;
+    }
+
+    /// A message split off the buffer may share its memory.
+    #[inline]
+    fn handed_out(&mut self) {
+        if self.buf.capacity() == 0 {
+            // The message took the allocation's last byte: this empty view
+            // can hold nothing more, and keeping it would keep the whole
+            // allocation alive until the next read.
+            self.drop_buf();
+            return;
+        }
+        self.shared = true;
+    }
+
+    /// Records the buffer's memory in the budget's account.
+    #[inline]
+    fn sync(&mut self) {
+        let account = self.decoder.account_mut();
+        if account.is_on() {
+            account.set(Held::ReadBuffer, self.buf.capacity());
+        }
+    }
+
+    /// Under a budget: records memory that came back without asking
+    /// (reclaimed after messages sharing it were dropped, or a spare); if
+    /// the budget has no room for it, keeps only a buffer the size of the
+    /// bytes held.
+    fn settle(&mut self, mem: &mut impl ReadMemory) {
+        let cap = self.buf.capacity();
+        let account = self.decoder.account_mut();
+        if !account.is_on() || account.try_set(Held::ReadBuffer, cap) == Grant::Granted {
+            return;
+        }
+        let exact = BytesMut::from(&self.buf[..]);
+        let old = std::mem::replace(&mut self.buf, exact);
+        if !std::mem::take(&mut self.shared) && old.capacity() <= mem.spare_len() {
+            mem.give_spare(old);
+        }
+        self.arena = false;
+        self.sync();
+    }
+
+    /// Keeps the memory in proportion to the bytes held.
+    fn fit(&mut self, mem: &mut impl ReadMemory) {
+        if std::mem::take(&mut self.arena) {
+            // Waiting with part of a frame: keep those bytes in memory of
+            // their own rather than the arena's chunk.
+            self.buf = exact_copy(&self.buf);
+            self.shared = false;
+            return;
+        }
+        if keeps(self.buf.len(), self.buf.capacity()) {
+            return;
+        }
+        let exact = exact_copy(&self.buf);
+        let old = std::mem::replace(&mut self.buf, exact);
+        if !std::mem::take(&mut self.shared) {
+            mem.give_spare(old);
+        }
+    }
+
+    /// Makes room for the next read of a frame that needs `frame_left`
+    /// more bytes (`None`: its size is not known yet), by the growth rule.
+    fn reserve(&mut self, frame_left: Option<usize>, mem: &mut impl ReadMemory) {
+        let len = self.buf.len();
+        let spare = self.buf.capacity() - len;
+        let want = frame_left.unwrap_or(READ_CHUNK).max(1);
+        if spare < want && self.buf.try_reclaim(want) {
+            // The memory of messages already handed out and dropped holds the
+            // whole frame: the few bytes buffered moved to its front.
+            return;
+        }
+        let Some(additional) = growth(len, spare, frame_left) else {
+            return;
+        };
+        if self.buf.capacity() <= mem.spare_len() {
+            // Outgrowing a spare: move to a buffer of our own and give the
+            // spare back, rather than reallocating it away, so the spares
+            // stay put for the engine's life.
+            self.grow_into(len + additional, mem);
+        } else {
+            self.buf.reserve(additional);
+        }
+    }
+
+    /// [`reserve`](Self::reserve) under a memory budget: the same sizing,
+    /// asked of the budget before anything is allocated, into a buffer of
+    /// exactly the size granted; if the budget has less room, as much as it
+    /// has (at least what the next read needs). `Err` when refused.
+    fn reserve_budgeted(
+        &mut self,
+        frame_left: Option<usize>,
+        mem: &mut impl ReadMemory,
+    ) -> Result<(), Grant> {
+        let len = self.buf.len();
+        let spare = self.buf.capacity() - len;
+        let Some(mut additional) = growth(len, spare, frame_left) else {
+            return Ok(());
+        };
+        let min_spare = frame_left.unwrap_or(READ_CHUNK).clamp(1, READ_CHUNK);
+        // The old buffer lives on while its bytes are copied: ask for both.
+        let old_cap = self.buf.capacity();
+        let account = self.decoder.account_mut();
+        let mut grant = account.try_set(Held::ReadBuffer, old_cap + len + additional);
+        if grant != Grant::Granted {
+            let smaller = additional.min(account.room().saturating_sub(len).max(min_spare));
+            if smaller < additional {
+                additional = smaller;
+                grant = account.try_set(Held::ReadBuffer, old_cap + len + additional);
+            }
+        }
+        if grant != Grant::Granted {
+            return Err(grant);
+        }
+        self.grow_into(len + additional, mem);
+        self.sync();
+        Ok(())
+    }
+
+    /// Moves the bytes to a new buffer of `cap`; the old one goes back as a
+    /// spare unless a message may share it.
+    fn grow_into(&mut self, cap: usize, mem: &mut impl ReadMemory) {
+        let mut bigger = BytesMut::with_capacity(cap);
+        bigger.extend_from_slice(&self.buf);
+        let old = std::mem::replace(&mut self.buf, bigger);
+        self.arena = false;
+        if !std::mem::take(&mut self.shared) && old.capacity() <= mem.spare_len() {
+            mem.give_spare(old);
+        }
+    }
+}
+
+/// `bytes` in memory of their own size (none when empty).
+fn exact_copy(bytes: &[u8]) -> BytesMut {
+    if bytes.is_empty() {
+        BytesMut::new()
+    } else {
+        BytesMut::from(bytes)
+    }
+}
+
+#[cfg(test)]
+#[path = "inbox_tests.rs"]
+mod tests;

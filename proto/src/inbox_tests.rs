@@ -1,0 +1,377 @@
+use super::*;
+use crate::budget::MemoryBudget;
+use crate::encoder::FrameEncoder;
+use crate::limits::Limits;
+use crate::role::Role;
+
+const SPARE: usize = 96 << 10;
+const ARENA_MAX: usize = 2 << 10;
+const ARENA_CHUNK: usize = 8 << 10;
+/// The engine's scratch memory in these tests (the Stream's stack read).
+const SCRATCH: usize = 4 << 10;
+
+/// An engine's memory as the Stream's: spares and an arena.
+#[derive(Default)]
+struct Pool {
+    spares: Vec<BytesMut>,
+    taken: usize,
+    given: usize,
+    arena: Option<BytesMut>,
+}
+
+impl ReadMemory for Pool {
+    fn take_spare(&mut self) -> BytesMut {
+        self.taken += 1;
+        self.spares
+            .pop()
+            .unwrap_or_else(|| BytesMut::with_capacity(SPARE))
+    }
+
+    fn give_spare(&mut self, mut buf: BytesMut) {
+        buf.clear();
+        // A view of a spare's memory is moved back to its start.
+        if buf.try_reclaim(SPARE) && buf.capacity() == SPARE {
+            self.given += 1;
+            self.spares.push(buf);
+        }
+    }
+
+    fn spare_len(&self) -> usize {
+        SPARE
+    }
+
+    fn arena_copy(&mut self, bytes: &[u8]) -> Option<BytesMut> {
+        if bytes.len() > ARENA_MAX {
+            return None;
+        }
+        let chunk = match self.arena.as_mut() {
+            Some(c) if c.capacity() >= bytes.len() => c,
+            _ => self.arena.insert(BytesMut::with_capacity(ARENA_CHUNK)),
+        };
+        chunk.extend_from_slice(bytes);
+        Some(chunk.split())
+    }
+}
+
+fn inbox() -> Inbox {
+    inbox_with(Limits::default())
+}
+
+fn inbox_with(limits: Limits) -> Inbox {
+    Inbox::new(MessageDecoder::new(Role::Server, limits), BytesMut::new())
+}
+
+/// A client's frame of `len` payload bytes, as it arrives at a server.
+fn frame(len: usize) -> Vec<u8> {
+    let mut wire = BytesMut::new();
+    FrameEncoder::new(Role::Client)
+        .encode_message(&Message::binary(vec![7u8; len]), &mut wire)
+        .unwrap();
+    wire.to_vec()
+}
+
+/// One read, as an engine makes it: into scratch memory of `SCRATCH`
+/// bytes, or into the buffer's room. Returns how many bytes it took.
+fn read(inbox: &mut Inbox, mem: &mut Pool, data: &[u8]) -> usize {
+    match inbox.plan(mem) {
+        Plan::Scratch { limit } => {
+            let n = data.len().min(limit).min(SCRATCH);
+            inbox.received(&data[..n], n == SCRATCH, mem);
+            n
+        }
+        Plan::Own => {
+            let mut target = inbox.target();
+            let n = data.len().min(target.chunk_mut().len());
+            target.put_slice(&data[..n]);
+            inbox.read_done(Some(n), mem);
+            n
+        }
+        Plan::Refused(grant) => panic!("refused: {grant:?}"),
+    }
+}
+
+fn capacity(inbox: &mut Inbox) -> usize {
+    inbox.buffered().capacity()
+}
+
+#[test]
+fn a_small_read_keeps_only_its_size_and_takes_no_spare() {
+    let mut mem = Pool::default();
+    let mut inbox = inbox();
+    assert_eq!(read(&mut inbox, &mut mem, &[9; 22]), 22);
+    assert_eq!(capacity(&mut inbox), 22, "a buffer of exactly what came");
+    assert_eq!(mem.taken, 0);
+    inbox.clear();
+    inbox.wait(&mut mem);
+    assert_eq!(capacity(&mut inbox), 0);
+    assert!(inbox.is_at_rest());
+}
+
+#[test]
+fn an_empty_inbox_reads_into_scratch_and_then_to_the_frame() {
+    let mut mem = Pool::default();
+    let mut inbox = inbox();
+    assert_eq!(inbox.plan(&mut mem), Plan::Scratch { limit: usize::MAX });
+    // A header announcing 100 bytes, and 10 of them.
+    let wire = frame(100);
+    let head = wire.len() - 100;
+    inbox.received(&wire[..head + 10], false, &mut mem);
+    assert!(matches!(inbox.next(), Next::Input));
+    assert_eq!(inbox.plan(&mut mem), Plan::Own);
+    assert_eq!(inbox.target().remaining_mut(), 90 + READ_CHUNK);
+}
+
+#[test]
+fn small_reads_share_the_arena_and_larger_ones_do_not() {
+    let mut mem = Pool::default();
+    let (mut a, mut b, mut c) = (inbox(), inbox(), inbox());
+    read(&mut a, &mut mem, &[1; 22]);
+    read(&mut b, &mut mem, &[2; ARENA_MAX]);
+    read(&mut c, &mut mem, &[3; ARENA_MAX + 1]);
+    assert!(a.arena && b.arena && !c.arena);
+    assert!(a.shared && b.shared, "never given back as a spare");
+    assert_eq!(b.buffered().as_ptr(), a.buffered()[22..].as_ptr());
+    assert_eq!(capacity(&mut c), ARENA_MAX + 1, "its own buffer");
+}
+
+#[test]
+fn part_of_a_frame_waits_in_memory_of_its_own_not_the_arena() {
+    let mut mem = Pool::default();
+    let mut inbox = inbox();
+    read(&mut inbox, &mut mem, &[6; 10]);
+    let in_arena = inbox.buffered().as_ptr();
+    inbox.wait(&mut mem);
+    assert!(!inbox.arena && !inbox.shared);
+    assert_ne!(inbox.buffered().as_ptr(), in_arena, "copied out");
+    assert_eq!(&inbox.buffered()[..], &[6; 10][..]);
+    assert_eq!(capacity(&mut inbox), 10);
+    assert_eq!(mem.given, 0, "arena memory is never a spare");
+}
+
+#[test]
+fn reads_that_fill_the_scratch_go_to_a_spare_until_they_come_small() {
+    let mut mem = Pool::default();
+    let mut inbox = inbox();
+    let input = vec![4; 3 * SCRATCH];
+    assert_eq!(read(&mut inbox, &mut mem, &input), SCRATCH);
+    assert!(inbox.bulk);
+    assert_eq!(capacity(&mut inbox), SPARE, "moved to a spare");
+    assert_eq!(read(&mut inbox, &mut mem, &input), input.len());
+    inbox.clear();
+    // Waiting: the spare goes back.
+    inbox.wait(&mut mem);
+    assert_eq!(capacity(&mut inbox), 0);
+    assert_eq!(mem.spares.len(), 1);
+    // Empty and bulk: straight into a spare, whole, kept when well used.
+    let burst = vec![5; SPARE / 2];
+    assert_eq!(read(&mut inbox, &mut mem, &burst), burst.len());
+    assert_eq!(capacity(&mut inbox), SPARE);
+    assert!(inbox.bulk);
+    inbox.clear();
+    // A small read into a spare: back to the scratch next time.
+    assert_eq!(read(&mut inbox, &mut mem, &[1; 10]), 10);
+    assert!(!inbox.bulk);
+    assert!(capacity(&mut inbox) <= 40, "{}", capacity(&mut inbox));
+    inbox.clear();
+    assert!(matches!(inbox.plan(&mut mem), Plan::Scratch { .. }));
+}
+
+#[test]
+fn an_empty_buffer_waiting_drops_memory_a_message_still_uses() {
+    let mut mem = Pool::default();
+    let mut inbox = inbox();
+    let mut wire = frame(100);
+    wire.extend_from_slice(&frame(30_000)[..30_000]);
+    inbox.bulk = true;
+    read(&mut inbox, &mut mem, &wire);
+    assert_eq!(capacity(&mut inbox), SPARE, "well used: the spare is kept");
+    let Next::Message(msg) = inbox.next() else {
+        panic!()
+    };
+    assert!(inbox.shared);
+    inbox.clear();
+    inbox.wait(&mut mem);
+    assert_eq!(capacity(&mut inbox), 0);
+    assert_eq!(mem.given, 0, "memory a message shares is never a spare");
+    assert_eq!(msg, Message::binary(vec![7u8; 100]));
+}
+
+#[test]
+fn a_huge_announced_frame_costs_what_arrived() {
+    let mut mem = Pool::default();
+    let mut inbox = inbox_with(
+        Limits::default()
+            .max_frame_size(1 << 30)
+            .max_message_size(1 << 30),
+    );
+    let wire = frame(1);
+    // A header announcing a gigabyte: 127, then 8 bytes of length, the mask.
+    let mut head = vec![0x82, 0xff];
+    head.extend_from_slice(&(1u64 << 30).to_be_bytes());
+    head.extend_from_slice(&wire[2..6]);
+    read(&mut inbox, &mut mem, &head);
+    assert!(matches!(inbox.next(), Next::Input));
+    read(&mut inbox, &mut mem, &[2; 1000]);
+    assert!(matches!(inbox.next(), Next::Input));
+    assert!(capacity(&mut inbox) < 64 << 10, "{}", capacity(&mut inbox));
+    inbox.wait(&mut mem);
+    let len = inbox.buffered().len();
+    assert!(capacity(&mut inbox) <= 4 * len, "{}", capacity(&mut inbox));
+}
+
+#[test]
+fn a_quarter_of_the_frame_here_makes_room_for_all_of_it() {
+    let mut mem = Pool::default();
+    let mut inbox = inbox();
+    let wire = frame(300_000);
+    inbox.bulk = true;
+    let mut at = read(&mut inbox, &mut mem, &wire);
+    assert!(matches!(inbox.next(), Next::Input));
+    assert!(at >= wire.len() / 4, "{at}");
+    at += read(&mut inbox, &mut mem, &wire[at..]);
+    assert_eq!(at, wire.len(), "room for the whole frame at once");
+    assert!(matches!(inbox.next(), Next::Message(_)));
+    assert_eq!(mem.given, 1, "the outgrown spare went back");
+}
+
+#[test]
+fn a_read_mid_payload_stops_soon_after_the_frame() {
+    let mut mem = Pool::default();
+    let mut inbox = inbox();
+    let wire = frame(20);
+    read(&mut inbox, &mut mem, &wire[..10]);
+    assert!(matches!(inbox.next(), Next::Input));
+    let mut more = wire[10..].to_vec();
+    more.extend_from_slice(&vec![6; 100_000]);
+    assert_eq!(inbox.plan(&mut mem), Plan::Own);
+    assert!(inbox.target().remaining_mut() <= 20 + READ_CHUNK);
+}
+
+#[test]
+fn a_message_that_fills_its_allocation_leaves_no_share_behind() {
+    let wire = frame(5000);
+    let mut initial = BytesMut::with_capacity(wire.len());
+    initial.extend_from_slice(&wire);
+    let mut inbox = Inbox::new(
+        MessageDecoder::new(Role::Server, Limits::default()),
+        initial,
+    );
+    let Next::Message(Message::Binary(msg)) = inbox.next() else {
+        panic!()
+    };
+    assert!(!inbox.shared);
+    assert_eq!(capacity(&mut inbox), 0);
+    let Ok(owned) = msg.try_into_mut() else {
+        panic!("the inbox kept a share of the message's memory");
+    };
+    assert_eq!(owned.len(), 5000);
+}
+
+#[test]
+fn decoding_from_scratch_keeps_only_the_unfinished_rest() {
+    let mut inbox = inbox();
+    let mut scratch = BytesMut::with_capacity(64 << 10);
+    scratch.extend_from_slice(&frame(5));
+    let second = frame(40);
+    scratch.extend_from_slice(&second[..12]);
+    let Next::Message(msg) = inbox.next_in(&mut scratch) else {
+        panic!()
+    };
+    assert_eq!(msg, Message::binary(vec![7u8; 5]));
+    assert!(matches!(inbox.next_in(&mut scratch), Next::Input));
+    inbox.keep_rest(&mut scratch, true);
+    assert!(scratch.is_empty());
+    // The header is decoded: the payload's first bytes wait.
+    assert_eq!(&inbox.buffered()[..], &[7; 6][..], "unmasked already");
+    assert!(capacity(&mut inbox) < 1024, "its own, of its size");
+    // The rest comes into the connection's own buffer.
+    let mut mem = OwnMemory;
+    assert_eq!(inbox.plan(&mut mem), Plan::Own);
+    inbox.target().put_slice(&second[12..]);
+    inbox.read_done(Some(second.len() - 12), &mut mem);
+    assert!(matches!(inbox.next(), Next::Message(m) if m == Message::binary(vec![7u8; 40])));
+    // A connection that takes no more input keeps nothing.
+    scratch.extend_from_slice(&second[..3]);
+    inbox.keep_rest(&mut scratch, false);
+    assert!(inbox.buffered().is_empty());
+}
+
+#[test]
+fn a_protocol_error_is_reported_for_the_core() {
+    let mut inbox = inbox();
+    // An unmasked frame from a client.
+    let mut scratch = BytesMut::from(&[0x81, 1, b'x'][..]);
+    assert!(matches!(inbox.next_in(&mut scratch), Next::Error(_)));
+}
+
+#[test]
+fn under_a_budget_growth_is_asked_for_and_refused_reads_wait() {
+    let budget = MemoryBudget::new(256 << 10).allowance(0);
+    // Another connection holds most of it.
+    let mut other = crate::budget::BudgetAccount::new(Some(budget.clone()));
+    assert_eq!(other.try_set(Held::Fragments, 200 << 10), Grant::Granted);
+    let mut mem = Pool::default();
+    let mut inbox = inbox_with(Limits::default().budget(budget.clone()));
+    let wire = frame(200_000);
+    read(&mut inbox, &mut mem, &wire[..100]);
+    assert_eq!(budget.in_use(), (200 << 10) + 100, "what is held, charged");
+    // Growing within the budget, up to what it has.
+    let mut at = 100;
+    let refused = loop {
+        match inbox.plan(&mut mem) {
+            Plan::Own => {
+                let mut target = inbox.target();
+                let n = target.chunk_mut().len().min(wire.len() - at);
+                target.put_slice(&wire[at..at + n]);
+                inbox.read_done(Some(n), &mut mem);
+                at += n;
+                assert!(budget.in_use() <= budget.limit(), "{}", budget.in_use());
+            }
+            Plan::Refused(grant) => break grant,
+            Plan::Scratch { .. } => panic!("bytes are buffered"),
+        }
+    };
+    let Grant::Wait { wanted } = refused else {
+        panic!("{refused:?}")
+    };
+    assert!(at < wire.len() && at > 16 << 10, "{at}");
+    assert!(inbox.holds_budget());
+    assert_eq!(budget.in_use(), (200 << 10) + capacity(&mut inbox));
+    // Given back by the other: the read goes on.
+    other.release_all();
+    assert!(budget.available() >= wanted);
+    assert_eq!(inbox.plan(&mut mem), Plan::Own);
+    inbox.release();
+    assert_eq!(budget.in_use(), 0, "released with the connection's input");
+    assert!(!inbox.holds_budget());
+}
+
+#[test]
+fn a_message_over_the_whole_budget_is_refused_for_good() {
+    let budget = MemoryBudget::new(16 << 10).allowance(0);
+    let mut mem = OwnMemory;
+    let mut inbox = inbox_with(Limits::default().budget(budget));
+    let wire = frame(1 << 20);
+    let Plan::Scratch { .. } = inbox.plan(&mut mem) else {
+        panic!()
+    };
+    inbox.received(&wire[..4 << 10], false, &mut mem);
+    let mut refused = None;
+    for _ in 0..10 {
+        match inbox.plan(&mut mem) {
+            Plan::Own => {
+                let len = inbox.buffered().len();
+                let mut target = inbox.target();
+                let n = target.chunk_mut().len().min(wire.len() - len);
+                target.put_slice(&wire[len..len + n]);
+                inbox.read_done(Some(n), &mut mem);
+            }
+            Plan::Refused(grant) => {
+                refused = Some(grant);
+                break;
+            }
+            Plan::Scratch { .. } => panic!(),
+        }
+    }
+    assert!(matches!(refused, Some(Grant::Never { .. })), "{refused:?}");
+}
