@@ -2,7 +2,7 @@
 //! buffer and every rule about its memory (how much room to make before a
 //! read, what to keep while the connection waits, the memory budget's
 //! charge). An engine asks where to read ([`Inbox::plan`]), reads there,
-//! says what came, and takes messages out ([`Inbox::next`]); what the
+//! says what came, and takes messages out ([`Inbox::decode`]); what the
 //! core must hear of it ([`Next`]) it passes on to the [`Connection`].
 //!
 //! It is kept apart from the [`Driver`](crate::driver::Driver) (the core
@@ -77,7 +77,7 @@ pub enum Plan {
     /// Nothing is buffered: read into the engine's scratch memory, at most
     /// `limit` bytes (past the end of the frame being received by little),
     /// then pass what came to [`Inbox::received`], or decode it where it
-    /// is with [`Inbox::next_in`] and keep the rest with
+    /// is with [`Inbox::decode_in`] and keep the rest with
     /// [`Inbox::keep_rest`].
     Scratch {
         /// The most worth reading.
@@ -91,7 +91,7 @@ pub enum Plan {
     Refused(Grant),
 }
 
-/// What decoding gave, from [`Inbox::next`].
+/// What decoding gave, from [`Inbox::decode`].
 #[derive(Debug)]
 pub enum Next {
     /// A message. When the core's [`State::hears_message`] says so, pass
@@ -131,7 +131,7 @@ pub enum Next {
 /// let Plan::Scratch { limit } = inbox.plan(&mut memory) else { panic!() };
 /// assert!(limit >= wire.len());
 /// inbox.received(&wire, false, &mut memory);
-/// let Next::Message(msg) = inbox.next() else { panic!() };
+/// let Next::Message(msg) = inbox.decode() else { panic!() };
 /// assert_eq!(msg, Message::text("hi"));
 /// // Waiting for more: an idle connection holds no buffer.
 /// inbox.wait(&mut memory);
@@ -301,7 +301,7 @@ impl Inbox {
 
     /// Decodes the next message from the buffer.
     #[inline]
-    pub fn next(&mut self) -> Next {
+    pub fn decode(&mut self) -> Next {
         let decoded = self.decoder.decode(&mut self.buf);
         self.sync();
         match decoded {
@@ -319,7 +319,7 @@ impl Inbox {
     /// (a read buffer all of an engine's connections share). Once done
     /// with it, [`keep_rest`](Self::keep_rest).
     #[inline]
-    pub fn next_in(&mut self, scratch: &mut BytesMut) -> Next {
+    pub fn decode_in(&mut self, scratch: &mut BytesMut) -> Next {
         match self.decoder.decode(scratch) {
             Ok(Some(msg)) => Next::Message(msg),
             Ok(None) => self.stopped(),

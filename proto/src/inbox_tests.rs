@@ -116,7 +116,7 @@ fn an_empty_inbox_reads_into_scratch_and_then_to_the_frame() {
     let wire = frame(100);
     let head = wire.len() - 100;
     inbox.received(&wire[..head + 10], false, &mut mem);
-    assert!(matches!(inbox.next(), Next::Input));
+    assert!(matches!(inbox.decode(), Next::Input));
     assert_eq!(inbox.plan(&mut mem), Plan::Own);
     assert_eq!(inbox.target().remaining_mut(), 90 + READ_CHUNK);
 }
@@ -185,7 +185,7 @@ fn an_empty_buffer_waiting_drops_memory_a_message_still_uses() {
     inbox.bulk = true;
     read(&mut inbox, &mut mem, &wire);
     assert_eq!(capacity(&mut inbox), SPARE, "well used: the spare is kept");
-    let Next::Message(msg) = inbox.next() else {
+    let Next::Message(msg) = inbox.decode() else {
         panic!()
     };
     assert!(inbox.shared);
@@ -210,9 +210,9 @@ fn a_huge_announced_frame_costs_what_arrived() {
     head.extend_from_slice(&(1u64 << 30).to_be_bytes());
     head.extend_from_slice(&wire[2..6]);
     read(&mut inbox, &mut mem, &head);
-    assert!(matches!(inbox.next(), Next::Input));
+    assert!(matches!(inbox.decode(), Next::Input));
     read(&mut inbox, &mut mem, &[2; 1000]);
-    assert!(matches!(inbox.next(), Next::Input));
+    assert!(matches!(inbox.decode(), Next::Input));
     assert!(capacity(&mut inbox) < 64 << 10, "{}", capacity(&mut inbox));
     inbox.wait(&mut mem);
     let len = inbox.buffered().len();
@@ -226,11 +226,11 @@ fn a_quarter_of_the_frame_here_makes_room_for_all_of_it() {
     let wire = frame(300_000);
     inbox.bulk = true;
     let mut at = read(&mut inbox, &mut mem, &wire);
-    assert!(matches!(inbox.next(), Next::Input));
+    assert!(matches!(inbox.decode(), Next::Input));
     assert!(at >= wire.len() / 4, "{at}");
     at += read(&mut inbox, &mut mem, &wire[at..]);
     assert_eq!(at, wire.len(), "room for the whole frame at once");
-    assert!(matches!(inbox.next(), Next::Message(_)));
+    assert!(matches!(inbox.decode(), Next::Message(_)));
     assert_eq!(mem.given, 1, "the outgrown spare went back");
 }
 
@@ -240,7 +240,7 @@ fn a_read_mid_payload_stops_soon_after_the_frame() {
     let mut inbox = inbox();
     let wire = frame(20);
     read(&mut inbox, &mut mem, &wire[..10]);
-    assert!(matches!(inbox.next(), Next::Input));
+    assert!(matches!(inbox.decode(), Next::Input));
     let mut more = wire[10..].to_vec();
     more.extend_from_slice(&vec![6; 100_000]);
     assert_eq!(inbox.plan(&mut mem), Plan::Own);
@@ -256,7 +256,7 @@ fn a_message_that_fills_its_allocation_leaves_no_share_behind() {
         MessageDecoder::new(Role::Server, Limits::default()),
         initial,
     );
-    let Next::Message(Message::Binary(msg)) = inbox.next() else {
+    let Next::Message(Message::Binary(msg)) = inbox.decode() else {
         panic!()
     };
     assert!(!inbox.shared);
@@ -274,11 +274,11 @@ fn decoding_from_scratch_keeps_only_the_unfinished_rest() {
     scratch.extend_from_slice(&frame(5));
     let second = frame(40);
     scratch.extend_from_slice(&second[..12]);
-    let Next::Message(msg) = inbox.next_in(&mut scratch) else {
+    let Next::Message(msg) = inbox.decode_in(&mut scratch) else {
         panic!()
     };
     assert_eq!(msg, Message::binary(vec![7u8; 5]));
-    assert!(matches!(inbox.next_in(&mut scratch), Next::Input));
+    assert!(matches!(inbox.decode_in(&mut scratch), Next::Input));
     inbox.keep_rest(&mut scratch, true);
     assert!(scratch.is_empty());
     // The header is decoded: the payload's first bytes wait.
@@ -289,7 +289,7 @@ fn decoding_from_scratch_keeps_only_the_unfinished_rest() {
     assert_eq!(inbox.plan(&mut mem), Plan::Own);
     inbox.target().put_slice(&second[12..]);
     inbox.read_done(Some(second.len() - 12), &mut mem);
-    assert!(matches!(inbox.next(), Next::Message(m) if m == Message::binary(vec![7u8; 40])));
+    assert!(matches!(inbox.decode(), Next::Message(m) if m == Message::binary(vec![7u8; 40])));
     // A connection that takes no more input keeps nothing.
     scratch.extend_from_slice(&second[..3]);
     inbox.keep_rest(&mut scratch, false);
@@ -301,7 +301,7 @@ fn a_protocol_error_is_reported_for_the_core() {
     let mut inbox = inbox();
     // An unmasked frame from a client.
     let mut scratch = BytesMut::from(&[0x81, 1, b'x'][..]);
-    assert!(matches!(inbox.next_in(&mut scratch), Next::Error(_)));
+    assert!(matches!(inbox.decode_in(&mut scratch), Next::Error(_)));
 }
 
 #[test]

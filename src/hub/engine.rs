@@ -28,17 +28,18 @@ use crate::hub::config::HubConfig;
 use crate::hub::event::{Closed, ConnId, HubMessage};
 use crate::hub::handle::{Adopted, Adopter, Command, HubHandle};
 use crate::hub::handler::Handler;
-use crate::hub::slot::{Conn, POOL_LIMITS, Reading, Slot, Stage, Transport, Turn, Ws};
+use crate::hub::slot::{Conn, POOL_LIMITS, Slot, Stage, Transport, Turn, Ws};
 use crate::hub::subs::{Subs, token};
 use crate::hub::timers::Timers;
 use crate::hub::wake::{ConnWaker, Key, ReadyQueue};
 use crate::negotiated::Negotiated;
 use crate::proto::Role;
-use crate::proto::budget::{Grant, Held};
-use crate::proto::buffer::{CORK, growth, keeps};
+use crate::proto::budget::Grant;
+use crate::proto::buffer::CORK;
 use crate::proto::close::CloseCode;
 use crate::proto::conn::{Connection, Phase, later};
 use crate::proto::decoder::MessageDecoder;
+use crate::proto::inbox::{Inbox, Next, OwnMemory, Plan};
 use crate::proto::message::Message;
 use crate::proto::outbox::QueuePool;
 use crate::topics::Delivery;
@@ -58,10 +59,8 @@ const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 /// Connections waiting to be taken by an engine (accepted by the acceptor
 /// of several engines, handed over, adopted).
 const ACCEPT_QUEUE: usize = 1024;
-/// Reading states kept for connections between messages.
+/// Inboxes kept for connections between messages.
 const READER_POOL_MAX: usize = 1024;
-/// A pooled reading state keeps a buffer up to this size.
-const PENDING_KEEP_MAX: usize = 64 << 10;
 
 /// A server engine for many connections; see the [module docs](crate::hub).
 #[derive(Debug)]
@@ -259,7 +258,7 @@ struct Engine<H: Handler> {
     /// The read buffer every connection reads into in turn.
     shared: BytesMut,
     /// Reading state for connections between messages.
-    readers: Vec<Box<Reading>>,
+    readers: Vec<Box<Inbox>>,
     turn: Turn,
     timers: Timers,
     /// Armed only while a deadline is pending: a registered timer costs
@@ -848,26 +847,19 @@ impl<H: Handler> Future for Engine<H> {
 // Engine holds only Unpin parts (the sleep is boxed).
 impl<H: Handler> Unpin for Engine<H> {}
 
-/// Reading state from the pool, or a new one.
-fn lend(readers: &mut Vec<Box<Reading>>, config: &HubConfig) -> Box<Reading> {
+/// An inbox from the pool, or a new one.
+fn lend(readers: &mut Vec<Box<Inbox>>, config: &HubConfig) -> Box<Inbox> {
     readers.pop().unwrap_or_else(|| {
         let c = &config.config;
-        Box::new(Reading {
-            decoder: MessageDecoder::new(Role::Server, c.limits())
-                .accept_unmasked_frames(c.accept_unmasked_frames),
-            pending: BytesMut::new(),
-        })
+        let decoder = MessageDecoder::new(Role::Server, c.limits())
+            .accept_unmasked_frames(c.accept_unmasked_frames);
+        Box::new(Inbox::new(decoder, BytesMut::new()))
     })
 }
 
-/// Reading state back to the pool, if it holds nothing of its connection.
-fn lend_back(mut r: Box<Reading>, readers: &mut Vec<Box<Reading>>) {
-    if r.decoder.is_at_rest() && r.pending.is_empty() && readers.len() < READER_POOL_MAX {
-        if r.pending.capacity() > PENDING_KEEP_MAX || r.pending.capacity() == 0 {
-            // Too large to keep, or an empty view that may share a
-            // handed-out message's memory.
-            r.pending = BytesMut::new();
-        }
+/// An inbox back to the pool, if it holds nothing of its connection.
+fn lend_back(r: Box<Inbox>, readers: &mut Vec<Box<Inbox>>) {
+    if r.is_at_rest() && readers.len() < READER_POOL_MAX {
         readers.push(r);
     }
 }
@@ -878,29 +870,30 @@ fn read_handshake<H: Handler>(
     cx: &mut Context<'_>,
     handler: &mut H,
     config: &HubConfig,
-    readers: &mut Vec<Box<Reading>>,
+    readers: &mut Vec<Box<Inbox>>,
     turn: &mut Turn,
 ) {
     let max = config.config.max_handshake_size;
     let mut r = slot.reading.take().unwrap_or_else(|| lend(readers, config));
     loop {
-        match parse_request(&r.pending, config.config.max_headers) {
+        let bytes = r.buffered();
+        match parse_request(bytes, config.config.max_headers) {
             Ok(Some((_, len))) if len > max => {
                 return refuse(slot, turn, &HandshakeError::TooLarge(max));
             }
             Ok(Some((request, len))) => {
-                r.pending.advance(len);
+                bytes.advance(len);
                 return answer(slot, r, request, handler, config, turn);
             }
-            Ok(None) if r.pending.len() >= max => {
+            Ok(None) if bytes.len() >= max => {
                 return refuse(slot, turn, &HandshakeError::TooLarge(max));
             }
             Ok(None) => {}
             Err(e) => return refuse(slot, turn, &e),
         }
-        let room = max - r.pending.len();
-        r.pending.reserve(room.min(1024));
-        match tokio_util::io::poll_read_buf(Pin::new(&mut slot.io), cx, &mut r.pending) {
+        let room = max - bytes.len();
+        bytes.reserve(room.min(1024));
+        match tokio_util::io::poll_read_buf(Pin::new(&mut slot.io), cx, bytes) {
             Poll::Pending => break,
             Poll::Ready(Ok(n)) if n > 0 => {}
             // Gone before asking anything: nothing to answer.
@@ -932,7 +925,7 @@ fn write_http<T, B>(slot: &mut Slot<T>, turn: &mut Turn, resp: &http::Response<B
 
 fn answer<H: Handler>(
     slot: &mut Slot<H::Data>,
-    mut r: Box<Reading>,
+    mut r: Box<Inbox>,
     request: http::Request<()>,
     handler: &mut H,
     config: &HubConfig,
@@ -965,10 +958,10 @@ fn answer<H: Handler>(
     enforce(&mut response, &required, extensions);
     if let Some((params, deflate)) = negotiated.into_deflate() {
         // Compression state is the connection's own for its lifetime.
-        let max = r.decoder.max_message_size();
+        let max = r.decoder().max_message_size();
         match crate::proto::deflate::pair(Role::Server, &params, &deflate, max) {
             Ok((inflater, deflater)) => {
-                r.decoder.set_inflater(inflater);
+                r.decoder_mut().set_inflater(inflater);
                 slot.c.d.encoder_mut().set_deflater(deflater);
             }
             Err(e) => {
@@ -980,9 +973,8 @@ fn answer<H: Handler>(
     let mut head = Vec::with_capacity(160);
     write_response(&response, &[], &mut head);
     slot.c.queue_raw(turn, &head);
-    if r.pending.is_empty() {
-        r.pending = BytesMut::new();
-    }
+    // What followed the request waits in memory of its size.
+    r.wait(&mut OwnMemory);
     slot.reading = Some(r);
     *slot.c.conn() = Connection::new(Role::Server, config.config.timers(), turn.now());
     slot.stage = Stage::Open;
@@ -1003,37 +995,47 @@ fn read_frames<H: Handler>(
     handler: &mut H,
     config: &HubConfig,
     shared: &mut BytesMut,
-    readers: &mut Vec<Box<Reading>>,
+    readers: &mut Vec<Box<Inbox>>,
     turn: &mut Turn,
 ) {
     let mut r = slot.reading.take().unwrap_or_else(|| lend(readers, config));
-    let Reading { decoder, pending } = &mut *r;
     // What came before (with the request, or before a pause) first.
-    if !pending.is_empty() || decoder.budget_wait().is_some() {
-        decode(slot, decoder, pending, true, cx, handler, turn);
+    if !r.buffered().is_empty() || r.decoder().budget_wait().is_some() {
+        decode(slot, &mut r, None, cx, handler, turn);
     }
     let mut reads = 0;
     // The last read found nothing: the connection waits for input.
     let mut waits = false;
-    while reads < READS_PER_TURN && reading(slot, decoder) {
+    while reads < READS_PER_TURN && reading(slot, &r) {
         reads += 1;
-        let from_shared = pending.is_empty();
-        let buf = if from_shared {
-            // Reclaimed only when a quarter is left: reading into what
-            // remains saves the bookkeeping on most reads.
-            if shared.capacity() < config.read_buffer_size / 4 {
-                shared.reserve(config.read_buffer_size);
+        // Nothing buffered: into the engine's shared buffer, decoded where
+        // it is; the connection keeps only an unfinished frame.
+        let plan = r.plan(&mut OwnMemory);
+        let read = match plan {
+            Plan::Scratch { .. } => {
+                // Reclaimed only when a quarter is left: reading into what
+                // remains saves the bookkeeping on most reads.
+                if shared.capacity() < config.read_buffer_size / 4 {
+                    shared.reserve(config.read_buffer_size);
+                }
+                tokio_util::io::poll_read_buf(Pin::new(&mut slot.io), cx, shared)
             }
-            &mut *shared
-        } else {
-            // The core's growth rule: room for what the frame still needs,
-            // growing with what arrived, asked of the memory budget first.
-            if !grow_pending(slot, decoder, pending, cx, turn) {
+            Plan::Own => {
+                let read =
+                    tokio_util::io::poll_read_buf(Pin::new(&mut slot.io), cx, &mut r.target());
+                let got = match &read {
+                    Poll::Ready(Ok(n)) => Some(*n),
+                    _ => None,
+                };
+                r.read_done(got, &mut OwnMemory);
+                read
+            }
+            Plan::Refused(grant) => {
+                budget_refused(slot, &r, grant, cx, turn);
                 break;
             }
-            &mut *pending
         };
-        match tokio_util::io::poll_read_buf(Pin::new(&mut slot.io), cx, buf) {
+        match read {
             Poll::Pending => {
                 waits = true;
                 break;
@@ -1051,14 +1053,12 @@ fn read_frames<H: Handler>(
         if slot.c.conn().state().hears_input() {
             slot.c.conn().handle_input(turn.now());
         }
-        decode(slot, decoder, buf, !from_shared, cx, handler, turn);
-        if from_shared {
-            if !shared.is_empty() && slot.c.conn().phase() == Phase::Open && !slot.c.abandoned {
-                // An unfinished frame: the connection keeps it.
-                pending.extend_from_slice(shared);
-            }
-            shared.clear();
-            decoder.detach();
+        if let Plan::Scratch { .. } = plan {
+            decode(slot, &mut r, Some(shared), cx, handler, turn);
+            let open = slot.c.conn().phase() == Phase::Open && !slot.c.abandoned;
+            r.keep_rest(shared, open);
+        } else {
+            decode(slot, &mut r, None, cx, handler, turn);
         }
         // The replies to what one read brought leave together, now: a
         // peer waiting for them (ping-pong, a window of messages in
@@ -1067,7 +1067,7 @@ fn read_frames<H: Handler>(
         if slot.c.dirty {
             flush(slot, cx, handler, turn);
         }
-        if reads == READS_PER_TURN && reading(slot, decoder) {
+        if reads == READS_PER_TURN && reading(slot, &r) {
             // Others first; this one comes back next turn.
             slot.waker.requeue();
         }
@@ -1075,101 +1075,58 @@ fn read_frames<H: Handler>(
     // What a connection keeps between reads: nothing once its bytes are
     // decoded (after a large message too), and no more than in proportion
     // to an unfinished frame while it waits for the rest.
-    if pending.is_empty() {
-        // Even with no capacity: an empty view left where a message ended
-        // still shares that message's allocation (and would keep it alive
-        // in the readers' pool).
-        *pending = BytesMut::new();
-    } else if (waits || !reading(slot, decoder)) && !keeps(pending.len(), pending.capacity()) {
-        *pending = BytesMut::from(&pending[..]);
+    if waits || !reading(slot, &r) || r.buffered().is_empty() {
+        r.wait(&mut OwnMemory);
     }
-    if decoder.account().is_on() {
-        // Bytes already read are held whatever the budget says: growth
-        // was asked for before the read (`grow_pending`).
-        let held = pending.capacity();
-        decoder.account_mut().set(Held::ReadBuffer, held);
-        if waits && decoder.account().charged() > 0 {
-            // Holding budget while the peer sends nothing: the core's wait
-            // runs (1013 past it) until input comes, as on the Stream.
-            slot.c.conn().handle_budget_wait(turn.now());
-        }
+    if waits && r.holds_budget() {
+        // Holding budget while the peer sends nothing: the core's wait
+        // runs (1013 past it) until input comes, as on the Stream.
+        slot.c.conn().handle_budget_wait(turn.now());
     }
-    if r.decoder.is_at_rest() && r.pending.is_empty() {
+    if r.is_at_rest() {
         lend_back(r, readers);
     } else {
         slot.reading = Some(r);
     }
 }
 
-/// Makes room in `pending` for the next read of the frame being received,
-/// by the core's growth rule; under a memory budget, asked for first.
-/// `false` when the budget refused: the connection waits for budget (woken
-/// when some is given back) or, if it could never fit, fails with 1009.
-fn grow_pending<T>(
+/// The memory budget answered `grant` to the connection's request for more
+/// (room to read into, to assemble or to inflate a message): the core
+/// decides, and the connection waits for budget to be given back (woken
+/// when some is, or at once if some was meanwhile) or fails.
+fn budget_refused<T>(
     slot: &mut Slot<T>,
-    decoder: &mut MessageDecoder,
-    pending: &mut BytesMut,
+    inbox: &Inbox,
+    grant: Grant,
     cx: &mut Context<'_>,
     turn: &mut Turn,
-) -> bool {
-    let len = pending.len();
-    let frame_left = decoder.payload_remaining(len);
-    let Some(additional) = growth(len, pending.capacity() - len, frame_left) else {
-        return true;
-    };
-    if decoder.account().is_on() {
-        // The old memory lives on while its bytes are copied: ask for both.
-        let wanted = pending.capacity() + len + additional;
-        let grant = decoder.account_mut().try_set(Held::ReadBuffer, wanted);
-        if grant != Grant::Granted {
-            if let Some(wanted) = slot.c.conn().handle_grant(grant, turn.now()) {
-                wait_for_budget(slot, decoder, wanted, cx);
-            }
-            slot.c.transmit_owed(turn);
-            return false;
-        }
-    }
-    pending.reserve(additional);
-    true
-}
-
-/// Under a memory budget: the connection waits for `wanted` bytes (the
-/// core runs the wait's deadline, 1013 past it). The budget wakes the
-/// connection when some is given back, and budget given back before the
-/// waker was registered is not missed.
-fn wait_for_budget<T>(
-    slot: &mut Slot<T>,
-    decoder: &MessageDecoder,
-    wanted: usize,
-    cx: &mut Context<'_>,
 ) {
-    if let Some(budget) = decoder.account().budget() {
-        if budget.wait_for(wanted, cx.waker()) {
+    if let Some(wanted) = slot.c.conn().handle_grant(grant, turn.now()) {
+        if inbox.wait_for_budget(wanted, cx.waker()) {
             slot.waker.requeue();
         }
     }
+    slot.c.transmit_owed(turn);
 }
 
 /// Whether to read on: the connection is open, its peer takes what it is
 /// sent, and no memory budget is awaited.
-fn reading<T>(slot: &Slot<T>, decoder: &MessageDecoder) -> bool {
+fn reading<T>(slot: &Slot<T>, inbox: &Inbox) -> bool {
     slot.stage == Stage::Open
         && !slot.c.abandoned
         && !slot.c.write_blocked
         && slot.c.d.conn().phase() == Phase::Open
-        && decoder.budget_wait().is_none()
+        && inbox.decoder().budget_wait().is_none()
 }
 
-/// Decodes every whole message in `buf` and hands each to the handler.
-///
-/// `own`: `buf` is the connection's own, not the shared read buffer, so a
-/// large message's payload may be kept (sent on without a copy).
-#[allow(clippy::too_many_arguments)]
+/// Decodes every whole message in the connection's buffer, or in
+/// `scratch` (the engine's shared read buffer), and hands each to the
+/// handler. Only a message decoded from the connection's own buffer may
+/// have its payload kept (sent on without a copy).
 fn decode<H: Handler>(
     slot: &mut Slot<H::Data>,
-    decoder: &mut MessageDecoder,
-    buf: &mut BytesMut,
-    own: bool,
+    inbox: &mut Inbox,
+    mut scratch: Option<&mut BytesMut>,
     cx: &mut Context<'_>,
     handler: &mut H,
     turn: &mut Turn,
@@ -1177,6 +1134,7 @@ fn decode<H: Handler>(
     if slot.data.is_none() {
         return;
     }
+    let own = scratch.is_none();
     loop {
         if slot.c.conn().phase() != Phase::Open || slot.c.abandoned {
             break;
@@ -1188,25 +1146,24 @@ fn decode<H: Handler>(
             // one brought is handled (its bytes are in the shared buffer).
             flush(slot, cx, handler, turn);
         }
-        let msg = match decoder.decode(buf) {
-            Ok(Some(msg)) => msg,
-            Ok(None) => {
-                if let Some(wanted) = decoder.budget_wait() {
-                    let grant = Grant::Wait { wanted };
-                    if let Some(wanted) = slot.c.conn().handle_grant(grant, turn.now()) {
-                        wait_for_budget(slot, decoder, wanted, cx);
-                    }
-                }
+        let next = match scratch.as_deref_mut() {
+            Some(scratch) => inbox.decode_in(scratch),
+            None => inbox.decode(),
+        };
+        let msg = match next {
+            Next::Message(msg) => msg,
+            Next::Input => break,
+            Next::Budget(grant) => {
+                budget_refused(slot, inbox, grant, cx, turn);
                 break;
             }
-            Err(e) => {
+            Next::Error(e) => {
                 slot.c.conn().handle_error(e, turn.now());
                 break;
             }
         };
-        if slot.c.conn().state().is_waiting_for_budget() {
-            // A message decoded is progress: the budget's wait ends.
-            slot.c.conn().handle_input(turn.now());
+        if slot.c.conn().state().hears_message(&msg) {
+            slot.c.conn().handle_message(&msg, turn.now());
         }
         let Some(data) = slot.data.as_mut() else {
             return;
@@ -1227,15 +1184,9 @@ fn decode<H: Handler>(
         match &msg {
             Message::Text(t) => handler.message(&mut ws, HubMessage::Text(t.as_str())),
             Message::Binary(b) => handler.message(&mut ws, HubMessage::Binary(b)),
-            Message::Ping(p) => {
-                ws.c.conn().handle_frame(&msg, ws.turn.now());
-                handler.ping(&mut ws, p);
-            }
+            Message::Ping(p) => handler.ping(&mut ws, p),
             Message::Pong(p) => handler.pong(&mut ws, p),
-            Message::Close(frame) => {
-                ws.c.peer_closed(frame.clone());
-                ws.c.conn().handle_frame(&msg, ws.turn.now());
-            }
+            Message::Close(frame) => ws.c.peer_closed(frame.clone()),
             // Hub decoders assemble messages.
             Message::Frame(_) => {}
         }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -20,10 +20,10 @@ use crate::hub::wake::{ConnWaker, Key};
 use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
 use crate::proto::conn::{Connection, Outgoing, Phase};
-use crate::proto::decoder::MessageDecoder;
 use crate::proto::driver::Driver;
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::header::OpCode;
+use crate::proto::inbox::Inbox;
 use crate::proto::message::{Message, PreparedMessage};
 use crate::proto::outbox::{PoolLimits, QueuePool};
 use crate::retry::Retrying;
@@ -135,21 +135,13 @@ pub(crate) struct Slot<T> {
     /// Only while the connection holds reading state of its own (the
     /// handshake's request, an unfinished frame or message, compression, a
     /// memory budget); between messages the engine lends one from its pool.
-    pub(crate) reading: Option<Box<Reading>>,
+    pub(crate) reading: Option<Box<Inbox>>,
     /// The deadline this connection has in the engine's timer heap: the
     /// handshake's, then the core's.
     pub(crate) timer_at: Option<Instant>,
     pub(crate) stage: Stage,
     pub(crate) data: Option<T>,
     pub(crate) c: Conn,
-}
-
-/// A connection's reading state: its decoder, and bytes read but not
-/// decoded yet (empty, without an allocation, most of the time).
-#[derive(Debug)]
-pub(crate) struct Reading {
-    pub(crate) decoder: MessageDecoder,
-    pub(crate) pending: BytesMut,
 }
 
 /// How a connection ended, beyond what its core knows.

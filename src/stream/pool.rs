@@ -127,12 +127,6 @@ impl ReadMemory for ThreadMemory {
     }
 }
 
-/// Starts the thread's next arena copy in a fresh chunk.
-#[cfg(test)]
-pub(crate) fn new_arena_chunk() {
-    ARENA.with(|a| *a.borrow_mut() = None);
-}
-
 /// How many spares this thread holds.
 #[cfg(test)]
 pub(crate) fn pooled() -> usize {

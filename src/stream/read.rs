@@ -362,7 +362,7 @@ impl ReadState {
                     return Poll::Ready(err);
                 }
             }
-            let budget = match self.inbox.next() {
+            let budget = match self.inbox.decode() {
                 Next::Message(msg) => {
                     if state.hears_message(&msg) {
                         if msg.is_close() {
