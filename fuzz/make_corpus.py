@@ -257,6 +257,20 @@ def driver():
     write("driver", "discard_mid_frame", bytes([0]) + bytes(b for e in cut for b in e))
 
 
+def inbox():
+    # [flags: 1 the hub's way, 2 a budget of 16 KiB + (flags >> 2) * 2 KiB]
+    # [count % 6 + 1] [a byte per message: size class (% 4) and kind (% 5)]
+    # then events of two bytes: op (% 8: 0 another connection takes
+    # budget, 1 gives it back, 2 the inbox waits), arg (the read's size).
+    msgs = bytes([4, 0x21, 0x05, 0x47, 0x12, 0x03])
+    events = bytes([3, 1, 3, 40, 2, 7, 11, 200, 3, 255, 2, 0, 3, 9, 19, 90])
+    write("inbox", "stream_reads", bytes([0, 5]) + msgs + events)
+    write("inbox", "hub_reads", bytes([1, 5]) + msgs + events)
+    budget = bytes([0, 60, 3, 30, 1, 0, 3, 200, 3, 200, 2, 0, 1, 0, 3, 255])
+    write("inbox", "stream_budget", bytes([2 | (4 << 2), 5]) + msgs + budget)
+    write("inbox", "hub_budget", bytes([3 | (4 << 2), 5]) + msgs + budget)
+
+
 if __name__ == "__main__":
     frame_decoder()
     utf8()
@@ -265,5 +279,6 @@ if __name__ == "__main__":
     conn()
     hub()
     driver()
+    inbox()
     for t in sorted(os.listdir(ROOT)):
         print(t, len(os.listdir(os.path.join(ROOT, t))))

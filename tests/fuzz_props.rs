@@ -981,6 +981,14 @@ proptest! {
         props::driver(&events);
     }
 
+    /// The `inbox` property on random messages, reads and budget moves.
+    #[test]
+    fn inbox_property_on_random_events(
+        events in proptest::collection::vec(any::<u8>(), 2..300),
+    ) {
+        props::inbox(&events);
+    }
+
     /// The `deflate` property, each mode, on random bytes.
     #[test]
     fn deflate_property_on_random_bytes(

@@ -41,6 +41,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("conn", conn),
     ("hub", hub),
     ("driver", driver),
+    ("inbox", inbox),
 ];
 
 /// Takes bytes off the front of the input; zeros once it runs out.
@@ -1412,5 +1413,236 @@ pub fn driver(data: &[u8]) {
     } else {
         assert!(wire.is_empty(), "no partial frame is left");
         assert_eq!(got, expected);
+    }
+}
+
+/// Memory an engine lends an inbox, as the Stream's: spares and an arena,
+/// at sizes small enough for the fuzzer to cross them.
+#[derive(Default)]
+struct FuzzMemory {
+    spares: Vec<BytesMut>,
+    arena: Option<BytesMut>,
+}
+
+/// The Stream's scratch memory (a stack read), scaled down.
+const FUZZ_SCRATCH: usize = 1 << 10;
+const FUZZ_SPARE: usize = 8 << 10;
+
+impl wavesock::proto::inbox::ReadMemory for FuzzMemory {
+    fn take_spare(&mut self) -> BytesMut {
+        self.spares
+            .pop()
+            .unwrap_or_else(|| BytesMut::with_capacity(FUZZ_SPARE))
+    }
+
+    fn give_spare(&mut self, mut buf: BytesMut) {
+        buf.clear();
+        if buf.try_reclaim(FUZZ_SPARE) && buf.capacity() == FUZZ_SPARE && self.spares.len() < 2 {
+            self.spares.push(buf);
+        }
+    }
+
+    fn spare_len(&self) -> usize {
+        FUZZ_SPARE
+    }
+
+    fn arena_copy(&mut self, bytes: &[u8]) -> Option<BytesMut> {
+        if bytes.len() > 256 {
+            return None;
+        }
+        let chunk = match self.arena.as_mut() {
+            Some(c) if c.capacity() >= bytes.len() => c,
+            _ => self.arena.insert(BytesMut::with_capacity(1 << 10)),
+        };
+        chunk.extend_from_slice(bytes);
+        Some(chunk.split())
+    }
+}
+
+/// The receiving side (`proto::inbox::Inbox`) as both engines drive it:
+/// input-chosen messages from a client, read in input-chosen sizes either
+/// as the Stream reads (scratch copied into the arena or a spare) or as the
+/// hub does (decoded in a shared buffer, the rest kept), under an optional
+/// memory budget that another connection takes from and gives back to at
+/// input-chosen moments. Properties: what is decoded is what was sent, in
+/// order, and nothing else (a budget may stop it early, only with a budget
+/// error); a waiting inbox holds at most four times its bytes and none
+/// once everything is decoded; under a budget its account always records
+/// the buffer it holds; nothing panics.
+pub fn inbox(data: &[u8]) {
+    use wavesock::proto::MemoryBudget;
+    use wavesock::proto::budget::{BudgetAccount, Grant, Held};
+    use wavesock::proto::encoder::FrameEncoder;
+    use wavesock::proto::inbox::{Inbox, Plan};
+
+    let mut input = Input(data);
+    let flags = input.byte();
+    // The hub's way: decode in scratch memory shared by all connections.
+    let borrow = flags & 1 != 0;
+    let budget = (flags & 2 != 0)
+        .then(|| MemoryBudget::new((16 << 10) + usize::from(flags >> 2) * 2048).allowance(0));
+    let limits = Limits::default()
+        .max_frame_size(1 << 20)
+        .max_message_size(1 << 20)
+        .budget(budget.clone());
+
+    let mut wire = BytesMut::new();
+    let mut sent = Vec::new();
+    let mut encoder = FrameEncoder::new(Role::Client);
+    for _ in 0..input.byte() % 6 + 1 {
+        let b = input.byte();
+        let len = match b % 4 {
+            0 => usize::from(b % 32),
+            1 => 100 + usize::from(b) * 4,
+            2 => 2000 + usize::from(b) * 40,
+            _ => 12_000 + usize::from(b) * 100,
+        };
+        let msg = match b % 5 {
+            0 => Message::Ping(vec![b; usize::from(b % 126)].into()),
+            1 | 2 => Message::text("é".repeat(len / 2)),
+            _ => Message::binary(vec![b; len]),
+        };
+        encoder.encode_message(&msg, &mut wire).unwrap();
+        sent.push(msg);
+    }
+    let wire = wire.freeze();
+
+    let mut inbox = Inbox::new(MessageDecoder::new(Role::Server, limits), BytesMut::new());
+    let mut other = BudgetAccount::new(budget.clone());
+    let mut mem = FuzzMemory::default();
+    let mut scratch = BytesMut::with_capacity(4 << 10);
+    let mut got: Vec<Message> = Vec::new();
+    let mut at = 0;
+    let mut stopped = false;
+    let mut stalled = false;
+
+    // Decodes what the inbox holds, as an engine does after a read.
+    let take = |inbox: &Inbox,
+                next: Result<Option<Message>, Error>,
+                got: &mut Vec<Message>,
+                stopped: &mut bool|
+     -> Option<Grant> {
+        match next {
+            Ok(Some(m)) => {
+                got.push(m);
+                None
+            }
+            Ok(None) => Some(inbox.held_back().unwrap_or(Grant::Granted)),
+            Err(e) => {
+                assert!(
+                    budget.is_some() && matches!(e, Error::OverBudget { .. }),
+                    "valid input failed to decode: {e}"
+                );
+                *stopped = true;
+                Some(Grant::Granted)
+            }
+        }
+    };
+
+    while !stopped && got.len() < sent.len() {
+        let op = input.byte();
+        let arg = input.byte();
+        match op % 8 {
+            // Another connection takes budget, or gives it back.
+            0 => {
+                let _ = other.try_set(Held::Fragments, usize::from(arg) * 256);
+            }
+            1 => other.release_all(),
+            2 => {
+                inbox.wait(&mut mem);
+                let len = inbox.buffered().len();
+                let cap = inbox.buffered().capacity();
+                assert!(cap <= 4 * len, "waiting with {len} bytes in {cap}");
+            }
+            _ => {}
+        }
+        // Once the input is spent, the rest arrives in large reads.
+        let want = if input.is_empty() {
+            64 << 10
+        } else {
+            1 + usize::from(arg) * (1 + usize::from(op >> 3))
+        };
+        let chunk = &wire[at..wire.len().min(at + want)];
+        let mut refused = None;
+        match inbox.plan(&mut mem) {
+            Plan::Scratch { limit } => {
+                let n = chunk.len().min(limit);
+                if borrow {
+                    scratch.extend_from_slice(&chunk[..n]);
+                    at += n;
+                    loop {
+                        let next = inbox.decode_in(&mut scratch);
+                        match take(&inbox, next, &mut got, &mut stopped) {
+                            None => continue,
+                            Some(Grant::Granted) => {}
+                            Some(g) => refused = Some(g),
+                        }
+                        break;
+                    }
+                    inbox.keep_rest(&mut scratch, !stopped);
+                    assert!(scratch.is_empty());
+                } else {
+                    let n = n.min(FUZZ_SCRATCH);
+                    inbox.received(&chunk[..n], n == FUZZ_SCRATCH, &mut mem);
+                    at += n;
+                }
+            }
+            Plan::Own => {
+                use bytes::BufMut;
+                let mut target = inbox.target();
+                let n = chunk.len().min(target.chunk_mut().len());
+                target.put_slice(&chunk[..n]);
+                inbox.read_done((n > 0).then_some(n), &mut mem);
+                at += n;
+            }
+            Plan::Refused(g) => refused = Some(g),
+        }
+        if refused.is_none() && !stopped {
+            loop {
+                let next = inbox.decode();
+                match take(&inbox, next, &mut got, &mut stopped) {
+                    None => continue,
+                    Some(Grant::Granted) => {}
+                    Some(g) => refused = Some(g),
+                }
+                break;
+            }
+        }
+        match refused {
+            Some(Grant::Never { .. }) => stopped = true,
+            // Waiting for budget: the other connection gives some back
+            // (an engine waits for exactly this).
+            Some(_) => {
+                // Budget no one else holds is all there is: the next try
+                // must get on.
+                if other.total() == 0 {
+                    assert!(!stalled, "waits for budget that no one else holds");
+                    stalled = true;
+                }
+                other.release_all();
+            }
+            None => stalled = false,
+        }
+        if let Some(account) = budget.as_ref().map(|_| inbox.decoder().account()) {
+            let held = account.held(Held::ReadBuffer);
+            let cap = inbox.buffered().capacity();
+            assert_eq!(held, cap, "the account records the buffer");
+        }
+        if at == wire.len() && input.is_empty() && refused.is_none() {
+            // All read, nothing more to decide: decode what is left.
+            break;
+        }
+    }
+    assert!(got.len() <= sent.len());
+    assert_eq!(got, sent[..got.len()], "decoded what was sent, in order");
+    if budget.is_none() {
+        assert!(
+            !stopped && got.len() == sent.len(),
+            "no budget: all decoded"
+        );
+    }
+    if got.len() == sent.len() {
+        inbox.wait(&mut mem);
+        assert_eq!(inbox.buffered().capacity(), 0, "all decoded: nothing held");
     }
 }

@@ -481,7 +481,6 @@ impl Connection {
     /// [`State::hears_message`] says the core needs it: a control frame
     /// changes the state ([`handle_frame`](Self::handle_frame)), and any
     /// message is progress for a memory budget's wait.
-    #[inline]
     pub fn handle_message(&mut self, msg: &Message, now: Instant) {
         if self.state.is_waiting_for_budget() {
             self.handle_input(now);
@@ -788,6 +787,15 @@ impl Connection {
     /// be over, once it has started.
     pub fn close_deadline(&self) -> Option<Instant> {
         self.outstanding.as_ref()?.close_deadline
+    }
+
+    /// When a closing handshake started at `now` must be over: the
+    /// deadline already running if one started, else `now` plus the close
+    /// timeout. A caller that closes and waits (the Stream's `close`) waits
+    /// until then, and no fresh timeout is granted by closing again.
+    pub fn close_deadline_from(&self, now: Instant) -> Instant {
+        self.close_deadline()
+            .unwrap_or_else(|| later(now, self.close_timeout()))
     }
 
     fn budget_deadline(&self) -> Option<Instant> {

@@ -182,6 +182,28 @@ fn our_close_starts_the_close_timer_when_sent() {
 }
 
 #[test]
+fn closing_again_gets_no_fresh_deadline() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Client, Timers::default().close_timeout(5 * SEC), t0);
+    assert_eq!(c.close_deadline_from(t0 + SEC), t0 + 6 * SEC, "from now");
+    assert!(c.send_close(t0 + 2 * SEC));
+    assert_eq!(
+        c.close_deadline_from(t0 + 4 * SEC),
+        t0 + 7 * SEC,
+        "the running one"
+    );
+    let huge = Connection::new(
+        Role::Client,
+        Timers::default().close_timeout(Duration::MAX),
+        t0,
+    );
+    assert!(
+        huge.close_deadline_from(t0) > t0 + 1000 * SEC,
+        "saturates, no panic"
+    );
+}
+
+#[test]
 fn no_keepalive_ping_once_closing() {
     let t0 = Instant::now();
     let mut c = Connection::new(Role::Client, timers(), t0);

@@ -169,6 +169,7 @@ impl MessageDecoder {
     /// engine whose read buffer is shared by many connections calls this
     /// after decoding from it, so that a message left unfinished does not
     /// keep the shared buffer from being reused.
+    #[inline]
     pub fn detach(&mut self) {
         if let Some(f) = &mut self.fragments {
             if !f.owned {

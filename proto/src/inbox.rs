@@ -3,11 +3,12 @@
 //! read, what to keep while the connection waits, the memory budget's
 //! charge). An engine asks where to read ([`Inbox::plan`]), reads there,
 //! says what came, and takes messages out ([`Inbox::decode`]); what the
-//! core must hear of it ([`Next`]) it passes on to the [`Connection`].
+//! core must hear of it (control frames, errors, the memory budget's
+//! answers) it passes on to the [`Connection`].
 //!
 //! It is kept apart from the [`Driver`](crate::driver::Driver) (the core
 //! and the sending side) so that a receiving task can decode while another
-//! task sends: only what [`Next`] reports needs the core.
+//! task sends: only what decoding reports needs the core.
 //!
 //! The rules: an idle connection holds no buffer; a read into an empty
 //! buffer goes to the engine's scratch memory first (the stack, or a buffer
@@ -91,33 +92,13 @@ pub enum Plan {
     Refused(Grant),
 }
 
-/// What decoding gave, from [`Inbox::decode`].
-#[derive(Debug)]
-pub enum Next {
-    /// A message. When the core's [`State::hears_message`] says so, pass
-    /// it to [`Connection::handle_message`].
-    ///
-    /// [`State::hears_message`]: crate::conn::State::hears_message
-    /// [`Connection::handle_message`]: crate::conn::Connection::handle_message
-    Message(Message),
-    /// Nothing whole yet: read more.
-    Input,
-    /// The memory budget holds decoding back: tell the core
-    /// ([`Connection::handle_grant`](crate::conn::Connection::handle_grant))
-    /// and, if it says to wait, [`Inbox::wait_for_budget`].
-    Budget(Grant),
-    /// The peer broke the protocol or a limit: tell the core
-    /// ([`Connection::handle_error`](crate::conn::Connection::handle_error)).
-    Error(Error),
-}
-
 /// The receiving side of one connection.
 ///
 /// ```
 /// use wavesock_proto::bytes::BytesMut;
 /// use wavesock_proto::decoder::MessageDecoder;
 /// use wavesock_proto::encoder::FrameEncoder;
-/// use wavesock_proto::inbox::{Inbox, Next, OwnMemory, Plan};
+/// use wavesock_proto::inbox::{Inbox, OwnMemory, Plan};
 /// use wavesock_proto::{Limits, Message, Role};
 ///
 /// let mut wire = BytesMut::new();
@@ -131,8 +112,9 @@ pub enum Next {
 /// let Plan::Scratch { limit } = inbox.plan(&mut memory) else { panic!() };
 /// assert!(limit >= wire.len());
 /// inbox.received(&wire, false, &mut memory);
-/// let Next::Message(msg) = inbox.decode() else { panic!() };
-/// assert_eq!(msg, Message::text("hi"));
+/// assert_eq!(inbox.decode()?, Some(Message::text("hi")));
+/// assert_eq!(inbox.decode()?, None);
+/// assert_eq!(inbox.held_back(), None, "for want of input, not of memory");
 /// // Waiting for more: an idle connection holds no buffer.
 /// inbox.wait(&mut memory);
 /// assert!(inbox.is_at_rest());
@@ -160,9 +142,15 @@ impl Inbox {
     /// `decoder` for this connection, and `initial`, bytes already read
     /// past the handshake.
     pub fn new(decoder: MessageDecoder, initial: BytesMut) -> Self {
+        // An empty view would keep the memory it came from alive.
+        let buf = if initial.capacity() == 0 {
+            BytesMut::new()
+        } else {
+            initial
+        };
         Inbox {
             decoder,
-            buf: initial,
+            buf,
             shared: false,
             arena: false,
             bulk: false,
@@ -183,11 +171,24 @@ impl Inbox {
         &mut self.decoder
     }
 
-    /// The bytes received and not yet decoded. An engine that reads the
-    /// upgrade request into them leaves whatever followed it here.
+    /// The bytes received and not yet decoded.
     #[inline]
-    pub fn buffered(&mut self) -> &mut BytesMut {
-        &mut self.buf
+    pub fn buffered(&self) -> &BytesMut {
+        &self.buf
+    }
+
+    /// Runs `f` on the buffer: an engine that reads the upgrade request
+    /// into it, and takes the request off its front, leaves whatever
+    /// followed the request here to be decoded.
+    pub fn with_buffered<T>(&mut self, f: impl FnOnce(&mut BytesMut) -> T) -> T {
+        let out = f(&mut self.buf);
+        if self.buf.capacity() == 0 {
+            // A view left at the end of its allocation would keep all of
+            // it alive (see `decode`).
+            self.drop_buf();
+        }
+        self.sync();
+        out
     }
 
     /// Whether nothing is held for the connection: no bytes, no memory, and
@@ -210,7 +211,20 @@ impl Inbox {
 
     /// Where the next read goes. Under a memory budget, room for it is
     /// asked for first.
+    #[inline]
     pub fn plan(&mut self, mem: &mut impl ReadMemory) -> Plan {
+        if self.buf.capacity() == 0 && !self.bulk {
+            // No memory at all, the usual case between small messages (an
+            // empty buffer of no capacity is never a view that shares
+            // memory: see `decode`): nothing to drop or reclaim.
+            let frame_left = self.decoder.payload_remaining(0);
+            let limit = frame_left.map_or(usize::MAX, |want| want.saturating_add(READ_CHUNK));
+            return Plan::Scratch { limit };
+        }
+        self.plan_with(mem)
+    }
+
+    fn plan_with(&mut self, mem: &mut impl ReadMemory) -> Plan {
         let frame_left = self.decoder.payload_remaining(self.buf.len());
         self.fresh = self.buf.is_empty();
         if self.fresh {
@@ -299,53 +313,72 @@ impl Inbox {
         self.sync();
     }
 
-    /// Decodes the next message from the buffer.
+    /// Decodes the next message from the buffer. A message goes to the
+    /// core too when its [`State::hears_message`] says so
+    /// ([`Connection::handle_message`]), an error always
+    /// ([`Connection::handle_error`]). `Ok(None)`: nothing whole yet, for
+    /// want of input or, when [`held_back`](Self::held_back) says so, of
+    /// memory budget.
+    ///
+    /// [`State::hears_message`]: crate::conn::State::hears_message
+    /// [`Connection::handle_message`]: crate::conn::Connection::handle_message
+    /// [`Connection::handle_error`]: crate::conn::Connection::handle_error
     #[inline]
-    pub fn decode(&mut self) -> Next {
+    pub fn decode(&mut self) -> Result<Option<Message>, Error> {
         let decoded = self.decoder.decode(&mut self.buf);
-        self.sync();
-        match decoded {
-            Ok(Some(msg)) => {
-                self.handed_out();
-                Next::Message(msg)
-            }
-            Ok(None) => self.stopped(),
-            Err(e) => Next::Error(e),
+        if self.buf.capacity() == 0 {
+            // Emptied to its allocation's last byte (the message, or a
+            // header that ended the read, took it): this empty view can hold
+            // nothing more, and keeping it would keep the whole allocation
+            // alive (and `plan` takes an empty buffer of no capacity for no
+            // memory at all).
+            self.drop_buf();
+        } else if let Ok(Some(_)) = decoded {
+            // A message split off the buffer may share its memory.
+            self.shared = true;
         }
+        self.sync();
+        decoded
     }
 
-    /// Decodes the next message from `scratch`, memory of the engine's
+    /// [`decode`](Self::decode) from `scratch`, memory of the engine's
     /// that the message may borrow from but the connection does not keep
     /// (a read buffer all of an engine's connections share). Once done
     /// with it, [`keep_rest`](Self::keep_rest).
     #[inline]
-    pub fn decode_in(&mut self, scratch: &mut BytesMut) -> Next {
-        match self.decoder.decode(scratch) {
-            Ok(Some(msg)) => Next::Message(msg),
-            Ok(None) => self.stopped(),
-            Err(e) => Next::Error(e),
-        }
+    pub fn decode_in(&mut self, scratch: &mut BytesMut) -> Result<Option<Message>, Error> {
+        self.decoder.decode(scratch)
     }
 
     /// After decoding from `scratch`: what is left there (an unfinished
     /// frame) becomes the connection's own, and `scratch` is emptied for
     /// the next connection. `open`: the connection still takes input; if
     /// not, what is left is dropped.
+    #[inline]
     pub fn keep_rest(&mut self, scratch: &mut BytesMut, open: bool) {
         if open && !scratch.is_empty() {
-            self.buf.extend_from_slice(scratch);
-            self.sync();
+            self.keep(scratch);
         }
         scratch.clear();
         self.decoder.detach();
     }
 
-    /// Why decoding stopped without a message.
-    fn stopped(&self) -> Next {
-        match self.decoder.budget_wait() {
-            Some(wanted) => Next::Budget(Grant::Wait { wanted }),
-            None => Next::Input,
-        }
+    fn keep(&mut self, rest: &[u8]) {
+        self.buf.extend_from_slice(rest);
+        self.sync();
+    }
+
+    /// After [`decode`](Self::decode) gave `Ok(None)`: the memory budget
+    /// holds decoding back (assembling or inflating the message needs more
+    /// than it has). Tell the core
+    /// ([`Connection::handle_grant`](crate::conn::Connection::handle_grant))
+    /// and, if it says to wait, [`wait_for_budget`](Self::wait_for_budget);
+    /// read nothing meanwhile.
+    #[inline]
+    pub fn held_back(&self) -> Option<Grant> {
+        self.decoder
+            .budget_wait()
+            .map(|wanted| Grant::Wait { wanted })
     }
 
     /// Registers `waker` to be woken once the memory budget has `wanted`
@@ -361,7 +394,12 @@ impl Inbox {
     /// The connection is about to wait (for input, or for the peer to take
     /// what it is sent): it keeps memory in proportion to the bytes it
     /// holds, none when it holds none.
+    #[inline]
     pub fn wait(&mut self, mem: &mut impl ReadMemory) {
+        if self.buf.capacity() == 0 {
+            // Nothing held (see `decode`): the usual case.
+            return;
+        }
         self.fit(mem);
         self.sync();
     }
@@ -380,23 +418,11 @@ impl Inbox {
         self.decoder.account_mut().release(Held::ReadBuffer);
     }
 
+    #[inline]
     fn drop_buf(&mut self) {
         self.buf = BytesMut::new();
         self.shared = false;
         self.arena = false;
-    }
-
-    /// A message split off the buffer may share its memory.
-    #[inline]
-    fn handed_out(&mut self) {
-        if self.buf.capacity() == 0 {
-            // The message took the allocation's last byte: this empty view
-            // can hold nothing more, and keeping it would keep the whole
-            // allocation alive until the next read.
-            self.drop_buf();
-            return;
-        }
-        self.shared = true;
     }
 
     /// Records the buffer's memory in the budget's account.

@@ -90,7 +90,7 @@ fn read(inbox: &mut Inbox, mem: &mut Pool, data: &[u8]) -> usize {
     }
 }
 
-fn capacity(inbox: &mut Inbox) -> usize {
+fn capacity(inbox: &Inbox) -> usize {
     inbox.buffered().capacity()
 }
 
@@ -99,11 +99,11 @@ fn a_small_read_keeps_only_its_size_and_takes_no_spare() {
     let mut mem = Pool::default();
     let mut inbox = inbox();
     assert_eq!(read(&mut inbox, &mut mem, &[9; 22]), 22);
-    assert_eq!(capacity(&mut inbox), 22, "a buffer of exactly what came");
+    assert_eq!(capacity(&inbox), 22, "a buffer of exactly what came");
     assert_eq!(mem.taken, 0);
     inbox.clear();
     inbox.wait(&mut mem);
-    assert_eq!(capacity(&mut inbox), 0);
+    assert_eq!(capacity(&inbox), 0);
     assert!(inbox.is_at_rest());
 }
 
@@ -116,7 +116,7 @@ fn an_empty_inbox_reads_into_scratch_and_then_to_the_frame() {
     let wire = frame(100);
     let head = wire.len() - 100;
     inbox.received(&wire[..head + 10], false, &mut mem);
-    assert!(matches!(inbox.decode(), Next::Input));
+    assert_eq!(inbox.decode(), Ok(None));
     assert_eq!(inbox.plan(&mut mem), Plan::Own);
     assert_eq!(inbox.target().remaining_mut(), 90 + READ_CHUNK);
 }
@@ -131,7 +131,7 @@ fn small_reads_share_the_arena_and_larger_ones_do_not() {
     assert!(a.arena && b.arena && !c.arena);
     assert!(a.shared && b.shared, "never given back as a spare");
     assert_eq!(b.buffered().as_ptr(), a.buffered()[22..].as_ptr());
-    assert_eq!(capacity(&mut c), ARENA_MAX + 1, "its own buffer");
+    assert_eq!(capacity(&c), ARENA_MAX + 1, "its own buffer");
 }
 
 #[test]
@@ -144,7 +144,7 @@ fn part_of_a_frame_waits_in_memory_of_its_own_not_the_arena() {
     assert!(!inbox.arena && !inbox.shared);
     assert_ne!(inbox.buffered().as_ptr(), in_arena, "copied out");
     assert_eq!(&inbox.buffered()[..], &[6; 10][..]);
-    assert_eq!(capacity(&mut inbox), 10);
+    assert_eq!(capacity(&inbox), 10);
     assert_eq!(mem.given, 0, "arena memory is never a spare");
 }
 
@@ -155,23 +155,23 @@ fn reads_that_fill_the_scratch_go_to_a_spare_until_they_come_small() {
     let input = vec![4; 3 * SCRATCH];
     assert_eq!(read(&mut inbox, &mut mem, &input), SCRATCH);
     assert!(inbox.bulk);
-    assert_eq!(capacity(&mut inbox), SPARE, "moved to a spare");
+    assert_eq!(capacity(&inbox), SPARE, "moved to a spare");
     assert_eq!(read(&mut inbox, &mut mem, &input), input.len());
     inbox.clear();
     // Waiting: the spare goes back.
     inbox.wait(&mut mem);
-    assert_eq!(capacity(&mut inbox), 0);
+    assert_eq!(capacity(&inbox), 0);
     assert_eq!(mem.spares.len(), 1);
     // Empty and bulk: straight into a spare, whole, kept when well used.
     let burst = vec![5; SPARE / 2];
     assert_eq!(read(&mut inbox, &mut mem, &burst), burst.len());
-    assert_eq!(capacity(&mut inbox), SPARE);
+    assert_eq!(capacity(&inbox), SPARE);
     assert!(inbox.bulk);
     inbox.clear();
     // A small read into a spare: back to the scratch next time.
     assert_eq!(read(&mut inbox, &mut mem, &[1; 10]), 10);
     assert!(!inbox.bulk);
-    assert!(capacity(&mut inbox) <= 40, "{}", capacity(&mut inbox));
+    assert!(capacity(&inbox) <= 40, "{}", capacity(&inbox));
     inbox.clear();
     assert!(matches!(inbox.plan(&mut mem), Plan::Scratch { .. }));
 }
@@ -184,14 +184,14 @@ fn an_empty_buffer_waiting_drops_memory_a_message_still_uses() {
     wire.extend_from_slice(&frame(30_000)[..30_000]);
     inbox.bulk = true;
     read(&mut inbox, &mut mem, &wire);
-    assert_eq!(capacity(&mut inbox), SPARE, "well used: the spare is kept");
-    let Next::Message(msg) = inbox.decode() else {
+    assert_eq!(capacity(&inbox), SPARE, "well used: the spare is kept");
+    let Ok(Some(msg)) = inbox.decode() else {
         panic!()
     };
     assert!(inbox.shared);
     inbox.clear();
     inbox.wait(&mut mem);
-    assert_eq!(capacity(&mut inbox), 0);
+    assert_eq!(capacity(&inbox), 0);
     assert_eq!(mem.given, 0, "memory a message shares is never a spare");
     assert_eq!(msg, Message::binary(vec![7u8; 100]));
 }
@@ -210,13 +210,13 @@ fn a_huge_announced_frame_costs_what_arrived() {
     head.extend_from_slice(&(1u64 << 30).to_be_bytes());
     head.extend_from_slice(&wire[2..6]);
     read(&mut inbox, &mut mem, &head);
-    assert!(matches!(inbox.decode(), Next::Input));
+    assert_eq!(inbox.decode(), Ok(None));
     read(&mut inbox, &mut mem, &[2; 1000]);
-    assert!(matches!(inbox.decode(), Next::Input));
-    assert!(capacity(&mut inbox) < 64 << 10, "{}", capacity(&mut inbox));
+    assert_eq!(inbox.decode(), Ok(None));
+    assert!(capacity(&inbox) < 64 << 10, "{}", capacity(&inbox));
     inbox.wait(&mut mem);
     let len = inbox.buffered().len();
-    assert!(capacity(&mut inbox) <= 4 * len, "{}", capacity(&mut inbox));
+    assert!(capacity(&inbox) <= 4 * len, "{}", capacity(&inbox));
 }
 
 #[test]
@@ -226,11 +226,11 @@ fn a_quarter_of_the_frame_here_makes_room_for_all_of_it() {
     let wire = frame(300_000);
     inbox.bulk = true;
     let mut at = read(&mut inbox, &mut mem, &wire);
-    assert!(matches!(inbox.decode(), Next::Input));
+    assert_eq!(inbox.decode(), Ok(None));
     assert!(at >= wire.len() / 4, "{at}");
     at += read(&mut inbox, &mut mem, &wire[at..]);
     assert_eq!(at, wire.len(), "room for the whole frame at once");
-    assert!(matches!(inbox.decode(), Next::Message(_)));
+    assert!(matches!(inbox.decode(), Ok(Some(_))));
     assert_eq!(mem.given, 1, "the outgrown spare went back");
 }
 
@@ -240,7 +240,7 @@ fn a_read_mid_payload_stops_soon_after_the_frame() {
     let mut inbox = inbox();
     let wire = frame(20);
     read(&mut inbox, &mut mem, &wire[..10]);
-    assert!(matches!(inbox.decode(), Next::Input));
+    assert_eq!(inbox.decode(), Ok(None));
     let mut more = wire[10..].to_vec();
     more.extend_from_slice(&vec![6; 100_000]);
     assert_eq!(inbox.plan(&mut mem), Plan::Own);
@@ -256,11 +256,11 @@ fn a_message_that_fills_its_allocation_leaves_no_share_behind() {
         MessageDecoder::new(Role::Server, Limits::default()),
         initial,
     );
-    let Next::Message(Message::Binary(msg)) = inbox.decode() else {
+    let Ok(Some(Message::Binary(msg))) = inbox.decode() else {
         panic!()
     };
     assert!(!inbox.shared);
-    assert_eq!(capacity(&mut inbox), 0);
+    assert_eq!(capacity(&inbox), 0);
     let Ok(owned) = msg.try_into_mut() else {
         panic!("the inbox kept a share of the message's memory");
     };
@@ -274,22 +274,22 @@ fn decoding_from_scratch_keeps_only_the_unfinished_rest() {
     scratch.extend_from_slice(&frame(5));
     let second = frame(40);
     scratch.extend_from_slice(&second[..12]);
-    let Next::Message(msg) = inbox.decode_in(&mut scratch) else {
+    let Ok(Some(msg)) = inbox.decode_in(&mut scratch) else {
         panic!()
     };
     assert_eq!(msg, Message::binary(vec![7u8; 5]));
-    assert!(matches!(inbox.decode_in(&mut scratch), Next::Input));
+    assert_eq!(inbox.decode_in(&mut scratch), Ok(None));
     inbox.keep_rest(&mut scratch, true);
     assert!(scratch.is_empty());
     // The header is decoded: the payload's first bytes wait.
     assert_eq!(&inbox.buffered()[..], &[7; 6][..], "unmasked already");
-    assert!(capacity(&mut inbox) < 1024, "its own, of its size");
+    assert!(capacity(&inbox) < 1024, "its own, of its size");
     // The rest comes into the connection's own buffer.
     let mut mem = OwnMemory;
     assert_eq!(inbox.plan(&mut mem), Plan::Own);
     inbox.target().put_slice(&second[12..]);
     inbox.read_done(Some(second.len() - 12), &mut mem);
-    assert!(matches!(inbox.decode(), Next::Message(m) if m == Message::binary(vec![7u8; 40])));
+    assert_eq!(inbox.decode(), Ok(Some(Message::binary(vec![7u8; 40]))));
     // A connection that takes no more input keeps nothing.
     scratch.extend_from_slice(&second[..3]);
     inbox.keep_rest(&mut scratch, false);
@@ -301,7 +301,7 @@ fn a_protocol_error_is_reported_for_the_core() {
     let mut inbox = inbox();
     // An unmasked frame from a client.
     let mut scratch = BytesMut::from(&[0x81, 1, b'x'][..]);
-    assert!(matches!(inbox.decode_in(&mut scratch), Next::Error(_)));
+    assert!(inbox.decode_in(&mut scratch).is_err());
 }
 
 #[test]
@@ -336,7 +336,7 @@ fn under_a_budget_growth_is_asked_for_and_refused_reads_wait() {
     };
     assert!(at < wire.len() && at > 16 << 10, "{at}");
     assert!(inbox.holds_budget());
-    assert_eq!(budget.in_use(), (200 << 10) + capacity(&mut inbox));
+    assert_eq!(budget.in_use(), (200 << 10) + capacity(&inbox));
     // Given back by the other: the read goes on.
     other.release_all();
     assert!(budget.available() >= wanted);

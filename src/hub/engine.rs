@@ -39,7 +39,7 @@ use crate::proto::buffer::CORK;
 use crate::proto::close::CloseCode;
 use crate::proto::conn::{Connection, Phase, later};
 use crate::proto::decoder::MessageDecoder;
-use crate::proto::inbox::{Inbox, Next, OwnMemory, Plan};
+use crate::proto::inbox::{Inbox, OwnMemory, Plan};
 use crate::proto::message::Message;
 use crate::proto::outbox::QueuePool;
 use crate::topics::Delivery;
@@ -873,31 +873,39 @@ fn read_handshake<H: Handler>(
     readers: &mut Vec<Box<Inbox>>,
     turn: &mut Turn,
 ) {
+    /// What the bytes read so far call for.
+    enum Step {
+        Answer(http::Request<()>),
+        Refuse(HandshakeError),
+        Read(Poll<io::Result<usize>>),
+    }
     let max = config.config.max_handshake_size;
     let mut r = slot.reading.take().unwrap_or_else(|| lend(readers, config));
     loop {
-        let bytes = r.buffered();
-        match parse_request(bytes, config.config.max_headers) {
-            Ok(Some((_, len))) if len > max => {
-                return refuse(slot, turn, &HandshakeError::TooLarge(max));
-            }
-            Ok(Some((request, len))) => {
-                bytes.advance(len);
-                return answer(slot, r, request, handler, config, turn);
-            }
-            Ok(None) if bytes.len() >= max => {
-                return refuse(slot, turn, &HandshakeError::TooLarge(max));
-            }
-            Ok(None) => {}
-            Err(e) => return refuse(slot, turn, &e),
-        }
-        let room = max - bytes.len();
-        bytes.reserve(room.min(1024));
-        match tokio_util::io::poll_read_buf(Pin::new(&mut slot.io), cx, bytes) {
-            Poll::Pending => break,
-            Poll::Ready(Ok(n)) if n > 0 => {}
+        let io = &mut slot.io;
+        let step = r.with_buffered(
+            |bytes| match parse_request(bytes, config.config.max_headers) {
+                Ok(Some((_, len))) if len > max => Step::Refuse(HandshakeError::TooLarge(max)),
+                Ok(Some((request, len))) => {
+                    bytes.advance(len);
+                    Step::Answer(request)
+                }
+                Ok(None) if bytes.len() >= max => Step::Refuse(HandshakeError::TooLarge(max)),
+                Ok(None) => {
+                    let room = max - bytes.len();
+                    bytes.reserve(room.min(1024));
+                    Step::Read(tokio_util::io::poll_read_buf(Pin::new(io), cx, bytes))
+                }
+                Err(e) => Step::Refuse(e),
+            },
+        );
+        match step {
+            Step::Answer(request) => return answer(slot, r, request, handler, config, turn),
+            Step::Refuse(e) => return refuse(slot, turn, &e),
+            Step::Read(Poll::Pending) => break,
+            Step::Read(Poll::Ready(Ok(n))) if n > 0 => {}
             // Gone before asking anything: nothing to answer.
-            Poll::Ready(_) => {
+            Step::Read(Poll::Ready(_)) => {
                 slot.c.abandoned = true;
                 break;
             }
@@ -1093,7 +1101,10 @@ fn read_frames<H: Handler>(
 /// The memory budget answered `grant` to the connection's request for more
 /// (room to read into, to assemble or to inflate a message): the core
 /// decides, and the connection waits for budget to be given back (woken
-/// when some is, or at once if some was meanwhile) or fails.
+/// when some is, or at once if some was meanwhile) or fails. Out of line:
+/// rare, and the decode loop stays small enough to inline the handler.
+#[cold]
+#[inline(never)]
 fn budget_refused<T>(
     slot: &mut Slot<T>,
     inbox: &Inbox,
@@ -1151,13 +1162,14 @@ fn decode<H: Handler>(
             None => inbox.decode(),
         };
         let msg = match next {
-            Next::Message(msg) => msg,
-            Next::Input => break,
-            Next::Budget(grant) => {
-                budget_refused(slot, inbox, grant, cx, turn);
+            Ok(Some(msg)) => msg,
+            Ok(None) => {
+                if let Some(grant) = inbox.held_back() {
+                    budget_refused(slot, inbox, grant, cx, turn);
+                }
                 break;
             }
-            Next::Error(e) => {
+            Err(e) => {
                 slot.c.conn().handle_error(e, turn.now());
                 break;
             }

@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::proto::Role;
 use crate::proto::close::CloseFrame;
-use crate::proto::conn::{State, later};
+use crate::proto::conn::State;
 use crate::proto::deflate::{DeflateConfig, DeflateParams};
 use crate::proto::mask::MaskKeys;
 use crate::proto::message::{Message, PreparedMessage};
@@ -194,15 +194,9 @@ where
         if self.reader.is_terminated() {
             return Ok(());
         }
-        // The core's close deadline: armed when our close (or the peer's)
-        // was recorded, else from now, as recording it will. A second call
-        // after a first that gave up gets no fresh timeout.
-        let deadline = self
-            .core
-            .d
-            .conn()
-            .close_deadline()
-            .unwrap_or_else(|| later(now(), self.core.d.conn().close_timeout()));
+        // The core's close deadline: no fresh timeout for a second call
+        // after a first that gave up.
+        let deadline = self.core.d.conn().close_deadline_from(now());
         let send = async {
             if !self.core.d.conn().is_close_sent() {
                 self.feed(Message::Close(frame)).await?;

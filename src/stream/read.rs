@@ -20,7 +20,7 @@ use crate::proto::Role;
 use crate::proto::budget::Grant;
 use crate::proto::conn::{Connection, Phase, State};
 use crate::proto::decoder::MessageDecoder;
-use crate::proto::inbox::{Inbox, Next, Plan};
+use crate::proto::inbox::{Inbox, Plan};
 use crate::proto::message::Message;
 use crate::retry::Retrying;
 use crate::stream::core::{Core, now};
@@ -363,7 +363,7 @@ impl ReadState {
                 }
             }
             let budget = match self.inbox.decode() {
-                Next::Message(msg) => {
+                Ok(Some(msg)) => {
                     if state.hears_message(&msg) {
                         if msg.is_close() {
                             trace::debug_event!(code = ?msg.close_frame().map(|f| f.code), "close frame received");
@@ -373,9 +373,8 @@ impl ReadState {
                     }
                     return Poll::Ready(Some(Ok(msg)));
                 }
-                Next::Input => None,
-                Next::Budget(grant) => Some(grant),
-                Next::Error(e) => {
+                Ok(None) => self.inbox.held_back(),
+                Err(e) => {
                     trace::warn_event!(error = %e, close_code = ?e.close_code(), "failing the connection");
                     self.feed(link, |c| c.handle_error(e, now()))?;
                     continue;
