@@ -94,6 +94,12 @@ impl Server {
 /// [`LATE`] too, which the rules refuse (the Stream with an error, the hub
 /// with `SendStatus::Closed`): it must never reach the wire.
 const CLOSE_REASON: &str = "asked to";
+/// With `close-long`, the reason is this, over the 123 bytes a close frame
+/// holds: the hub's `close` cuts it at a character, the Stream refuses the
+/// frame (an error, nothing on the wire); neither sends it whole.
+fn long_reason() -> String {
+    "é".repeat(100)
+}
 const LATE: &str = "sent after our close";
 
 /// The hub's echo.
@@ -112,8 +118,13 @@ impl Handler for HubEcho {
     }
 
     fn message(&mut self, ws: &mut Ws<'_, ()>, msg: HubMessage<'_>) {
-        if let HubMessage::Text(t @ ("close" | "close-then-send")) = msg {
-            ws.close(CloseCode::from(4000), CLOSE_REASON).unwrap();
+        if let HubMessage::Text(t @ ("close" | "close-then-send" | "close-long")) = msg {
+            let reason = if t == "close-long" {
+                long_reason()
+            } else {
+                CLOSE_REASON.to_owned()
+            };
+            ws.close(CloseCode::from(4000), &reason).unwrap();
             if t == "close-then-send" {
                 let status = ws.send_text(LATE).unwrap();
                 assert_eq!(status, wavesock::hub::SendStatus::Closed);
@@ -203,7 +214,12 @@ where
     while let Some(msg) = ws.next().await {
         match msg {
             Ok(Message::Text(t)) if t.as_str().starts_with("close") => {
-                let frame = CloseFrame::new(CloseCode::from(4000), CLOSE_REASON);
+                let reason = if t.as_str() == "close-long" {
+                    long_reason()
+                } else {
+                    CLOSE_REASON.to_owned()
+                };
+                let frame = CloseFrame::new(CloseCode::from(4000), reason);
                 if let Err(e) = ws.send(Message::Close(Some(frame))).await {
                     return Some(e.to_string());
                 }
@@ -245,7 +261,12 @@ where
     while let Some(msg) = rx.next().await {
         match msg {
             Ok(Message::Text(t)) if t.as_str().starts_with("close") => {
-                let frame = CloseFrame::new(CloseCode::from(4000), CLOSE_REASON);
+                let reason = if t.as_str() == "close-long" {
+                    long_reason()
+                } else {
+                    CLOSE_REASON.to_owned()
+                };
+                let frame = CloseFrame::new(CloseCode::from(4000), reason);
                 let _ = queue.send(Message::Close(Some(frame)));
                 if t.as_str() == "close-then-send" {
                     // The sender fails this one and stops; the receiver
@@ -316,6 +337,51 @@ async fn a_server_close_answered_by_a_hang_up_is_a_clean_end() {
         // No close reply: the client hangs up instead, as many do.
         drop(tcp);
         assert_eq!(server.ended().await, None, "{engine:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_close_reason_over_the_limit_never_goes_out_whole() {
+    let _heap = HEAP.read().await;
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let mut tcp = upgrade_raw(server.addr).await;
+        tcp.write_all(&frame(true, OpCode::Text, b"close-long".to_vec()))
+            .await
+            .unwrap();
+        let mut close = None;
+        loop {
+            let mut head = [0u8; 2];
+            // The split Stream's sender fails and its receiver stays open:
+            // nothing more comes.
+            let read = tokio::time::timeout(Duration::from_secs(2), tcp.read_exact(&mut head));
+            if !matches!(read.await, Ok(Ok(_))) {
+                break;
+            }
+            let len = usize::from(head[1] & 0x7f);
+            assert!(len <= 125, "{engine:?}: a control frame of {len} bytes");
+            let mut payload = vec![0; len];
+            tcp.read_exact(&mut payload).await.unwrap();
+            if head[0] & 0x0f == 0x8 {
+                close = Some(payload);
+                break;
+            }
+        }
+        drop(tcp);
+        let ended = server.ended().await;
+        if engine.engine == Engine::Hub {
+            let payload = close.expect("the hub closes");
+            assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 4000);
+            let reason = std::str::from_utf8(&payload[2..]).expect("UTF-8");
+            assert_eq!(reason, "é".repeat(61), "cut at a character");
+        } else {
+            assert_eq!(close, None, "{engine:?}: refused, not sent");
+            if engine.engine == Engine::Stream {
+                let err = ended.expect("the Stream reports the refusal");
+                assert!(err.contains("123"), "{engine:?}: {err}");
+            }
+        }
     }
 }
 

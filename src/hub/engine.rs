@@ -1008,7 +1008,7 @@ fn read_frames<H: Handler>(
 ) {
     let mut r = slot.reading.take().unwrap_or_else(|| lend(readers, config));
     // What came before (with the request, or before a pause) first.
-    if !r.buffered().is_empty() || r.decoder().budget_wait().is_some() {
+    if !r.buffered().is_empty() || r.held_back().is_some() {
         decode(slot, &mut r, None, cx, handler, turn);
     }
     let mut reads = 0;
@@ -1127,7 +1127,7 @@ fn reading<T>(slot: &Slot<T>, inbox: &Inbox) -> bool {
         && !slot.c.abandoned
         && !slot.c.write_blocked
         && slot.c.d.conn().phase() == Phase::Open
-        && inbox.decoder().budget_wait().is_none()
+        && inbox.held_back().is_none()
 }
 
 /// Decodes every whole message in the connection's buffer, or in
