@@ -1,6 +1,7 @@
 //! Decompression bombs cost at most `max_message_size`, not what they
-//! would inflate to: measured with a counting global allocator. One test
-//! function, so no other test allocates meanwhile.
+//! would inflate to, and compression state costs nothing until a
+//! compressed message needs it: measured with a counting global allocator.
+//! The tests take turns (`SERIAL`), so no other test allocates meanwhile.
 #![cfg(feature = "deflate")]
 
 use std::sync::atomic::Ordering;
@@ -13,6 +14,9 @@ use wavesock::{Config, DeflateConfig, DeflateParams, Error, Role, WebSocketStrea
 mod counting;
 
 use counting::{LIVE, PEAK};
+
+/// Held by each test: the allocator counts every thread.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[global_allocator]
 static GLOBAL: counting::Counting = counting::Counting;
@@ -111,6 +115,7 @@ fn server(
 
 #[test]
 fn a_gigabyte_bomb_costs_the_limit_not_a_gigabyte() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -146,10 +151,13 @@ fn a_gigabyte_bomb_costs_the_limit_not_a_gigabyte() {
         // the spare a burst is read into (per thread, handed back when the
         // connection waits; the close frame's write takes the thread's
         // other one).
+        // And the inflater's own state, made by the bomb's first frame
+        // (none exists before a compressed message arrives).
         const SPARE: usize = 96 << 10;
+        const ZLIB: usize = 56 << 10;
         for (limit, allowed) in [
-            (16 << 10, (64 << 10) + SPARE),
-            (1 << 20, (3 << 19) + (64 << 10) + SPARE),
+            (16 << 10, (64 << 10) + SPARE + ZLIB),
+            (1 << 20, (3 << 19) + (64 << 10) + SPARE + ZLIB),
         ] {
             let (a, peer) = tokio::io::duplex(8 << 10);
             let mut ws = server(a, limit);
@@ -179,5 +187,73 @@ fn a_gigabyte_bomb_costs_the_limit_not_a_gigabyte() {
             eprintln!("limit {limit}: peak growth {grew} bytes for a 1 GiB bomb");
             assert!(grew <= allowed, "limit {limit}: {grew} bytes allocated");
         }
+    });
+}
+
+/// Live heap growth while `f` runs (what it leaves allocated).
+async fn kept_by<F: std::future::Future<Output = ()>>(f: F) -> isize {
+    let base = LIVE.load(Ordering::SeqCst) as isize;
+    f.await;
+    LIVE.load(Ordering::SeqCst) as isize - base
+}
+
+#[test]
+fn compression_state_is_made_by_the_first_compressed_message_each_way() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        // What an idle connection costs, with and without permessage-deflate
+        // negotiated (the same transport for both).
+        let (a, _pa) = tokio::io::duplex(1 << 16);
+        let (b, mut peer) = tokio::io::duplex(1 << 16);
+        let mut plain = None;
+        let plain_cost = kept_by(async {
+            plain =
+                Some(WebSocketStream::from_raw_socket(a, Role::Server, Config::default()).unwrap());
+        })
+        .await;
+        let mut ws = None;
+        let deflate_cost = kept_by(async { ws = Some(server(b, 1 << 20)) }).await;
+        let mut ws = ws.unwrap();
+        eprintln!("idle: plain {plain_cost} B, deflate {deflate_cost} B");
+        assert!(
+            deflate_cost <= plain_cost + 512,
+            "deflate {deflate_cost} B against plain {plain_cost} B: zlib state made early"
+        );
+
+        // A compressed message in: the inflater's state, not the deflater's.
+        let inflating = kept_by(async {
+            peer.write_all(&masked_frame(0xC2, &bomb(10)))
+                .await
+                .unwrap();
+            let msg = ws.next().await.unwrap().unwrap();
+            assert_eq!(msg.into_payload().len(), 1 + 258 * 10);
+        })
+        .await;
+        eprintln!("after a compressed message in: {inflating} B more");
+        assert!(
+            (8 << 10..100 << 10).contains(&inflating),
+            "{inflating} B: the inflater's state and window, no deflater"
+        );
+
+        // One out, over the threshold: now the deflater's.
+        let deflating = kept_by(async {
+            ws.send(wavesock::Message::binary(vec![7u8; 4096]))
+                .await
+                .unwrap();
+            let mut head = [0u8; 2];
+            peer.read_exact(&mut head).await.unwrap();
+            assert_eq!(head[0], 0xC2, "sent compressed");
+        })
+        .await;
+        eprintln!("after a compressed message out: {deflating} B more");
+        assert!(
+            deflating >= 100 << 10,
+            "{deflating} B: the deflater's state"
+        );
+        drop(plain);
     });
 }

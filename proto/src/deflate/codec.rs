@@ -89,7 +89,11 @@ pub(crate) fn pair(
 /// Compresses the messages one side sends.
 #[derive(Debug)]
 pub struct Deflater {
-    compress: Compress,
+    /// zlib's state (hundreds of KiB at the default window and memLevel),
+    /// made by the first message compressed: a connection that never
+    /// sends one of its own (it only receives, or only sends shared
+    /// frames) never pays for it.
+    compress: Option<Compress>,
     reset_after_message: bool,
     threshold: usize,
     level: u32,
@@ -115,7 +119,7 @@ impl Deflater {
         let level = level.min(9);
         let zlib_bits = zlib_window_bits(window_bits);
         Deflater {
-            compress: Compress::new_with_window_bits(Compression::new(level), false, zlib_bits),
+            compress: None,
             reset_after_message,
             threshold,
             level,
@@ -163,8 +167,12 @@ impl Deflater {
         payload: &[u8],
         write: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, Error> {
+        let (level, bits) = (self.level, self.zlib_bits);
+        let compress = self.compress.get_or_insert_with(|| {
+            Compress::new_with_window_bits(Compression::new(level), false, bits)
+        });
         if std::mem::take(&mut self.stale) {
-            self.compress.reset();
+            compress.reset();
         }
         let mut out = std::mem::take(&mut self.scratch);
         out.clear();
@@ -175,11 +183,11 @@ impl Deflater {
             if out.len() == out.capacity() {
                 out.reserve(out.capacity().max(1024));
             }
-            let before = self.compress.total_in();
-            self.compress
+            let before = compress.total_in();
+            compress
                 .compress_vec(input, &mut out, FlushCompress::Sync)
                 .map_err(|e| Error::Compression(e.to_string()))?;
-            let consumed = (self.compress.total_in() - before) as usize;
+            let consumed = (compress.total_in() - before) as usize;
             input = &input[consumed..];
             // A sync flush is complete once it leaves output space unused.
             if input.is_empty() && out.len() < out.capacity() {
@@ -196,7 +204,7 @@ impl Deflater {
             out.push(0x00);
         }
         if self.reset_after_message {
-            self.compress.reset();
+            compress.reset();
         }
         let r = write(&out);
         if out.capacity() <= SCRATCH_KEEP {
@@ -223,7 +231,12 @@ struct Inflating {
 /// Decompresses the messages one side receives.
 #[derive(Debug)]
 pub struct Inflater {
-    decompress: Decompress,
+    /// zlib's state and window (about 40 KiB at a 15-bit window), made by
+    /// the first compressed message received.
+    decompress: Option<Decompress>,
+    /// The window the peer compresses with, for zlib (see
+    /// [`zlib_window_bits`]).
+    zlib_bits: u8,
     reset_after_message: bool,
     max_message_size: usize,
     msg: Option<Inflating>,
@@ -235,7 +248,8 @@ impl Inflater {
     /// takeover; messages are refused past `max_message_size` bytes inflated.
     pub(crate) fn new(window_bits: u8, reset_after_message: bool, max_message_size: usize) -> Self {
         Inflater {
-            decompress: Decompress::new_with_window_bits(false, zlib_window_bits(window_bits)),
+            decompress: None,
+            zlib_bits: zlib_window_bits(window_bits),
             reset_after_message,
             max_message_size,
             msg: None,
@@ -283,6 +297,10 @@ impl Inflater {
                 wait: None,
             });
         };
+        let bits = self.zlib_bits;
+        let decompress = self
+            .decompress
+            .get_or_insert_with(|| Decompress::new_with_window_bits(false, bits));
         // Inflate while input is left, or while the last call filled the
         // output (zlib may hold more).
         while !m.ended && (!input.is_empty() || m.full) {
@@ -312,12 +330,11 @@ impl Inflater {
                 m.out.reserve_exact(step);
                 account.set(Held::Inflated, m.out.capacity());
             }
-            let (in_before, out_before) = (self.decompress.total_in(), m.out.len());
-            let status = self
-                .decompress
+            let (in_before, out_before) = (decompress.total_in(), m.out.len());
+            let status = decompress
                 .decompress_vec(input, &mut m.out, FlushDecompress::None)
                 .map_err(|_| ProtocolError::InvalidCompressedData)?;
-            let consumed = (self.decompress.total_in() - in_before) as usize;
+            let consumed = (decompress.total_in() - in_before) as usize;
             input = &input[consumed..];
             if m.out.len() > max {
                 return Err(Error::MessageTooLarge {
@@ -367,7 +384,9 @@ impl Inflater {
             return Err(ProtocolError::InvalidCompressedData.into());
         };
         if self.reset_after_message || m.ended {
-            self.decompress.reset(false);
+            if let Some(d) = &mut self.decompress {
+                d.reset(false);
+            }
         }
         // The output is the message's now, no longer the connection's.
         account.release(Held::Inflated);
@@ -418,6 +437,34 @@ mod tests {
 
     fn deflate(d: &mut Deflater, payload: &[u8]) -> Vec<u8> {
         d.compress(payload, <[u8]>::to_vec).unwrap()
+    }
+
+    #[test]
+    fn zlib_state_is_made_by_the_first_message_each_way() {
+        let mut d = Deflater::new(6, 15, false, 0);
+        let mut i = Inflater::new(15, false, 1 << 20);
+        assert!(
+            d.compress.is_none() && i.decompress.is_none(),
+            "none at first"
+        );
+        // Sharing a frame compressed elsewhere makes no state either.
+        d.sent_elsewhere();
+        assert!(d.compress.is_none());
+        let wire = deflate(&mut d, b"hello hello hello");
+        assert!(d.compress.is_some());
+        assert!(i.decompress.is_none(), "the other direction still has none");
+        assert_eq!(
+            inflate(&mut i, &wire, true).unwrap(),
+            Message::text("hello hello hello")
+        );
+        assert!(i.decompress.is_some());
+        // Context takeover goes on from the state made lazily.
+        let again = deflate(&mut d, b"hello hello hello");
+        assert!(again.len() < wire.len(), "{again:?} vs {wire:?}");
+        assert_eq!(
+            inflate(&mut i, &again, true).unwrap(),
+            Message::text("hello hello hello")
+        );
     }
 
     fn inflate(i: &mut Inflater, wire: &[u8], text: bool) -> Result<Message, Error> {
