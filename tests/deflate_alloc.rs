@@ -18,6 +18,16 @@ use counting::{LIVE, PEAK};
 /// Held by each test: the allocator counts every thread.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Runs `f` on a runtime of its own while no other test runs.
+fn alone(f: impl std::future::Future<Output = ()>) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f);
+}
+
 #[global_allocator]
 static GLOBAL: counting::Counting = counting::Counting;
 
@@ -115,12 +125,7 @@ fn server(
 
 #[test]
 fn a_gigabyte_bomb_costs_the_limit_not_a_gigabyte() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    alone(async {
         // The generator is right: a small bomb inflates to exactly its size.
         let (a, mut peer) = tokio::io::duplex(1 << 20);
         let mut ws = server(a, 1 << 20);
@@ -199,12 +204,7 @@ async fn kept_by<F: std::future::Future<Output = ()>>(f: F) -> isize {
 
 #[test]
 fn compression_state_is_made_by_the_first_compressed_message_each_way() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    alone(async {
         // What an idle connection costs, with and without permessage-deflate
         // negotiated (the same transport for both).
         let (a, _pa) = tokio::io::duplex(1 << 16);
