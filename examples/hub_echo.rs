@@ -3,16 +3,20 @@
 //!
 //! ```text
 //! cargo run --release --example hub_echo -- 127.0.0.1:9001
+//! cargo run --release --features deflate --example hub_echo -- 127.0.0.1:9001 --deflate shared
 //! ```
 //!
 //! Runs one engine on a current-thread runtime (one core), with a 64 MiB
 //! message limit, as `echo_server` does on the Stream API. Built with
-//! `--features deflate`, it accepts permessage-deflate offers.
+//! `--features deflate`, it accepts permessage-deflate offers, holding
+//! compression memory as `--deflate POLICY` says: `takeover` (the default),
+//! `shared`, or `dedicated:4k` (any size from 1k to 256k; see
+//! `DeflatePolicy`).
 
 use tokio::net::TcpListener;
+use wavesock::ErrorResponse;
 use wavesock::http::{Request, Response};
 use wavesock::hub::{Handler, Hub, HubConfig, HubMessage, Ws};
-use wavesock::{Config, ErrorResponse};
 
 #[derive(Clone)]
 struct Echo;
@@ -31,18 +35,11 @@ impl Handler for Echo {
     }
 }
 
+#[path = "support/echo_args.rs"]
+mod echo_args;
+
 fn main() -> std::io::Result<()> {
-    let addr = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "127.0.0.1:9001".into());
-    let config = Config::default()
-        .max_frame_size(64 << 20)
-        .max_message_size(64 << 20);
-    // Threshold 0: every message is echoed compressed (see echo_server.rs:
-    // kosoku 0.1.0 fails its 12.x.1 / 13.x.1 cases on short messages sent
-    // uncompressed).
-    #[cfg(feature = "deflate")]
-    let config = config.deflate(wavesock::DeflateConfig::default().compression_threshold(0));
+    let (addr, config) = echo_args::parse()?;
     // Room for a whole echoed 64 MiB message: a peer that reads is never
     // cut off, one that does not stops being read.
     let hub_config = HubConfig::default()

@@ -115,7 +115,7 @@ pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols
 pub use proto::Role;
 pub use proto::budget::MemoryBudget;
 pub use proto::close::{CloseCode, CloseFrame};
-pub use proto::deflate::{DeflateConfig, DeflateParams};
+pub use proto::deflate::{DeflateConfig, DeflateParams, DeflatePolicy};
 pub use proto::header::OpCode;
 pub use proto::mask::MaskKeys;
 pub use proto::message::{Frame, Message, PreparedMessage};

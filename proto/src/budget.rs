@@ -257,6 +257,9 @@ pub enum Held {
     Fragments,
     /// The inflated output of a compressed message being received.
     Inflated,
+    /// Decompression state: zlib's, while a message borrows or a
+    /// connection keeps it, and the bytes of a kept window.
+    Compression,
 }
 
 impl Held {
@@ -265,6 +268,7 @@ impl Held {
             Held::ReadBuffer => 0,
             Held::Fragments => 1,
             Held::Inflated => 2,
+            Held::Compression => 3,
         }
     }
 }
@@ -319,7 +323,7 @@ pub struct BudgetAccount {
 #[derive(Debug)]
 struct Counts {
     budget: MemoryBudget,
-    held: [usize; 3],
+    held: [usize; 4],
     /// Taken from the budget: what is held beyond the allowance.
     charged: usize,
 }
@@ -353,7 +357,7 @@ impl BudgetAccount {
             counts: budget.map(|budget| {
                 Box::new(Counts {
                     budget,
-                    held: [0; 3],
+                    held: [0; 4],
                     charged: 0,
                 })
             }),
@@ -466,7 +470,7 @@ impl BudgetAccount {
                 c.budget.give_back(c.charged);
             }
             c.charged = 0;
-            c.held = [0; 3];
+            c.held = [0; 4];
         }
     }
 }

@@ -185,6 +185,9 @@ impl MessageDecoder {
         self.fragments = None;
         if let Some(i) = &mut self.inflater {
             i.abort();
+            if self.account.is_on() {
+                self.account.set(Held::Compression, i.holds());
+            }
         }
         self.inflate_pending = false;
         self.account.release(Held::Fragments);

@@ -332,7 +332,7 @@ impl FrameEncoder {
         match p.compressed_frame(d.shared_window(), compress) {
             Some(frame) => {
                 let frame = frame?;
-                d.sent_elsewhere();
+                d.sent_elsewhere(&p.payload);
                 Ok(frame)
             }
             None => Ok(p.frame.clone()),

@@ -60,7 +60,7 @@ pub use role::Role;
 
 pub use bytes::{self, Bytes};
 pub use close::{CloseCode, CloseFrame};
-pub use deflate::{DeflateConfig, DeflateParams};
+pub use deflate::{DeflateConfig, DeflateParams, DeflatePolicy};
 pub use header::OpCode;
 pub use mask::MaskKeys;
 pub use message::{Frame, Message, PreparedMessage};

@@ -37,7 +37,7 @@ use http::header::{HeaderValue, SEC_WEBSOCKET_EXTENSIONS};
 
 use crate::handshake::HandshakeError;
 use crate::handshake::is_token;
-use crate::proto::deflate::{DeflateConfig, DeflateParams};
+use crate::proto::deflate::{DeflateConfig, DeflateParams, DeflatePolicy};
 
 /// The extension's registered name.
 pub const PERMESSAGE_DEFLATE: &str = "permessage-deflate";
@@ -191,6 +191,7 @@ fn read_params(params: &[(&str, Option<Cow<'_, str>>)], client_bits_bare: bool) 
 /// );
 /// ```
 pub fn offer(config: &DeflateConfig) -> HeaderValue {
+    let config = &with_policy(config, true, false);
     let mut s = String::from(PERMESSAGE_DEFLATE);
     match config.client_max_window_bits {
         Some(b) => s.push_str(&format!("; {CLIENT_MAX_WINDOW_BITS}={b}")),
@@ -208,9 +209,42 @@ pub fn offer(config: &DeflateConfig) -> HeaderValue {
     HeaderValue::from_str(&s).expect("tokens and digits are a valid header value")
 }
 
+/// `config` with what its policy asks of the negotiation written into its
+/// parameters: the shared policy resets both contexts; a dedicated one
+/// limits the server's window, and the client's when the client can be
+/// limited (a client always can be by itself; a server's client can when
+/// it offered `client_max_window_bits`), or else asks the client to reset
+/// its context, so that its window is never kept.
+/// A client's hint that it resets its context anyway is taken
+/// (`client_resets`) by the policies that keep no more than they must.
+fn with_policy(config: &DeflateConfig, client_limited: bool, client_resets: bool) -> DeflateConfig {
+    let mut c = config.clone();
+    let min = |b: Option<u8>, ours: u8| Some(b.map_or(ours, |b| b.min(ours)));
+    if client_resets && config.policy != DeflatePolicy::Takeover {
+        c.client_no_context_takeover = true;
+    }
+    if config.policy == DeflatePolicy::Shared {
+        c.server_no_context_takeover = true;
+        c.client_no_context_takeover = true;
+    } else if let Some((server, client)) = config.policy.windows() {
+        c.server_max_window_bits = min(c.server_max_window_bits, server);
+        if client_limited {
+            c.client_max_window_bits = min(c.client_max_window_bits, client);
+        } else {
+            c.client_no_context_takeover = true;
+        }
+    }
+    c
+}
+
 /// The parameters a server agrees to for one offer, or `None` if it
 /// cannot meet it.
 fn accept_offer(config: &DeflateConfig, offer: &Params) -> Option<DeflateParams> {
+    let config = &with_policy(
+        config,
+        offer.client_max_window_bits.is_some(),
+        offer.client_no_context_takeover,
+    );
     let client_max_window_bits = match (config.client_max_window_bits, offer.client_max_window_bits)
     {
         (Some(ours), Some(theirs)) => ours.min(theirs.unwrap_or(15)),
@@ -297,6 +331,7 @@ pub fn check_response(
     config: &DeflateConfig,
     response: &HeaderMap,
 ) -> Result<Option<DeflateParams>, HandshakeError> {
+    let config = &with_policy(config, true, false);
     let mut all = elements(response);
     let Some(first) = all.next() else {
         return Ok(None);
@@ -677,6 +712,61 @@ mod tests {
                     params(false, false, 10, 15),
                 )),
             ),
+            (
+                "shared policy, Chromium's offer",
+                d.clone().policy(DeflatePolicy::Shared),
+                &["permessage-deflate; client_max_window_bits"],
+                Some((
+                    "permessage-deflate; server_no_context_takeover; client_no_context_takeover",
+                    params(true, true, 15, 15),
+                )),
+            ),
+            (
+                "dedicated 4k, Chromium's offer: both windows shrunk",
+                d.clone().policy(DeflatePolicy::Dedicated(4096)),
+                &["permessage-deflate; client_max_window_bits"],
+                Some((
+                    "permessage-deflate; server_max_window_bits=11; client_max_window_bits=11",
+                    params(false, false, 11, 11),
+                )),
+            ),
+            (
+                "dedicated 4k, a client that cannot be limited resets instead",
+                d.clone().policy(DeflatePolicy::Dedicated(4096)),
+                &["permessage-deflate"],
+                Some((
+                    "permessage-deflate; client_no_context_takeover; server_max_window_bits=11",
+                    params(false, true, 11, 15),
+                )),
+            ),
+            (
+                "dedicated 3k takes a smaller window asked for, and the reset hint",
+                d.clone().policy(DeflatePolicy::Dedicated(3072)),
+                &[
+                    "permessage-deflate; server_max_window_bits=9; client_no_context_takeover; client_max_window_bits=12",
+                ],
+                Some((
+                    "permessage-deflate; client_no_context_takeover; server_max_window_bits=9; client_max_window_bits=10",
+                    params(false, true, 9, 10),
+                )),
+            ),
+            (
+                "dedicated keeps a smaller configured window",
+                d.clone()
+                    .policy(DeflatePolicy::Dedicated(64 << 10))
+                    .server_max_window_bits(Some(10)),
+                &["permessage-deflate; client_max_window_bits"],
+                Some((
+                    "permessage-deflate; server_max_window_bits=10",
+                    params(false, false, 10, 15),
+                )),
+            ),
+            (
+                "takeover ignores the reset hint, as before",
+                d.clone().policy(DeflatePolicy::Takeover),
+                &["permessage-deflate; client_no_context_takeover"],
+                Some(("permessage-deflate", params(false, false, 15, 15))),
+            ),
         ];
         for (what, config, lines, want) in cases {
             let got = negotiate(&config, &headers(lines));
@@ -867,6 +957,60 @@ mod tests {
                         assert_eq!(seen.client_max_window_bits, agreed.client_max_window_bits);
                         assert!(seen.client_max_window_bits <= cmwb.unwrap_or(15).min(13));
                         assert_eq!(seen.server_max_window_bits, smwb.unwrap_or(15));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_policy_agrees_with_every_policy() {
+        let policies = [
+            DeflatePolicy::Takeover,
+            DeflatePolicy::Shared,
+            DeflatePolicy::Dedicated(1024),
+            DeflatePolicy::Dedicated(3072),
+            DeflatePolicy::Dedicated(16 << 10),
+            DeflatePolicy::Dedicated(256 << 10),
+        ];
+        for ours in policies {
+            for theirs in policies {
+                let client = DeflateConfig::default().policy(ours);
+                let server = DeflateConfig::default().policy(theirs);
+                let mut req = HeaderMap::new();
+                req.insert(SEC_WEBSOCKET_EXTENSIONS, offer(&client));
+                let (agreed, answer) = negotiate(&server, &req).expect("accepted");
+                let mut resp = HeaderMap::new();
+                resp.insert(SEC_WEBSOCKET_EXTENSIONS, answer);
+                let seen = check_response(&client, &resp).unwrap().unwrap();
+                // A client's promise to reset holds whether or not the
+                // server repeats it.
+                let mut promised = agreed;
+                promised.client_no_context_takeover |= seen.client_no_context_takeover;
+                assert_eq!(seen, promised, "{ours:?} to {theirs:?}");
+                // Each side's policy holds whatever the other's, as that
+                // side sees the agreement: nothing kept with the shared
+                // policy, windows within a dedicated one's.
+                for (policy, view, server_side) in [(ours, seen, false), (theirs, agreed, true)] {
+                    let (s, c) = (view.server_max_window_bits, view.client_max_window_bits);
+                    let (s_reset, c_reset) = (
+                        view.server_no_context_takeover,
+                        view.client_no_context_takeover,
+                    );
+                    match policy.windows() {
+                        Some((ws, wc)) => {
+                            let (own, own_reset, peer, peer_reset, wo, wp) = if server_side {
+                                (s, s_reset, c, c_reset, ws, wc)
+                            } else {
+                                (c, c_reset, s, s_reset, wc, ws)
+                            };
+                            assert!(own <= wo || own_reset, "{policy:?} {view:?}");
+                            assert!(peer <= wp || peer_reset, "{policy:?} {view:?}");
+                        }
+                        None if policy == DeflatePolicy::Shared => {
+                            assert!(s_reset && c_reset, "{policy:?} {view:?}");
+                        }
+                        None => {}
                     }
                 }
             }

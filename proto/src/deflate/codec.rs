@@ -7,17 +7,26 @@
 //! across messages ("context takeover") unless the negotiation said to reset
 //! it after each message.
 //!
+//! Where each direction's memory lives follows the [`DeflatePolicy`]: in
+//! zlib's own state, made by the first message that needs it; nowhere, with
+//! zlib's state lent by a per-thread pool for one message at a time; or in
+//! the window's last bytes alone, which prime a lent state before each
+//! message (a preset dictionary reaches back exactly as far as the peer's
+//! window does).
+//!
 //! Decompression is bounded before allocation: the output grows in steps
 //! that never pass `max_message_size + 1` bytes, and inflating stops at the
 //! first byte beyond the limit, so a small message that would inflate to
 //! gigabytes costs at most the limit.
+
+use std::cell::RefCell;
 
 use bytes::Bytes;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
 use crate::Role;
 use crate::budget::{BudgetAccount, Grant, Held};
-use crate::deflate::{DeflateConfig, DeflateParams};
+use crate::deflate::{DeflateConfig, DeflateParams, DeflatePolicy};
 use crate::error::{Error, ProtocolError};
 use crate::message::Message;
 use crate::text::Utf8Bytes;
@@ -36,6 +45,15 @@ const FIRST_STEP: usize = 4 << 10;
 /// budget has less room than the usual (geometric) step.
 const MIN_BUDGET_STEP: usize = 16 << 10;
 
+/// What a decompressor costs, as the memory budget counts it: zlib-rs'
+/// inflate state (about 7 KiB) and its window, which a lent one has at the
+/// full 32 KiB.
+pub(crate) const INFLATE_STATE: usize = 40 << 10;
+
+/// How many compressors, and how many decompressors, a thread's pool keeps
+/// while none is lent; more given back are freed.
+const POOL_KEEP: usize = 2;
+
 /// What one [`Inflater::feed`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Fed {
@@ -47,8 +65,8 @@ pub(crate) struct Fed {
     pub(crate) wait: Option<usize>,
 }
 
-/// A compression scratch buffer larger than this is freed after use, so
-/// that one large message does not pin memory on an idle connection.
+/// A compression output buffer larger than this is freed after use, so
+/// that one large message does not pin memory in a thread's pool.
 const SCRATCH_KEEP: usize = 64 << 10;
 
 /// zlib cannot make raw deflate streams with an 8-bit window. Its 9-bit
@@ -62,7 +80,7 @@ pub(crate) fn zlib_window_bits(bits: u8) -> u8 {
 
 /// The compressor and decompressor for `role` under the negotiated
 /// `params`: each side compresses with its own window and context rule (and
-/// `config`'s level and threshold) and inflates with the peer's.
+/// `config`'s level, threshold and policy) and inflates with the peer's.
 pub(crate) fn pair(
     role: Role,
     params: &DeflateParams,
@@ -81,78 +99,279 @@ pub(crate) fn pair(
         Role::Server => (server, client),
         Role::Client => (client, server),
     };
-    let deflater = Deflater::new(config.level, ours.0, ours.1, config.compression_threshold);
-    let inflater = Inflater::new(theirs.0, theirs.1, max_message_size);
+    let policy = config.policy;
+    let deflater = Deflater::under(
+        policy,
+        config.level,
+        ours.0,
+        ours.1,
+        config.compression_threshold,
+    );
+    let inflater = Inflater::under(policy, theirs.0, theirs.1, max_message_size);
     Ok((inflater, deflater))
+}
+
+/// What one direction of a connection keeps between messages.
+///
+/// A boxed `Vec` keeps this a pointer and a tag: every compressing
+/// connection carries a `Kept` each way, while few of them have a window.
+#[derive(Debug)]
+#[allow(clippy::box_collection)]
+enum Kept<S> {
+    /// Nothing: no context takeover, and each message borrows zlib's state
+    /// from the thread's pool.
+    Nothing,
+    /// Context takeover, remembered as the window's last bytes (`None`
+    /// until there are some): each message borrows zlib's state and primes
+    /// it with them.
+    Window(Option<Box<Vec<u8>>>),
+    /// Context takeover in zlib's own state, made by the first message.
+    Own(Option<Box<S>>),
+}
+
+impl<S> Kept<S> {
+    fn new(policy: DeflatePolicy, no_takeover: bool) -> Self {
+        match policy {
+            _ if no_takeover => Kept::Nothing,
+            DeflatePolicy::Takeover => Kept::Own(None),
+            _ => Kept::Window(None),
+        }
+    }
+
+    /// The window's bytes, when they are kept apart from zlib's state.
+    fn window(&self) -> Option<&[u8]> {
+        match self {
+            Kept::Window(Some(w)) => Some(w),
+            _ => None,
+        }
+    }
+}
+
+/// Appends `data` to a `window`, keeping its last `size` bytes. Its memory
+/// grows with what was sent, by doubling, never past `size`.
+#[allow(clippy::box_collection)]
+fn remember(window: &mut Option<Box<Vec<u8>>>, size: usize, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
+    let w = window.get_or_insert_with(Box::default);
+    let data = &data[data.len().saturating_sub(size)..];
+    let over = (w.len() + data.len()).saturating_sub(size);
+    w.drain(..over);
+    let want = w.len() + data.len();
+    if want > w.capacity() {
+        let target = want.max(w.capacity() * 2).min(size);
+        w.reserve_exact(target - w.len());
+    }
+    w.extend_from_slice(data);
+}
+
+/// zlib state lent for one message at a time, a pool per thread. A message
+/// is compressed in one call, so a thread lends at most one compressor at
+/// once; a decompressor is lent from a message's first frame to its last,
+/// which may span reads, so slow messages can borrow more than the pool
+/// keeps (each counted in its connection's memory budget).
+#[derive(Default)]
+struct Pool {
+    /// With the window bits and level each was made for.
+    compressors: Vec<(u8, u32, Compress)>,
+    decompressors: Vec<Decompress>,
+    /// The output buffer of the compression under way.
+    scratch: Vec<u8>,
+}
+
+thread_local! {
+    static POOL: RefCell<Pool> = RefCell::new(Pool::default());
+}
+
+/// A compressor with an empty window (a thread that is exiting, whose pool
+/// is gone, gets a new one).
+fn lend_compress(bits: u8, level: u32) -> Compress {
+    let found = POOL
+        .try_with(|p| {
+            let mut p = p.borrow_mut();
+            let i = p
+                .compressors
+                .iter()
+                .position(|(b, l, _)| (*b, *l) == (bits, level))?;
+            Some(p.compressors.swap_remove(i).2)
+        })
+        .ok()
+        .flatten();
+    match found {
+        Some(mut c) => {
+            c.reset();
+            c
+        }
+        None => Compress::new_with_window_bits(Compression::new(level), false, bits),
+    }
+}
+
+fn give_compress(bits: u8, level: u32, c: Compress) {
+    let _ = POOL.try_with(|p| {
+        let mut p = p.borrow_mut();
+        p.compressors.push((bits, level, c));
+        if p.compressors.len() > POOL_KEEP {
+            p.compressors.remove(0);
+        }
+    });
+}
+
+/// A decompressor with the largest window, which reads any peer's stream.
+fn lend_decompress() -> Decompress {
+    match POOL.try_with(|p| p.borrow_mut().decompressors.pop()) {
+        Ok(Some(mut d)) => {
+            d.reset(false);
+            d
+        }
+        _ => Decompress::new_with_window_bits(false, 15),
+    }
+}
+
+fn give_decompress(d: Decompress) {
+    let _ = POOL.try_with(|p| {
+        let mut p = p.borrow_mut();
+        if p.decompressors.len() < POOL_KEEP {
+            p.decompressors.push(d);
+        }
+    });
+}
+
+fn lend_scratch() -> Vec<u8> {
+    let mut v = POOL
+        .try_with(|p| std::mem::take(&mut p.borrow_mut().scratch))
+        .unwrap_or_default();
+    v.clear();
+    v
+}
+
+fn give_scratch(v: Vec<u8>) {
+    if v.capacity() <= SCRATCH_KEEP {
+        let _ = POOL.try_with(|p| p.borrow_mut().scratch = v);
+    }
+}
+
+/// Compresses `payload` into `out` as one message ending in a sync flush,
+/// without the trailing `00 00 FF FF`.
+fn deflate_message(c: &mut Compress, payload: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+    // Compressible data usually shrinks well below half; grow if not.
+    out.reserve(payload.len() / 2 + 64);
+    let mut input = payload;
+    loop {
+        if out.len() == out.capacity() {
+            out.reserve(out.capacity().max(1024));
+        }
+        let before = c.total_in();
+        c.compress_vec(input, out, FlushCompress::Sync)
+            .map_err(|e| Error::Compression(e.to_string()))?;
+        let consumed = (c.total_in() - before) as usize;
+        input = &input[consumed..];
+        // A sync flush is complete once it leaves output space unused.
+        if input.is_empty() && out.len() < out.capacity() {
+            break;
+        }
+    }
+    if out.ends_with(&TAIL) {
+        out.truncate(out.len() - TAIL.len());
+    } else if out.is_empty() {
+        // zlib writes nothing for a flush right after a flush (an empty
+        // message after another); an empty payload would make the peer
+        // read the appended tail as a broken stored block. A lone empty
+        // stored block header is the empty message (RFC 7692 §7.2.3.6).
+        out.push(0x00);
+    }
+    Ok(())
 }
 
 /// Compresses the messages one side sends.
 #[derive(Debug)]
 pub struct Deflater {
-    /// zlib's state (hundreds of KiB at the default window and memLevel),
-    /// made by the first message compressed: a connection that never
-    /// sends one of its own (it only receives, or only sends shared
-    /// frames) never pays for it.
-    compress: Option<Compress>,
-    reset_after_message: bool,
+    /// zlib's state (about 330 KiB at the default window), the window's
+    /// bytes, or nothing, as the policy says.
+    kept: Kept<Compress>,
     threshold: usize,
-    level: u32,
+    level: u8,
     /// The window zlib compresses with (9–15; see [`zlib_window_bits`]).
     zlib_bits: u8,
     /// The window must restart before the next message (see
     /// [`sent_elsewhere`](Self::sent_elsewhere)).
     stale: bool,
-    scratch: Vec<u8>,
 }
 
 impl Deflater {
     /// A compressor at `level` (0–9) with a window of `2^window_bits` bytes
-    /// (8–15); `reset_after_message` drops the context after each message
-    /// (no context takeover); messages shorter than `threshold` bytes are
-    /// not compressed.
+    /// (8–15) and zlib's own state for context takeover;
+    /// `reset_after_message` drops the context after each message (no
+    /// context takeover); messages shorter than `threshold` bytes are not
+    /// compressed.
+    #[cfg(test)]
     pub(crate) fn new(
         level: u32,
         window_bits: u8,
         reset_after_message: bool,
         threshold: usize,
     ) -> Self {
-        let level = level.min(9);
-        let zlib_bits = zlib_window_bits(window_bits);
-        Deflater {
-            compress: None,
+        Self::under(
+            DeflatePolicy::Takeover,
+            level,
+            window_bits,
             reset_after_message,
             threshold,
-            level,
-            zlib_bits,
+        )
+    }
+
+    /// As [`new`](Self::new), keeping memory as `policy` says.
+    pub(crate) fn under(
+        policy: DeflatePolicy,
+        level: u32,
+        window_bits: u8,
+        reset_after_message: bool,
+        threshold: usize,
+    ) -> Self {
+        Deflater {
+            kept: Kept::new(policy, reset_after_message),
+            threshold,
+            level: level.min(9) as u8,
+            zlib_bits: zlib_window_bits(window_bits),
             stale: false,
-            scratch: Vec::new(),
         }
     }
 
     /// What a message compressed for this connection alone must agree on
     /// to be shared with others: the window (a peer limited to a smaller
-    /// one could not read it). The level only changes the size.
+    /// one could not read it). The level only changes the size, and the
+    /// context rule only what this compressor does afterwards.
     pub(crate) fn shared_window(&self) -> u8 {
         self.zlib_bits
     }
 
     /// Compresses `payload` as a message of its own, from an empty window,
     /// with this connection's window and level: bytes any connection with
-    /// the same window can send.
+    /// the same window can send. The state is lent by the thread's pool.
     pub(crate) fn compress_alone(&self, payload: &[u8]) -> Result<Vec<u8>, Error> {
-        Deflater::new(self.level, self.zlib_bits, true, 0).compress(payload, <[u8]>::to_vec)
+        let (bits, level) = (self.zlib_bits, u32::from(self.level));
+        let mut c = lend_compress(bits, level);
+        let mut out = Vec::new();
+        deflate_message(&mut c, payload, &mut out)?;
+        give_compress(bits, level, c);
+        Ok(out)
     }
 
     /// Accounts for a message the peer inflated that this compressor did
-    /// not produce (a shared prepared message). With context takeover the
-    /// peer's window now ends with bytes ours never saw, so back-references
-    /// would point at the wrong bytes: start over from an empty window,
-    /// which every peer reads correctly. Done when this compressor is next
-    /// used: restarting costs about as much as compressing a kilobyte (zlib
-    /// clears its hash table), which a broadcast to many connections should
-    /// not pay per connection and per message.
-    pub(crate) fn sent_elsewhere(&mut self) {
-        self.stale = !self.reset_after_message;
+    /// not produce (a shared prepared message, `payload`). With context
+    /// takeover the peer's window now ends with `payload`: a kept window
+    /// takes it in too; zlib's own state cannot, so it starts over from an
+    /// empty window, which every peer reads correctly. That is done when
+    /// the compressor is next used: restarting costs about as much as
+    /// compressing a kilobyte (zlib clears its hash table), which a
+    /// broadcast to many connections should not pay per connection and
+    /// per message.
+    pub(crate) fn sent_elsewhere(&mut self, payload: &[u8]) {
+        match &mut self.kept {
+            Kept::Own(state) => self.stale = state.is_some(),
+            Kept::Window(w) => remember(w, 1 << self.zlib_bits, payload),
+            Kept::Nothing => {}
+        }
     }
 
     /// Whether a data message of `len` bytes goes out compressed.
@@ -167,50 +386,48 @@ impl Deflater {
         payload: &[u8],
         write: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, Error> {
-        let (level, bits) = (self.level, self.zlib_bits);
-        let compress = self.compress.get_or_insert_with(|| {
-            Compress::new_with_window_bits(Compression::new(level), false, bits)
-        });
-        if std::mem::take(&mut self.stale) {
-            compress.reset();
-        }
-        let mut out = std::mem::take(&mut self.scratch);
-        out.clear();
-        // Compressible data usually shrinks well below half; grow if not.
-        out.reserve(payload.len() / 2 + 64);
-        let mut input = payload;
-        loop {
-            if out.len() == out.capacity() {
-                out.reserve(out.capacity().max(1024));
+        let (bits, level) = (self.zlib_bits, u32::from(self.level));
+        let mut out = lend_scratch();
+        let done = match &mut self.kept {
+            Kept::Own(state) => {
+                let c = state.get_or_insert_with(|| {
+                    Box::new(Compress::new_with_window_bits(
+                        Compression::new(level),
+                        false,
+                        bits,
+                    ))
+                });
+                if std::mem::take(&mut self.stale) {
+                    c.reset();
+                }
+                deflate_message(c, payload, &mut out)
             }
-            let before = compress.total_in();
-            compress
-                .compress_vec(input, &mut out, FlushCompress::Sync)
-                .map_err(|e| Error::Compression(e.to_string()))?;
-            let consumed = (compress.total_in() - before) as usize;
-            input = &input[consumed..];
-            // A sync flush is complete once it leaves output space unused.
-            if input.is_empty() && out.len() < out.capacity() {
-                break;
+            Kept::Nothing => {
+                let mut c = lend_compress(bits, level);
+                let r = deflate_message(&mut c, payload, &mut out);
+                give_compress(bits, level, c);
+                r
             }
-        }
-        if out.ends_with(&TAIL) {
-            out.truncate(out.len() - TAIL.len());
-        } else if out.is_empty() {
-            // zlib writes nothing for a flush right after a flush (an empty
-            // message after another); an empty payload would make the peer
-            // read the appended tail as a broken stored block. A lone empty
-            // stored block header is the empty message (RFC 7692 §7.2.3.6).
-            out.push(0x00);
-        }
-        if self.reset_after_message {
-            compress.reset();
-        }
-        let r = write(&out);
-        if out.capacity() <= SCRATCH_KEEP {
-            self.scratch = out;
-        }
-        Ok(r)
+            Kept::Window(window) => {
+                let mut c = lend_compress(bits, level);
+                let primed = match window.as_deref() {
+                    Some(w) => c
+                        .set_dictionary(w)
+                        .map(drop)
+                        .map_err(|e| Error::Compression(e.to_string())),
+                    None => Ok(()),
+                };
+                let r = primed.and_then(|()| deflate_message(&mut c, payload, &mut out));
+                give_compress(bits, level, c);
+                if r.is_ok() {
+                    remember(window, 1 << bits, payload);
+                }
+                r
+            }
+        };
+        let r = done.map(|()| write(&out));
+        give_scratch(out);
+        r
     }
 }
 
@@ -226,33 +443,50 @@ struct Inflating {
     ended: bool,
     /// Bytes of the stripped tail already fed at the end of the message.
     tail_fed: usize,
+    /// zlib's state lent for this message, unless the connection has its own.
+    lent: Option<Decompress>,
 }
 
 /// Decompresses the messages one side receives.
 #[derive(Debug)]
 pub struct Inflater {
-    /// zlib's state and window (about 40 KiB at a 15-bit window), made by
-    /// the first compressed message received.
-    decompress: Option<Decompress>,
+    /// zlib's state (about 40 KiB at a 15-bit window), the window's bytes,
+    /// or nothing, as the policy says.
+    kept: Kept<Decompress>,
+    msg: Option<Box<Inflating>>,
+    max_message_size: usize,
     /// The window the peer compresses with, for zlib (see
     /// [`zlib_window_bits`]).
     zlib_bits: u8,
-    reset_after_message: bool,
-    max_message_size: usize,
-    msg: Option<Inflating>,
 }
 
 impl Inflater {
     /// A decompressor for a peer whose window is at most `2^window_bits`
-    /// bytes; `reset_after_message` when the peer may not use context
-    /// takeover; messages are refused past `max_message_size` bytes inflated.
+    /// bytes, with zlib's own state for context takeover;
+    /// `reset_after_message` when the peer may not use context takeover;
+    /// messages are refused past `max_message_size` bytes inflated.
+    #[cfg(test)]
     pub(crate) fn new(window_bits: u8, reset_after_message: bool, max_message_size: usize) -> Self {
-        Inflater {
-            decompress: None,
-            zlib_bits: zlib_window_bits(window_bits),
+        Self::under(
+            DeflatePolicy::Takeover,
+            window_bits,
             reset_after_message,
             max_message_size,
+        )
+    }
+
+    /// As [`new`](Self::new), keeping memory as `policy` says.
+    pub(crate) fn under(
+        policy: DeflatePolicy,
+        window_bits: u8,
+        reset_after_message: bool,
+        max_message_size: usize,
+    ) -> Self {
+        Inflater {
+            kept: Kept::new(policy, reset_after_message),
             msg: None,
+            max_message_size,
+            zlib_bits: zlib_window_bits(window_bits),
         }
     }
 
@@ -261,27 +495,88 @@ impl Inflater {
         self.msg.is_some()
     }
 
+    /// The decompression memory held now, as the budget counts it
+    /// ([`Held::Compression`]).
+    pub(crate) fn holds(&self) -> usize {
+        let own = matches!(self.kept, Kept::Own(Some(_)));
+        let lent = self.msg.as_ref().is_some_and(|m| m.lent.is_some());
+        let window = match &self.kept {
+            Kept::Window(Some(w)) => w.capacity(),
+            _ => 0,
+        };
+        (usize::from(own) + usize::from(lent)) * INFLATE_STATE + window
+    }
+
     /// Starts a compressed message (its first frame had RSV1 set).
     pub(crate) fn begin(&mut self, text: bool) {
-        self.msg = Some(Inflating {
+        self.msg = Some(Box::new(Inflating {
             text,
             out: Vec::new(),
             full: false,
             ended: false,
             tail_fed: 0,
-        });
+            lent: None,
+        }));
     }
 
     /// Drops the message being inflated, if any (after an error).
     pub(crate) fn abort(&mut self) {
-        self.msg = None;
+        if let Some(lent) = self.msg.take().and_then(|m| m.lent) {
+            give_decompress(lent);
+        }
+    }
+
+    /// Makes sure the message in progress has zlib's state, asking
+    /// `account` for its memory first: `Ok(Some(wanted))` says wait.
+    fn ready(&mut self, account: &mut BudgetAccount) -> Result<Option<usize>, Error> {
+        let Some(m) = self.msg.as_deref_mut() else {
+            return Ok(None);
+        };
+        let needed = match &self.kept {
+            Kept::Own(None) => true,
+            Kept::Own(Some(_)) => false,
+            Kept::Nothing | Kept::Window(_) => m.lent.is_none(),
+        };
+        if !needed {
+            return Ok(None);
+        }
+        if account.is_on() {
+            let total = account.held(Held::Compression) + INFLATE_STATE;
+            match account.try_set(Held::Compression, total) {
+                Grant::Granted => {}
+                Grant::Wait { wanted } => return Ok(Some(wanted)),
+                Grant::Never { charge, limit } => {
+                    return Err(Error::OverBudget {
+                        size: charge as u64,
+                        budget: limit,
+                    });
+                }
+            }
+        }
+        match &mut self.kept {
+            Kept::Own(state) => {
+                *state = Some(Box::new(Decompress::new_with_window_bits(
+                    false,
+                    self.zlib_bits,
+                )));
+            }
+            kept => {
+                let mut d = lend_decompress();
+                if let Some(w) = kept.window() {
+                    d.set_dictionary(w)
+                        .map_err(|_| ProtocolError::InvalidCompressedData)?;
+                }
+                m.lent = Some(d);
+            }
+        }
+        Ok(None)
     }
 
     /// Inflates the next compressed bytes of the message, checking the size
-    /// limit and, for text, UTF-8 as output appears. Output memory is asked
-    /// of `account` before it is reserved: when the budget is exhausted,
-    /// inflating stops with [`Fed::wait`] set and the input not consumed
-    /// left for the next call.
+    /// limit and, for text, UTF-8 as output appears. Memory (zlib's state,
+    /// then output) is asked of `account` before it is reserved: when the
+    /// budget is exhausted, inflating stops with [`Fed::wait`] set and the
+    /// input not consumed left for the next call.
     pub(crate) fn feed(
         &mut self,
         input: &[u8],
@@ -290,17 +585,25 @@ impl Inflater {
     ) -> Result<Fed, Error> {
         let max = self.max_message_size;
         let total = input.len();
+        if let Some(wanted) = self.ready(account)? {
+            return Ok(Fed {
+                consumed: 0,
+                wait: Some(wanted),
+            });
+        }
         let mut input = input;
-        let Some(m) = self.msg.as_mut() else {
+        let Some(m) = self.msg.as_deref_mut() else {
             return Ok(Fed {
                 consumed: total,
                 wait: None,
             });
         };
-        let bits = self.zlib_bits;
-        let decompress = self
-            .decompress
-            .get_or_insert_with(|| Decompress::new_with_window_bits(false, bits));
+        let decompress = match (&mut self.kept, &mut m.lent) {
+            (Kept::Own(Some(d)), _) => &mut **d,
+            (_, Some(d)) => d,
+            // `ready` made one or the other.
+            _ => return Err(ProtocolError::InvalidCompressedData.into()),
+        };
         // Inflate while input is left, or while the last call filled the
         // output (zlib may hold more).
         while !m.ended && (!input.is_empty() || m.full) {
@@ -364,9 +667,9 @@ impl Inflater {
     }
 
     /// Ends the message: inflates the stripped tail, checks that text ended
-    /// on a whole code point, and resets the context if negotiated.
-    /// `Ok(Err(wanted))` when the memory budget is exhausted: call again
-    /// once budget is given back.
+    /// on a whole code point, and keeps or resets the context as
+    /// negotiated. `Ok(Err(wanted))` when the memory budget is exhausted:
+    /// call again once budget is given back.
     pub(crate) fn finish(
         &mut self,
         utf8: &mut Utf8Validator,
@@ -383,15 +686,30 @@ impl Inflater {
         let Some(m) = self.msg.take() else {
             return Err(ProtocolError::InvalidCompressedData.into());
         };
-        if self.reset_after_message || m.ended {
-            if let Some(d) = &mut self.decompress {
-                d.reset(false);
-            }
+        let Inflating {
+            text,
+            out,
+            ended,
+            lent,
+            ..
+        } = *m;
+        let size = 1 << self.zlib_bits;
+        match &mut self.kept {
+            Kept::Own(Some(d)) if ended => d.reset(false),
+            Kept::Window(w) if ended => *w = None,
+            Kept::Window(w) => remember(w, size, &out),
+            _ => {}
+        }
+        if let Some(d) = lent {
+            give_decompress(d);
+        }
+        if account.is_on() {
+            account.set(Held::Compression, self.holds());
         }
         // The output is the message's now, no longer the connection's.
         account.release(Held::Inflated);
-        let payload = Bytes::from(m.out);
-        if m.text {
+        let payload = Bytes::from(out);
+        if text {
             utf8.finish()?;
             Ok(Ok(Message::Text(Utf8Bytes::from_validated(payload))))
         } else {
@@ -444,20 +762,23 @@ mod tests {
         let mut d = Deflater::new(6, 15, false, 0);
         let mut i = Inflater::new(15, false, 1 << 20);
         assert!(
-            d.compress.is_none() && i.decompress.is_none(),
+            matches!(d.kept, Kept::Own(None)) && matches!(i.kept, Kept::Own(None)),
             "none at first"
         );
         // Sharing a frame compressed elsewhere makes no state either.
-        d.sent_elsewhere();
-        assert!(d.compress.is_none());
+        d.sent_elsewhere(b"elsewhere");
+        assert!(matches!(d.kept, Kept::Own(None)) && !d.stale);
         let wire = deflate(&mut d, b"hello hello hello");
-        assert!(d.compress.is_some());
-        assert!(i.decompress.is_none(), "the other direction still has none");
+        assert!(matches!(d.kept, Kept::Own(Some(_))));
+        assert!(
+            matches!(i.kept, Kept::Own(None)),
+            "the other direction still has none"
+        );
         assert_eq!(
             inflate(&mut i, &wire, true).unwrap(),
             Message::text("hello hello hello")
         );
-        assert!(i.decompress.is_some());
+        assert!(matches!(i.kept, Kept::Own(Some(_))));
         // Context takeover goes on from the state made lazily.
         let again = deflate(&mut d, b"hello hello hello");
         assert!(again.len() < wire.len(), "{again:?} vs {wire:?}");
@@ -680,6 +1001,201 @@ mod tests {
             }
             let msg = i.finish(&mut utf8, &mut acct).unwrap().unwrap();
             assert_eq!(msg, Message::text(text.clone()));
+        }
+    }
+
+    fn chat(n: usize) -> String {
+        format!(
+            "{{\"seq\":{n},\"user\":\"user{}\",\"kind\":\"chat\",\"text\":\"hello there, how is it going today?\"}}",
+            n % 7
+        )
+    }
+
+    fn pooled() -> (usize, usize) {
+        POOL.with(|p| {
+            let p = p.borrow();
+            (p.compressors.len(), p.decompressors.len())
+        })
+    }
+
+    #[test]
+    fn shared_policy_keeps_nothing_between_messages() {
+        let mut d = Deflater::under(DeflatePolicy::Shared, 3, 15, true, 0);
+        let mut i = Inflater::under(DeflatePolicy::Shared, 15, true, 1 << 20);
+        for n in 0..50 {
+            let msg = chat(n);
+            let wire = deflate(&mut d, msg.as_bytes());
+            assert_eq!(inflate(&mut i, &wire, true).unwrap(), Message::text(msg));
+            assert!(matches!(d.kept, Kept::Nothing) && matches!(i.kept, Kept::Nothing));
+            assert_eq!(i.holds(), 0);
+        }
+        // One of each went back to this thread's pool, and is lent again.
+        assert_eq!(pooled(), (1, 1));
+        let wire = deflate(&mut d, chat(1).as_bytes());
+        assert_eq!(pooled(), (1, 1));
+        let mut utf8 = Utf8Validator::new();
+        i.begin(true);
+        i.feed(&wire, &mut utf8, &mut BudgetAccount::new(None))
+            .unwrap();
+        assert_eq!(pooled(), (1, 0), "lent for the message in progress");
+        assert_eq!(i.holds(), INFLATE_STATE);
+        i.abort();
+        assert_eq!(pooled(), (1, 1), "given back when it is dropped");
+    }
+
+    #[test]
+    fn the_pool_keeps_at_most_two_of_each() {
+        let states: Vec<_> = (0..5).map(|_| lend_decompress()).collect();
+        for d in states {
+            give_decompress(d);
+        }
+        for bits in 9..=15 {
+            give_compress(bits, 3, lend_compress(bits, 3));
+        }
+        assert_eq!(pooled(), (POOL_KEEP, POOL_KEEP));
+        // The newest compressors are kept.
+        let kept: Vec<u8> = POOL.with(|p| p.borrow().compressors.iter().map(|c| c.0).collect());
+        assert_eq!(kept, [14, 15]);
+    }
+
+    #[test]
+    fn a_kept_window_reads_like_zlibs_own_state() {
+        // Every pairing of the two ways to keep a context reads the other,
+        // at every window size, across messages larger than the window.
+        let data: Vec<u8> = (0..3000).flat_map(|n| chat(n).into_bytes()).collect();
+        for bits in 8..=15 {
+            for (ours, theirs) in [
+                (DeflatePolicy::Dedicated(4096), DeflatePolicy::Takeover),
+                (DeflatePolicy::Takeover, DeflatePolicy::Dedicated(4096)),
+                (
+                    DeflatePolicy::Dedicated(4096),
+                    DeflatePolicy::Dedicated(4096),
+                ),
+            ] {
+                let mut d = Deflater::under(ours, 6, bits, false, 0);
+                let mut i = Inflater::under(theirs, bits, false, 1 << 20);
+                let mut at = 0;
+                for size in [10, 300, 1, 5000, 40_000, 77, 0, 2000] {
+                    let msg = &data[at..at + size];
+                    at += size;
+                    let wire = deflate(&mut d, msg);
+                    assert_eq!(
+                        inflate(&mut i, &wire, false).unwrap(),
+                        Message::binary(msg.to_vec()),
+                        "{bits} bits, {ours:?} to {theirs:?}, {size} bytes"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_kept_window_compresses_as_well_as_zlibs_state_within_it() {
+        let (mut own, mut window) = (
+            Deflater::under(DeflatePolicy::Takeover, 6, 11, false, 0),
+            Deflater::under(DeflatePolicy::Dedicated(4096), 6, 11, false, 0),
+        );
+        let mut fresh = Deflater::under(DeflatePolicy::Shared, 6, 11, true, 0);
+        let (mut a, mut b, mut c) = (0, 0, 0);
+        for n in 0..200 {
+            let msg = chat(n);
+            a += deflate(&mut own, msg.as_bytes()).len();
+            b += deflate(&mut window, msg.as_bytes()).len();
+            c += deflate(&mut fresh, msg.as_bytes()).len();
+        }
+        assert!(b * 10 <= a * 11, "window {b} vs own {a}");
+        assert!(b * 2 < c, "window {b} vs none {c}");
+        // What it keeps is the window's bytes, never more.
+        let Kept::Window(Some(w)) = &window.kept else {
+            panic!("no window kept")
+        };
+        assert_eq!((w.len(), w.capacity()), (2048, 2048));
+    }
+
+    #[test]
+    fn remember_keeps_the_last_bytes_and_grows_to_the_window() {
+        let mut w = None;
+        remember(&mut w, 8, b"");
+        assert!(w.is_none());
+        remember(&mut w, 8, b"abc");
+        assert_eq!(w.as_deref().map(|v| &v[..]), Some(&b"abc"[..]));
+        assert_eq!(w.as_ref().unwrap().capacity(), 3);
+        remember(&mut w, 8, b"de");
+        assert_eq!(w.as_ref().unwrap().capacity(), 6, "doubled");
+        remember(&mut w, 8, b"fghij");
+        assert_eq!(&w.as_ref().unwrap()[..], b"cdefghij");
+        assert_eq!(w.as_ref().unwrap().capacity(), 8);
+        remember(&mut w, 8, b"0123456789");
+        assert_eq!(&w.as_ref().unwrap()[..], b"23456789");
+        assert_eq!(w.as_ref().unwrap().capacity(), 8);
+    }
+
+    #[test]
+    fn a_shared_frame_joins_a_kept_window_and_restarts_zlibs_state() {
+        for policy in [DeflatePolicy::Takeover, DeflatePolicy::Dedicated(64 << 10)] {
+            let mut d = Deflater::under(policy, 6, 15, false, 0);
+            let mut i = Inflater::under(DeflatePolicy::Takeover, 15, false, 1 << 20);
+            for n in 0..20 {
+                let msg = chat(n);
+                if n % 3 == 1 {
+                    let wire = d.compress_alone(msg.as_bytes()).unwrap();
+                    d.sent_elsewhere(msg.as_bytes());
+                    assert_eq!(inflate(&mut i, &wire, true).unwrap(), Message::text(msg));
+                } else {
+                    let wire = deflate(&mut d, msg.as_bytes());
+                    assert_eq!(inflate(&mut i, &wire, true).unwrap(), Message::text(msg));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_final_block_empties_a_kept_window() {
+        // "Hello" in a final block, then "Hello" referring back to it,
+        // which an inflater that started over must refuse.
+        let last = [0xf3, 0x48, 0xcd, 0xc9, 0xc9, 0x07, 0x00, 0x00];
+        let again = [0xf2, 0x00, 0x11, 0x00, 0x00];
+        let mut i = Inflater::under(DeflatePolicy::Dedicated(4096), 15, false, 1 << 20);
+        inflate(&mut i, &[0xf2, 0x48, 0xcd, 0xc9, 0xc9, 0x07, 0x00], true).unwrap();
+        assert!(matches!(&i.kept, Kept::Window(Some(w)) if w[..] == *b"Hello"));
+        assert_eq!(
+            inflate(&mut i, &again, true).unwrap(),
+            Message::text("Hello")
+        );
+        inflate(&mut i, &last, true).unwrap();
+        assert!(matches!(i.kept, Kept::Window(None)));
+        assert!(inflate(&mut i, &again, true).is_err());
+    }
+
+    #[test]
+    fn decompression_state_is_asked_of_the_budget() {
+        use crate::budget::MemoryBudget;
+        let mut d = Deflater::under(DeflatePolicy::Shared, 6, 15, true, 0);
+        let wire = deflate(&mut d, chat(0).as_bytes());
+        for policy in [DeflatePolicy::Shared, DeflatePolicy::Takeover] {
+            let budget = MemoryBudget::new(INFLATE_STATE + (16 << 10)).allowance(0);
+            let mut other = BudgetAccount::new(Some(budget.clone()));
+            assert_eq!(other.try_set(Held::Fragments, 20 << 10), Grant::Granted);
+            let mut acct = BudgetAccount::new(Some(budget.clone()));
+            let mut i = Inflater::under(policy, 15, policy == DeflatePolicy::Shared, 1 << 20);
+            let mut utf8 = Utf8Validator::new();
+            i.begin(true);
+            let fed = i.feed(&wire, &mut utf8, &mut acct).unwrap();
+            assert_eq!(fed.consumed, 0, "{policy:?}");
+            assert!(fed.wait.is_some(), "{policy:?}");
+            assert!(i.msg.as_ref().unwrap().lent.is_none() && i.holds() == 0);
+            other.release_all();
+            let fed = i.feed(&wire, &mut utf8, &mut acct).unwrap();
+            assert_eq!((fed.consumed, fed.wait), (wire.len(), None));
+            assert_eq!(acct.held(Held::Compression), INFLATE_STATE);
+            i.finish(&mut utf8, &mut acct).unwrap().unwrap();
+            // A lent state goes back; an own one stays, and stays counted.
+            let kept = if policy == DeflatePolicy::Shared {
+                0
+            } else {
+                INFLATE_STATE
+            };
+            assert_eq!(acct.held(Held::Compression), kept, "{policy:?}");
         }
     }
 }

@@ -18,7 +18,7 @@ mod codec;
 mod codec;
 
 pub use codec::{AVAILABLE, Deflater, Inflater};
-pub use params::{DeflateConfig, DeflateParams};
+pub use params::{DeflateConfig, DeflateParams, DeflatePolicy};
 
 use crate::Role;
 use crate::error::Error;

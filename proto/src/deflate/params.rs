@@ -47,6 +47,101 @@ pub struct DeflateConfig {
     pub server_max_window_bits: Option<u8>,
     /// See the table above: 8 to 15, or `None` for no limit (15). Default `None`.
     pub client_max_window_bits: Option<u8>,
+    /// How compression memory is held: see [`DeflatePolicy`]. Default
+    /// [`DeflatePolicy::Takeover`]. The policy adds to the four parameters
+    /// above what it needs; it never weakens what they ask.
+    pub policy: DeflatePolicy,
+}
+
+/// How a connection holds its compression memory, and so what it answers
+/// in the negotiation.
+///
+/// | policy | negotiates | held by an idle connection |
+/// | --- | --- | --- |
+/// | `Takeover` | context kept both ways, full windows | nothing until the first compressed message each way, then zlib's whole state (about 330 KiB out, 40 KiB in) |
+/// | `Shared` | `server_no_context_takeover; client_no_context_takeover` | nothing: zlib's state is lent per message by a per-thread pool |
+/// | `Dedicated(n)` | context kept, windows shrunk to fit `n` bytes (`server_max_window_bits`, and `client_max_window_bits` when the client offers it, else `client_no_context_takeover`) | at most the two windows' bytes, about `n` |
+///
+/// `Dedicated` keeps only the bytes each window must remember, not zlib's
+/// state: zlib-rs' compressor has a fixed 128 KiB hash table whatever its
+/// memLevel, so state of a few KiB cannot be had from it. A lent state is
+/// primed with the window's bytes before each message (a preset
+/// dictionary), which costs compression time in proportion to the window.
+///
+/// ```
+/// use wavesock_proto::deflate::{DeflateConfig, DeflatePolicy};
+///
+/// let p: DeflatePolicy = "dedicated:4k".parse().unwrap();
+/// assert_eq!(p, DeflatePolicy::Dedicated(4096));
+/// assert_eq!(p.windows(), Some((11, 11)));
+/// assert_eq!("shared".parse(), Ok(DeflatePolicy::Shared));
+/// let config = DeflateConfig::default().policy(p);
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum DeflatePolicy {
+    /// Context takeover with zlib's own state per direction, made by the
+    /// first compressed message that direction: the best ratio and the
+    /// least CPU per message, the most memory once used.
+    #[default]
+    Takeover,
+    /// No context takeover either way; every message borrows zlib's state
+    /// from a per-thread pool (at most a few states per thread) and gives
+    /// it back, so an idle connection holds none.
+    Shared,
+    /// Context takeover within windows that fit this many bytes in all
+    /// (1 KiB to 256 KiB; the windows stop growing at 32 KiB each).
+    Dedicated(usize),
+}
+
+impl DeflatePolicy {
+    /// The window bits `(server, client)` a `Dedicated` policy keeps, the
+    /// largest whose bytes fit its size: the server's window takes the
+    /// larger half. `None` for the other policies.
+    pub fn windows(&self) -> Option<(u8, u8)> {
+        let DeflatePolicy::Dedicated(bytes) = *self else {
+            return None;
+        };
+        let log2 = |n: usize| (usize::BITS - 1 - n.max(1).leading_zeros()) as u8;
+        let client = log2(bytes).saturating_sub(1).clamp(9, 15);
+        let server = log2(bytes.saturating_sub(1 << client)).clamp(9, 15);
+        Some((server, client))
+    }
+}
+
+impl std::str::FromStr for DeflatePolicy {
+    type Err = Error;
+
+    /// `takeover`, `shared`, or `dedicated:N` with N in KiB and a `k`
+    /// suffix (`dedicated:4k`), as the examples' `--deflate` flag takes.
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let bad = Error::InvalidConfig("deflate policy is takeover, shared or dedicated:Nk");
+        match s {
+            "takeover" => Ok(DeflatePolicy::Takeover),
+            "shared" => Ok(DeflatePolicy::Shared),
+            _ => {
+                let kib = s
+                    .strip_prefix("dedicated:")
+                    .and_then(|n| n.strip_suffix(['k', 'K']))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .ok_or(bad)?;
+                let policy = DeflatePolicy::Dedicated(kib.saturating_mul(1024));
+                policy.check().map(|()| policy)
+            }
+        }
+    }
+}
+
+impl DeflatePolicy {
+    fn check(&self) -> Result<(), Error> {
+        match self {
+            DeflatePolicy::Dedicated(n) if !(1024..=256 << 10).contains(n) => Err(
+                Error::InvalidConfig("a dedicated deflate policy holds 1 KiB to 256 KiB"),
+            ),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Default for DeflateConfig {
@@ -58,6 +153,7 @@ impl Default for DeflateConfig {
             client_no_context_takeover: false,
             server_max_window_bits: None,
             client_max_window_bits: None,
+            policy: DeflatePolicy::Takeover,
         }
     }
 }
@@ -99,7 +195,13 @@ impl DeflateConfig {
         self
     }
 
-    /// Checks the level and window sizes.
+    /// Sets [`DeflateConfig::policy`].
+    pub fn policy(mut self, policy: DeflatePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Checks the level, window sizes and policy.
     pub fn validate(&self) -> Result<(), Error> {
         if self.level > 9 {
             return Err(Error::InvalidConfig("deflate level must be 0 to 9"));
@@ -108,7 +210,7 @@ impl DeflateConfig {
         if bad(self.server_max_window_bits) || bad(self.client_max_window_bits) {
             return Err(Error::InvalidConfig("deflate window bits must be 8 to 15"));
         }
-        Ok(())
+        self.policy.check()
     }
 }
 
