@@ -817,7 +817,14 @@ mod tests {
             let msg = decode(&mut d, &mut buf).unwrap().unwrap();
             assert_eq!(msg.len(), 2 << 20);
             assert_eq!(d.account().held(Held::Inflated), 0);
+            // zlib's own state stays with a context-takeover connection,
+            // and stays counted.
+            assert_eq!(
+                d.account().held(Held::Compression),
+                crate::deflate::INFLATE_STATE
+            );
             d.account_mut().release(Held::ReadBuffer);
+            d.account_mut().release(Held::Compression);
             assert_eq!(budget.in_use(), 0);
         }
     }

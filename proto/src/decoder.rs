@@ -156,12 +156,38 @@ impl MessageDecoder {
     /// engine may then use it for another connection of the same limits.
     #[inline]
     pub fn is_at_rest(&self) -> bool {
+        self.inflater.is_none() && self.between_messages()
+    }
+
+    /// Between messages with nothing held but, perhaps, an idle inflater.
+    #[inline]
+    fn between_messages(&self) -> bool {
         matches!(self.state, DecodeState::Head)
             && self.fragments.is_none()
-            && self.inflater.is_none()
+            && !self.inflate_pending
             && !self.account.is_on()
             && self.budget_wait.is_none()
             && !self.utf8.is_incomplete()
+    }
+
+    /// Takes the inflater out when the decoder is otherwise
+    /// [at rest](Self::is_at_rest), so that an engine can keep it with its
+    /// connection (a few words with a shared or dedicated
+    /// [`DeflatePolicy`](crate::deflate::DeflatePolicy)) and lend the
+    /// decoder to others; [`restore_inflater`](Self::restore_inflater)
+    /// gives it back before the connection's next read.
+    #[inline]
+    pub fn take_idle_inflater(&mut self) -> Option<Box<Inflater>> {
+        if self.inflater.is_some() && !self.inflating() && self.between_messages() {
+            self.inflater.take()
+        } else {
+            None
+        }
+    }
+
+    /// Puts back an inflater from [`take_idle_inflater`](Self::take_idle_inflater).
+    pub fn restore_inflater(&mut self, inflater: Box<Inflater>) {
+        self.inflater = Some(inflater);
     }
 
     /// Makes the first fragment of a message in progress a copy of its own.

@@ -200,6 +200,19 @@ impl Inbox {
         self.buf.capacity() == 0 && self.decoder.is_at_rest()
     }
 
+    /// Takes out the decoder's inflater when nothing else of the
+    /// connection is held, so that the inbox is then
+    /// [at rest](Self::is_at_rest): see
+    /// [`MessageDecoder::take_idle_inflater`](crate::decoder::MessageDecoder::take_idle_inflater).
+    #[inline]
+    pub fn park_inflater(&mut self) -> Option<Box<crate::deflate::Inflater>> {
+        if self.buf.capacity() == 0 {
+            self.decoder.take_idle_inflater()
+        } else {
+            None
+        }
+    }
+
     /// Whether the connection holds memory budget while it waits for input
     /// (part of a message): the core's budget wait should run
     /// ([`Connection::handle_budget_wait`](crate::conn::Connection::handle_budget_wait)),

@@ -370,6 +370,7 @@ impl<H: Handler> Engine<H> {
             io,
             waker: waker.clone(),
             reading: None,
+            parked: None,
             timer_at: deadline,
             stage: Stage::Handshake,
             data: None,
@@ -1006,7 +1007,13 @@ fn read_frames<H: Handler>(
     readers: &mut Vec<Box<Inbox>>,
     turn: &mut Turn,
 ) {
-    let mut r = slot.reading.take().unwrap_or_else(|| lend(readers, config));
+    let mut r = slot.reading.take().unwrap_or_else(|| {
+        let mut r = lend(readers, config);
+        if let Some(inflater) = slot.parked.take() {
+            r.decoder_mut().restore_inflater(inflater);
+        }
+        r
+    });
     // What came before (with the request, or before a pause) first.
     if !r.buffered().is_empty() || r.held_back().is_some() {
         decode(slot, &mut r, None, cx, handler, turn);
@@ -1091,6 +1098,9 @@ fn read_frames<H: Handler>(
         // runs (1013 past it) until input comes, as on the Stream.
         slot.c.conn().handle_budget_wait(turn.now());
     }
+    // An idle compressing connection keeps only its inflater (a few words
+    // under the shared and dedicated policies), not a whole inbox.
+    slot.parked = r.park_inflater();
     if r.is_at_rest() {
         lend_back(r, readers);
     } else {

@@ -20,6 +20,7 @@ use crate::hub::wake::{ConnWaker, Key};
 use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
 use crate::proto::conn::{Connection, Outgoing, Phase};
+use crate::proto::deflate::Inflater;
 use crate::proto::driver::Driver;
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::header::OpCode;
@@ -136,6 +137,9 @@ pub(crate) struct Slot<T> {
     /// handshake's request, an unfinished frame or message, compression, a
     /// memory budget); between messages the engine lends one from its pool.
     pub(crate) reading: Option<Box<Inbox>>,
+    /// The connection's inflater while it has no inbox of its own
+    /// (compression negotiated, no message in progress).
+    pub(crate) parked: Option<Box<Inflater>>,
     /// The deadline this connection has in the engine's timer heap: the
     /// handshake's, then the core's.
     pub(crate) timer_at: Option<Instant>,

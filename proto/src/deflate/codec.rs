@@ -289,7 +289,10 @@ pub struct Deflater {
     /// zlib's state (about 330 KiB at the default window), the window's
     /// bytes, or nothing, as the policy says.
     kept: Kept<Compress>,
-    threshold: usize,
+    /// A `u32` (larger thresholds saturate: no message that large is
+    /// compressed anyway) keeps an idle shared-policy connection's
+    /// compressor at 24 bytes.
+    threshold: u32,
     level: u8,
     /// The window zlib compresses with (9–15; see [`zlib_window_bits`]).
     zlib_bits: u8,
@@ -330,7 +333,7 @@ impl Deflater {
     ) -> Self {
         Deflater {
             kept: Kept::new(policy, reset_after_message),
-            threshold,
+            threshold: u32::try_from(threshold).unwrap_or(u32::MAX),
             level: level.min(9) as u8,
             zlib_bits: zlib_window_bits(window_bits),
             stale: false,
@@ -376,7 +379,7 @@ impl Deflater {
 
     /// Whether a data message of `len` bytes goes out compressed.
     pub(crate) fn wants(&self, len: usize) -> bool {
-        len >= self.threshold
+        len >= self.threshold as usize
     }
 
     /// Compresses one whole message and hands the result, without the
@@ -1016,6 +1019,15 @@ mod tests {
             let p = p.borrow();
             (p.compressors.len(), p.decompressors.len())
         })
+    }
+
+    #[test]
+    fn an_idle_connections_compression_is_a_few_words() {
+        // What a shared-policy connection holds between messages, each way.
+        assert!(std::mem::size_of::<Deflater>() <= 24);
+        assert!(std::mem::size_of::<Inflater>() <= 40);
+        let d = Deflater::under(DeflatePolicy::Shared, 3, 15, true, usize::MAX);
+        assert!(!d.wants(u32::MAX as usize - 1) && d.wants(usize::MAX));
     }
 
     #[test]

@@ -18,6 +18,8 @@ mod codec;
 mod codec;
 
 pub use codec::{AVAILABLE, Deflater, Inflater};
+#[cfg(all(test, feature = "deflate"))]
+pub(crate) use codec::INFLATE_STATE;
 pub use params::{DeflateConfig, DeflateParams, DeflatePolicy};
 
 use crate::Role;
