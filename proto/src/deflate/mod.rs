@@ -17,9 +17,9 @@ mod codec;
 #[path = "stub.rs"]
 mod codec;
 
-pub use codec::{AVAILABLE, Deflater, Inflater};
 #[cfg(all(test, feature = "deflate"))]
 pub(crate) use codec::INFLATE_STATE;
+pub use codec::{AVAILABLE, Deflater, Inflater};
 pub use params::{DeflateConfig, DeflateParams, DeflatePolicy};
 
 use crate::Role;
