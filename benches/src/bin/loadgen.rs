@@ -48,6 +48,11 @@
 //!                  the kernel choose; idle mode chooses one per child)
 //!   --per-proc M   idle mode: connections per child process (default 9500,
 //!                  lowered to fit the open-files limit)
+//!   --deflate on   idle mode: offer permessage-deflate as Chromium does
+//!                  (`permessage-deflate; client_max_window_bits`), require
+//!                  the server to accept, and send the message compressed
+//!                  (from an empty window, readable under any parameters);
+//!                  the echo is counted compressed or not
 //! ```
 //!
 //! Every run prints one JSON object on a line of its own (a flat object of
@@ -115,6 +120,8 @@ struct Opts {
     label: String,
     source: Option<IpAddr>,
     per_proc: usize,
+    /// Idle mode: offer permessage-deflate and send compressed.
+    deflate: bool,
 }
 
 fn main() -> ExitCode {
@@ -209,6 +216,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         label: "server".into(),
         source: None,
         per_proc: IDLE_PER_PROC,
+        deflate: false,
     };
     let mut have_addr = false;
     let mut rest = args[1..].iter();
@@ -230,6 +238,13 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             "--label" => opts.label = value.clone(),
             "--source" => opts.source = Some(value.parse().map_err(|_| bad())?),
             "--per-proc" => opts.per_proc = value.parse().map_err(|_| bad())?,
+            "--deflate" => {
+                opts.deflate = match value.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(bad()),
+                }
+            }
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
@@ -282,14 +297,42 @@ fn masked_frame(size: usize) -> Vec<u8> {
     wavesock_benches::masked_binary_frame(&wavesock_benches::payload(size), MASK)
 }
 
+/// Chromium's permessage-deflate offer, as a request header line.
+const CHROMIUM_DEFLATE: &str =
+    "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n";
+
+/// A masked binary frame carrying `size` bytes of ASCII compressed with
+/// permessage-deflate from an empty window (RSV1 set): the first message
+/// of any compression context, whatever the server answered.
+fn compressed_frame(size: usize) -> Vec<u8> {
+    use wavesock::proto::deflate::{self, DeflateConfig, DeflateParams};
+    use wavesock::proto::{Message, Role, encoder::FrameEncoder};
+    let mut encoder = FrameEncoder::new(Role::Client);
+    let params = DeflateParams::default();
+    // No context takeover: our window starts empty for this message.
+    let config = DeflateConfig::default()
+        .client_no_context_takeover(true)
+        .compression_threshold(0);
+    let (_, deflater) =
+        deflate::pair(Role::Client, &params, &config, usize::MAX).expect("deflate feature");
+    encoder.set_deflater(deflater);
+    let mut out = bytes::BytesMut::new();
+    let msg = Message::binary(wavesock_benches::payload(size));
+    encoder.encode_message(&msg, &mut out).expect("encodes");
+    assert_eq!(out[0] & 0x40, 0x40, "compressed");
+    out.to_vec()
+}
+
 /// Connects (from `source` if given), sets `TCP_NODELAY` and performs the
-/// opening handshake. Bytes the server sent after its response go into the
-/// returned reader, whose buffer holds `read_buf` bytes.
+/// opening handshake, with `extensions` (a header line or nothing). Bytes
+/// the server sent after its response go into the returned reader, whose
+/// buffer holds `read_buf` bytes; the response's head comes with it.
 async fn connect(
     addr: SocketAddr,
     source: Option<IpAddr>,
     read_buf: usize,
-) -> io::Result<(TcpStream, FrameReader)> {
+    extensions: &str,
+) -> io::Result<(TcpStream, FrameReader, String)> {
     let mut tcp = match source {
         None => TcpStream::connect(addr).await?,
         Some(ip) => {
@@ -304,10 +347,10 @@ async fn connect(
         }
     };
     tcp.set_nodelay(true)?;
-    let (_, early) = wavesock_benches::raw_handshake(&mut tcp, addr, "").await?;
+    let (head, early) = wavesock_benches::raw_handshake(&mut tcp, addr, extensions).await?;
     let mut reader = FrameReader::new(read_buf);
     reader.push(&early);
-    Ok((tcp, reader))
+    Ok((tcp, reader, head))
 }
 
 /// Counts complete messages in the server's frames without keeping payloads.
@@ -607,7 +650,10 @@ fn read_buf_len(opts: &Opts) -> usize {
 async fn connect_all(opts: &Opts) -> io::Result<Vec<(TcpStream, FrameReader)>> {
     let read_buf = read_buf_len(opts);
     futures_util::stream::iter(0..opts.conns)
-        .map(|_| connect(opts.addr, opts.source, read_buf))
+        .map(|_| async {
+            let (tcp, reader, _) = connect(opts.addr, opts.source, read_buf, "").await?;
+            Ok::<_, io::Error>((tcp, reader))
+        })
         .buffer_unordered(CONNECT_CONCURRENCY)
         .collect::<Vec<_>>()
         .await
@@ -760,7 +806,8 @@ fn idle(opts: &Opts, fd_limit: u64) -> io::Result<()> {
             .args(["--addr", &opts.addr.to_string()])
             .args(["--conns", &share.to_string()])
             .args(["--size", &opts.size.to_string()])
-            .args(["--label", &opts.label]);
+            .args(["--label", &opts.label])
+            .args(["--deflate", if opts.deflate { "on" } else { "off" }]);
         if opts.addr.is_ipv4() {
             // 127.0.0.0/8 is all loopback on Linux: one source address per
             // child, each with its own ephemeral ports.
@@ -832,11 +879,19 @@ fn idle(opts: &Opts, fd_limit: u64) -> io::Result<()> {
 /// echo each), prints `ready OPEN`, and holds them until standard input
 /// closes, which also happens when the parent dies.
 async fn idle_worker(opts: &Opts) -> io::Result<()> {
-    let frame = masked_frame(opts.size);
+    let (frame, offer) = if opts.deflate {
+        (compressed_frame(opts.size), CHROMIUM_DEFLATE)
+    } else {
+        (masked_frame(opts.size), "")
+    };
     let read_buf = read_buf_len(opts);
     let conns: Vec<io::Result<TcpStream>> = futures_util::stream::iter(0..opts.conns)
         .map(|_| async {
-            let (mut tcp, mut reader) = connect(opts.addr, opts.source, read_buf).await?;
+            let (mut tcp, mut reader, head) =
+                connect(opts.addr, opts.source, read_buf, offer).await?;
+            if opts.deflate && !head.to_ascii_lowercase().contains("permessage-deflate") {
+                return Err(io::Error::other("the server declined permessage-deflate"));
+            }
             tcp.write_all(&frame).await?;
             reader.read_messages(&mut tcp, 1).await?;
             // Closed with a reset, not a FIN, so that no TIME_WAIT socket

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# permessage-deflate memory per idle connection, in one run: the hub, the
+# Stream (examples/hub_echo.rs, examples/echo_server.rs with --deflate
+# POLICY) and uWebSockets (benches/peers/uws/uws-echo with its compression
+# option), each under each policy, against the same server without
+# compression. Each row is `loadgen idle`: N connections (default 10 000)
+# offer permessage-deflate as Chromium does and echo one 300-byte message
+# compressed; VmRSS growth of the server divided by N.
+#
+#   benches/run-deflate.sh [--conns N] [--out DIR] [--impls "hub stream uws"]
+#                          [--policies "off takeover shared dedicated:4k"]
+#
+# uws-echo is built by benches/peers/uws/build.sh when missing (UWS_ECHO
+# names another); uWebSockets has no "takeover" policy of its own (its
+# DEDICATED_COMPRESSOR_256KB is the nearest) and is left out of that row.
+set -euo pipefail
+conns=10000
+out=target/bench-deflate
+impls="hub stream uws"
+policies="off takeover shared dedicated:4k"
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --conns) conns=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        --impls) impls=$2; shift 2 ;;
+        --policies) policies=$2; shift 2 ;;
+        *) echo "unknown option $1" >&2; exit 2 ;;
+    esac
+done
+cd "$(dirname "$0")/.."
+cargo build -q --profile bench -p wavesock-benches --bin loadgen
+cargo build -q --profile bench --features deflate --example hub_echo --example echo_server
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+bin=${target_dir:-target}/release
+uws=${UWS_ECHO:-$(pwd)/benches/peers/uws/uws-echo}
+if [[ " $impls " == *" uws "* && ! -x $uws ]]; then
+    bash benches/peers/uws/build.sh "$uws"
+fi
+mkdir -p "$out"
+results="$out/results.jsonl"
+: > "$results"
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+server_pin=()
+client_pin=()
+if command -v taskset > /dev/null && [[ $(nproc) -ge 2 ]]; then
+    server_pin=(taskset -c 1)
+    client_pin=(taskset -c 0)
+fi
+server_pid=
+stop_server() {
+    if [[ -n $server_pid ]]; then
+        kill "$server_pid" 2> /dev/null || true
+        wait "$server_pid" 2> /dev/null || true
+        server_pid=
+    fi
+}
+trap stop_server EXIT
+port=19400
+for policy in $policies; do
+    for impl in $impls; do
+        [[ $impl == uws && $policy == takeover ]] && continue
+        port=$((port + 1))
+        log="$out/$impl-${policy/:/-}.log"
+        flag=()
+        [[ $policy == off ]] || flag=(--deflate "$policy")
+        case $impl in
+            hub) "${server_pin[@]}" "$bin/examples/hub_echo" "127.0.0.1:$port" "${flag[@]}" 2> "$log" & ;;
+            stream) "${server_pin[@]}" "$bin/examples/echo_server" "127.0.0.1:$port" "${flag[@]}" 2> "$log" & ;;
+            uws) "${server_pin[@]}" "$uws" "$port" "$policy" > "$log" 2>&1 & ;;
+            *) echo "unknown implementation $impl" >&2; exit 2 ;;
+        esac
+        server_pid=$!
+        for _ in $(seq 100); do
+            grep -q listening "$log" 2> /dev/null && break
+            sleep 0.05
+        done
+        deflate=on
+        [[ $policy == off ]] && deflate=off
+        "${client_pin[@]}" "$bin/loadgen" idle --addr "127.0.0.1:$port" --pid "$server_pid" \
+            --conns "$conns" --size 300 --deflate "$deflate" --label "$impl ${policy/:/-}" |
+            tee -a "$results" | grep '^#' || echo "# $impl $policy failed" >&2
+        stop_server
+    done
+done
+echo "results: $results"
