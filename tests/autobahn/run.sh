@@ -6,6 +6,13 @@
 #   server  examples/echo_server (the Stream) under kosoku's fuzzingclient
 #   hub     examples/hub_echo (the hub) under kosoku's fuzzingclient
 #   client  examples/autobahn_client against kosoku's fuzzingserver
+#   server@POLICY, hub@POLICY
+#           the same server with `--deflate POLICY` (shared, dedicated:4k,
+#           ...; see DeflatePolicy); its report goes to reports/SIDE with
+#           `@` and `:` made `-`. With AUTOBAHN_POLICY_CASES=compression,
+#           these run only groups 12 and 13 (216 cases), the ones that
+#           negotiate permessage-deflate and so the only ones a policy
+#           changes.
 #
 # Installs the runner (PyPI kosoku, pinned) in .venv-autobahn, builds the
 # examples in release with permessage-deflate (`--features deflate`), or
@@ -28,7 +35,7 @@ sides=("$@")
 [ ${#sides[@]} -gt 0 ] || sides=(server hub client)
 for s in "${sides[@]}"; do
     case $s in
-    server | hub | client) ;;
+    server | hub | client | server@?* | hub@?*) ;;
     *)
         echo "unknown side $s (server, hub or client)" >&2
         exit 2
@@ -71,23 +78,44 @@ wait_port() {
 
 mkdir -p reports
 WAIT=()
+# The report directory of a side.
+dir() { local d=${1//@/-}; echo "${d//:/-}"; }
+# The cases and their count for a side.
+expect() {
+    if [[ $1 == *@* && ${AUTOBAHN_POLICY_CASES:-} == compression ]]; then
+        echo 216
+    else
+        echo "$CASES"
+    fi
+}
 # drive SIDE SERVER PORT: starts the example SERVER on PORT and kosoku's
 # fuzzingclient against it, in the background. kosoku exits non-zero on
 # any case that is not OK (INFORMATIONAL and UNIMPLEMENTED included): the
 # verdict is check.py's, not its status.
 drive() {
-    local side=$1 server=$2 port=$3
-    rm -rf "reports/$side"
+    local side=$1 server=$2 port=$3 d
+    d=$(dir "$side")
+    local args=() cases=()
+    [[ $side != *@* ]] || args=(--deflate "${side#*@}")
+    [[ $(expect "$side") == "$CASES" ]] || cases=(-i '12.*' -i '13.*')
+    rm -rf "reports/$d"
     # The servers log every protocol violation the fuzzer commits.
-    "$bin/$server" "127.0.0.1:$port" 2> "reports/$side-$server.log" &
+    "$bin/$server" "127.0.0.1:$port" "${args[@]}" 2> "reports/$d-$server.log" &
     PIDS+=($!)
     wait_port "$port"
-    ("$KOSOKU" -m fuzzingclient "127.0.0.1:$port" -o "reports/$side" > "reports/$side.log" 2>&1 || true) &
+    ("$KOSOKU" -m fuzzingclient "${cases[@]}" "127.0.0.1:$port" -o "reports/$d" > "reports/$d.log" 2>&1 || true) &
     PIDS+=($!)
     WAIT+=($!)
 }
 want server && drive server echo_server 9001
 want hub && drive hub hub_echo 9003
+port=9010
+for s in "${sides[@]}"; do
+    case $s in
+    server@*) drive "$s" echo_server $((port += 1)) ;;
+    hub@*) drive "$s" hub_echo $((port += 1)) ;;
+    esac
+done
 if want client; then
     rm -rf reports/client
     "$KOSOKU" -m fuzzingserver 127.0.0.1:9002 -o reports/client > reports/client.log 2>&1 &
@@ -107,9 +135,14 @@ fi
 for p in "${WAIT[@]}"; do wait "$p"; done
 
 status=0
+judge() {
+    echo "== autobahn: $1"
+    python3 "$HERE/check.py" "reports/$(dir "$1")" --expect "$(expect "$1")" || status=1
+}
 for s in server hub client; do
-    want "$s" || continue
-    echo "== autobahn: $s"
-    python3 "$HERE/check.py" "reports/$s" --expect "$CASES" || status=1
+    if want "$s"; then judge "$s"; fi
+done
+for s in "${sides[@]}"; do
+    if [[ $s == *@* ]]; then judge "$s"; fi
 done
 exit $status
