@@ -9,6 +9,7 @@
 # usage: benches/run-topics.sh [--subscribers N] [--messages K] [--rounds R]
 #                              [--modes "hub stream stream-loop"] [--size S]
 #                              [--port P] [--out DIR] [--no-build]
+#                              [--policy POLICY]
 #   --subscribers N  connections, each subscribed to the one topic (default 10000)
 #   --messages K     publishes one at a time, then K in one burst (default 50)
 #   --rounds R       rounds; the table shows medians over them (default 3)
@@ -17,6 +18,8 @@
 #   --port P         first port; each server start takes two more (default 19600)
 #   --out DIR        results.jsonl and table.md (default target/topics-bench)
 #   --no-build       use the binaries already built
+#   --policy POLICY  the deflate rows' DeflatePolicy (default takeover; shared,
+#                    dedicated:4k, ...)
 set -euo pipefail
 
 subscribers=10000
@@ -27,6 +30,7 @@ size=1024
 port=19600
 out=
 build=1
+policy=takeover
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --subscribers) subscribers=$2; shift 2 ;;
@@ -37,7 +41,8 @@ while [[ $# -gt 0 ]]; do
         --port) port=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --no-build) build=0; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        --policy) policy=$2; shift 2 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -66,7 +71,9 @@ trap cleanup EXIT
 run() {
     local mode=$1 label=$2; shift 2
     local log=$out/server-$label.log
-    taskset -c 1 "$bin/topics_server" --mode "$mode" "$@" "127.0.0.1:$port" 2>"$log" &
+    local server_args=()
+    [[ " $* " != *" --deflate "* ]] || server_args=(--policy "$policy")
+    taskset -c 1 "$bin/topics_server" --mode "$mode" "$@" "${server_args[@]}" "127.0.0.1:$port" 2>"$log" &
     SERVER=$!
     for _ in $(seq 1 50); do
         grep -q "control on" "$log" && break

@@ -14,6 +14,8 @@
 //! - `/echo`: the echo WebSocket, with permessage-deflate when built with
 //!   `--features deflate`
 //! - `/echo-plain`: the same, never compressed
+//! - `/echo-shared`, `/echo-dedicated`: the same as `/echo`, holding
+//!   compression memory under the shared and the `dedicated:4k` policy
 //! - `/stats`: JSON counters: TLS connections, their ALPN protocols, and
 //!   the WebSockets accepted over HTTP/2 and over HTTP/1.1
 //!
@@ -86,11 +88,17 @@ fn plain_config() -> Config {
     Config::default().max_message_size(4 << 20)
 }
 
-fn deflate_config() -> Config {
+/// permessage-deflate under `policy` (`takeover`, `shared`,
+/// `dedicated:4k`), in a build with the `deflate` feature.
+fn deflate_config(policy: &str) -> Config {
     let config = plain_config();
     // Compression needs the `deflate` feature: without it the config is refused.
     #[cfg(feature = "deflate")]
-    let config = config.deflate(wavesock::DeflateConfig::default());
+    let config = config.deflate(
+        wavesock::DeflateConfig::default().policy(policy.parse().expect("a known policy")),
+    );
+    #[cfg(not(feature = "deflate"))]
+    let _ = policy;
     config
 }
 
@@ -146,7 +154,9 @@ async fn route(mut req: Request<Incoming>) -> Result<Response<Body>, Infallible>
     let path = req.uri().path().to_owned();
     Ok(match path.as_str() {
         "/" => respond(StatusCode::OK, "text/html; charset=utf-8", PAGE),
-        "/echo" => websocket(&mut req, deflate_config()),
+        "/echo" => websocket(&mut req, deflate_config("takeover")),
+        "/echo-shared" => websocket(&mut req, deflate_config("shared")),
+        "/echo-dedicated" => websocket(&mut req, deflate_config("dedicated:4k")),
         "/echo-plain" => websocket(&mut req, plain_config()),
         "/stats" => respond(StatusCode::OK, "application/json", stats_json()),
         _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n"),

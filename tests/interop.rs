@@ -1,6 +1,7 @@
 //! Interop with a browser-compatible peer, compression on: the Node `ws`
 //! package (tests/interop/peer.mjs), as server and as client, messages from
-//! 0 bytes to 16 MiB, with several permessage-deflate parameter sets.
+//! 0 bytes to 16 MiB, with several permessage-deflate parameter sets and
+//! under every `DeflatePolicy`, whose answer ws must see as ours says.
 //!
 //! Needs Node and `npm install` in tests/interop; run with
 //! `tests/interop/run.sh` (it installs what it needs), or:
@@ -18,7 +19,7 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
-use wavesock::{Config, DeflateConfig, Message};
+use wavesock::{Config, DeflateConfig, DeflatePolicy, Message};
 
 const SIZES: [usize; 8] = [0, 1, 100, 1023, 1024, 65_537, 1 << 20, 16 << 20];
 
@@ -42,7 +43,45 @@ fn ours() -> Vec<DeflateConfig> {
             .server_max_window_bits(Some(8))
             .client_max_window_bits(Some(9))
             .level(9),
+        DeflateConfig::default()
+            .compression_threshold(0)
+            .policy(DeflatePolicy::Shared),
+        DeflateConfig::default()
+            .compression_threshold(0)
+            .policy(DeflatePolicy::Dedicated(4 << 10)),
     ]
+}
+
+/// Checks that what ws agreed (its `extensions` line) is what our
+/// server's policy answers.
+fn check_answer(deflate: &DeflateConfig, agreed: &str) {
+    let bits = |name: &str| {
+        agreed
+            .split(';')
+            .find_map(|p| p.trim().strip_prefix(name)?.strip_prefix('='))
+            .map(|v| v.trim().parse::<u8>().unwrap())
+    };
+    match deflate.policy {
+        DeflatePolicy::Shared => {
+            assert!(agreed.contains("server_no_context_takeover"), "{agreed}");
+            assert!(agreed.contains("client_no_context_takeover"), "{agreed}");
+        }
+        DeflatePolicy::Dedicated(_) => {
+            let (s, c) = deflate.policy.windows().unwrap();
+            assert!(
+                bits("server_max_window_bits").is_some_and(|b| b <= s),
+                "{agreed}"
+            );
+            // ws offers client_max_window_bits: the client is limited too,
+            // unless it resets its context anyway.
+            assert!(
+                bits("client_max_window_bits").is_some_and(|b| b <= c)
+                    || agreed.contains("client_no_context_takeover"),
+                "{agreed}"
+            );
+        }
+        _ => {}
+    }
 }
 
 fn config(deflate: DeflateConfig) -> Config {
@@ -134,8 +173,15 @@ async fn wavesock_client_against_ws_server() {
             let ws_bits = [9, 15]
                 .into_iter()
                 .find(|b| ws_options.contains(&format!("\"serverMaxWindowBits\": {b}")));
-            if ws_bits.is_some_and(|b| deflate.server_max_window_bits.is_some_and(|ours| ours < b))
-            {
+            // A dedicated policy asks for its own window size.
+            let asked = [
+                deflate.server_max_window_bits,
+                deflate.policy.windows().map(|(s, _)| s),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            if ws_bits.is_some_and(|b| asked.is_some_and(|ours| ours < b)) {
                 let e = connected.expect_err("ws refuses");
                 assert!(e.to_string().contains("400"), "{e}");
                 server.kill().await.unwrap();
@@ -191,15 +237,22 @@ async fn ws_client_against_wavesock_server() {
                     }
                 }
             });
-            let mut client = node(&["client", &url, ws_options]);
-            let status = tokio::time::timeout(Duration::from_secs(120), client.wait())
+            let client = node(&["client", &url, ws_options]);
+            let out = tokio::time::timeout(Duration::from_secs(120), client.wait_with_output())
                 .await
                 .expect("node finishes in time")
                 .unwrap();
             assert!(
-                status.success(),
+                out.status.success(),
                 "ws client failed with {ws_options} / {deflate:?}"
             );
+            // `ok: N messages echoed, extensions: ...`
+            let said = String::from_utf8_lossy(&out.stdout);
+            let agreed = said
+                .split("extensions: ")
+                .nth(1)
+                .unwrap_or_else(|| panic!("ws said {said:?}"));
+            check_answer(&deflate, agreed.trim());
             echo.await.unwrap();
         }
     }

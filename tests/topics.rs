@@ -855,13 +855,24 @@ fn repeats(seed: u32, block: usize, times: usize) -> String {
 
 #[cfg(feature = "deflate")]
 #[tokio::test]
-async fn deflate_and_plain_subscribers_of_every_window_get_the_right_payloads() {
-    use wavesock::DeflateConfig;
+async fn deflate_and_plain_subscribers_of_every_policy_and_window_get_the_right_payloads() {
+    use wavesock::{DeflateConfig, DeflatePolicy};
+    // A hub under each policy, one registry: a publish reaches subscribers
+    // under every policy and every window each negotiated.
     let topics = Topics::new();
-    let config = HubConfig::default()
-        .topics(topics.clone())
-        .config(Config::default().deflate(DeflateConfig::default()));
-    let mut server = start(config).await;
+    let mut servers = Vec::new();
+    for policy in [
+        DeflatePolicy::Takeover,
+        DeflatePolicy::Shared,
+        DeflatePolicy::Dedicated(4 << 10),
+        DeflatePolicy::Dedicated(16 << 10),
+    ] {
+        let deflate = DeflateConfig::default().policy(policy);
+        let config = HubConfig::default()
+            .topics(topics.clone())
+            .config(Config::default().deflate(deflate));
+        servers.push((policy, start(config).await));
+    }
     let d = DeflateConfig::default;
     let variants: Vec<(&str, Option<DeflateConfig>, Option<&str>)> = vec![
         ("plain", None, None),
@@ -902,32 +913,38 @@ async fn deflate_and_plain_subscribers_of_every_window_get_the_right_payloads() 
         ),
     ];
     let mut clients = Vec::new();
-    for (name, deflate, param) in variants {
-        let config = match deflate {
-            Some(d) => Config::default().deflate(d),
-            None => Config::default(),
-        };
-        let (mut ws, resp) = wavesock::connect_async_with_config(server.url(), config)
-            .await
-            .unwrap();
-        server.events.opened().await;
-        let agreed = resp
-            .headers()
-            .get("sec-websocket-extensions")
-            .map(|v| v.to_str().unwrap().to_owned());
-        match (&agreed, name) {
-            (None, "plain") => {}
-            (Some(a), _) if name != "plain" => {
-                assert!(a.starts_with("permessage-deflate"), "{name}: {a}");
-                if let Some(p) = param {
-                    assert!(a.contains(p), "{name}: {a}");
+    for (policy, server) in servers.iter_mut() {
+        let policy = *policy;
+        for (name, deflate, param) in &variants {
+            let config = match deflate {
+                Some(d) => Config::default().deflate(d.clone()),
+                None => Config::default(),
+            };
+            let (mut ws, resp) = wavesock::connect_async_with_config(server.url(), config)
+                .await
+                .unwrap();
+            server.events.opened().await;
+            let agreed = resp
+                .headers()
+                .get("sec-websocket-extensions")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let name = format!("{name} ({policy:?})");
+            match (&agreed, deflate) {
+                (None, None) => {}
+                (Some(a), Some(_)) => {
+                    assert!(a.starts_with("permessage-deflate"), "{name}: {a}");
+                    // The other policies answer with parameters of their own.
+                    if let (Some(p), DeflatePolicy::Takeover) = (param, policy) {
+                        assert!(a.contains(p), "{name}: {a}");
+                    }
                 }
+                _ => panic!("{name}: {agreed:?}"),
             }
-            _ => panic!("{name}: {agreed:?}"),
+            say(&mut ws, "sub news", "ok").await;
+            clients.push((name, ws));
         }
-        say(&mut ws, "sub news", "ok").await;
-        clients.push((name, ws));
     }
+    let server = &servers[0].1;
 
     let messages = [
         Message::text("short"),

@@ -389,6 +389,16 @@ fn window_bits(b: u8) -> Option<u8> {
     }
 }
 
+/// A policy from the high bits of `b`: every kind, dedicated at sizes from
+/// 1 KiB to 256 KiB.
+fn policy(b: u8) -> wavesock::DeflatePolicy {
+    match (b >> 2) % 4 {
+        0 => wavesock::DeflatePolicy::Takeover,
+        1 => wavesock::DeflatePolicy::Shared,
+        _ => wavesock::DeflatePolicy::Dedicated(1024 << ((b >> 4) % 9)),
+    }
+}
+
 fn deflate_config(input: &mut Input<'_>) -> wavesock::DeflateConfig {
     let b = input.byte();
     let bits = input.byte();
@@ -398,6 +408,7 @@ fn deflate_config(input: &mut Input<'_>) -> wavesock::DeflateConfig {
         .server_max_window_bits(window_bits(bits & 0x0f))
         .client_max_window_bits(window_bits(bits >> 4))
         .compression_threshold(0)
+        .policy(policy(b))
 }
 
 fn check_params(p: &wavesock::DeflateParams) {
@@ -437,6 +448,17 @@ fn deflate_agreement(data: &[u8]) {
         panic!("{server:?} declined the offer of {client:?}");
     };
     check_params(&agreed);
+    // The server's policy holds, whatever the client offered.
+    if server.policy == wavesock::DeflatePolicy::Shared {
+        assert!(agreed.server_no_context_takeover && agreed.client_no_context_takeover);
+    }
+    if let Some((s, c)) = server.policy.windows() {
+        assert!(agreed.server_max_window_bits <= s, "{agreed:?}");
+        assert!(
+            agreed.client_max_window_bits <= c || agreed.client_no_context_takeover,
+            "{agreed:?}"
+        );
+    }
     let mut response = http::HeaderMap::new();
     response.insert("sec-websocket-extensions", answer.clone());
     match check_response(&client, &response) {
@@ -444,9 +466,12 @@ fn deflate_agreement(data: &[u8]) {
             // client_no_context_takeover in an offer is a hint the server
             // may leave out of its answer (RFC 7692 §7.1.1.1): the client
             // keeps its promise, the server's inflater copes either way.
+            // The shared policy makes the same promise.
+            let promised = client.client_no_context_takeover
+                || client.policy == wavesock::DeflatePolicy::Shared;
             let mut seen_by_server = seen;
             seen_by_server.client_no_context_takeover &=
-                agreed.client_no_context_takeover || !client.client_no_context_takeover;
+                agreed.client_no_context_takeover || !promised;
             assert_eq!(seen_by_server, agreed, "answer {answer:?}");
         }
         other => panic!("client refused {answer:?} from {server:?}: {other:?}"),
@@ -536,16 +561,25 @@ mod deflate_imp {
         let mut input = Input(data);
         let p = params(&mut input);
         let sizes = input.take(usize::from(input.0.first().copied().unwrap_or(0) & 7));
+        let b = input.byte();
         let config = wavesock::DeflateConfig::default()
-            .level(u32::from(input.byte() % 10))
+            .level(u32::from(b % 10))
             .compression_threshold(0);
+        // Each side keeps its memory under a policy of its own: the wire
+        // must not tell them apart.
+        let (ours, theirs) = (super::policy(b), super::policy(input.byte()));
         // Client to server, the client compressing with its own window.
         let mut sender_dec = MessageDecoder::new(Role::Client, Limits::default());
         let mut sender = FrameEncoder::new(Role::Client);
-        enable(&mut sender_dec, &mut sender, &p, &config);
+        enable(
+            &mut sender_dec,
+            &mut sender,
+            &p,
+            &config.clone().policy(ours),
+        );
         let mut receiver = MessageDecoder::new(Role::Server, Limits::default());
         let mut receiver_enc = FrameEncoder::new(Role::Server);
-        enable(&mut receiver, &mut receiver_enc, &p, &config);
+        enable(&mut receiver, &mut receiver_enc, &p, &config.policy(theirs));
         let mut wire = BytesMut::new();
         for (i, piece) in pieces(input.0, sizes).into_iter().enumerate() {
             let msg = match std::str::from_utf8(piece) {

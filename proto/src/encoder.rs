@@ -575,6 +575,71 @@ mod prepared_deflate_tests {
     }
 
     #[test]
+    fn a_publish_is_compressed_once_per_window_across_policies() {
+        use crate::deflate::DeflatePolicy;
+        // What each policy agrees with Chromium's offer (see the
+        // handshake's negotiation), and with a client that offers nothing.
+        let agreed = |s: u8, c: u8, reset: bool| DeflateParams {
+            server_no_context_takeover: reset,
+            client_no_context_takeover: reset,
+            server_max_window_bits: s,
+            client_max_window_bits: c,
+        };
+        let subscribers = [
+            (DeflatePolicy::Takeover, agreed(15, 15, false)),
+            (DeflatePolicy::Shared, agreed(15, 15, true)),
+            (DeflatePolicy::Dedicated(4096), agreed(11, 11, false)),
+            (DeflatePolicy::Dedicated(4096), agreed(11, 15, false)),
+            (DeflatePolicy::Dedicated(16384), agreed(13, 13, false)),
+        ];
+        let mut conns: Vec<_> = subscribers
+            .iter()
+            .map(|(policy, params)| {
+                let config = DeflateConfig::default().policy(*policy);
+                let mut server = FrameEncoder::new(Role::Server);
+                let mut unused = MessageDecoder::new(Role::Server, Limits::default());
+                crate::deflate::enable_for_tests(&mut unused, &mut server, params, &config);
+                // The browser keeps zlib's state whatever the server's policy.
+                let mut client = MessageDecoder::new(Role::Client, Limits::default());
+                let mut unused = FrameEncoder::new(Role::Client);
+                let browser = DeflateConfig::default();
+                crate::deflate::enable_for_tests(&mut client, &mut unused, params, &browser);
+                (server, client, BytesMut::new())
+            })
+            .collect();
+        let mut expected = Vec::new();
+        for round in 0..3 {
+            let news = PreparedMessage::new(&text(100 + round)).unwrap();
+            // Each connection's own messages before and after, the shared
+            // frame encoded where it goes on the wire.
+            let mut frames = Vec::new();
+            for (server, _, wire) in conns.iter_mut() {
+                server.encode_message(&text(round), wire).unwrap();
+                let frame = server.prepared_frame(&news).unwrap();
+                wire.extend_from_slice(&frame);
+                frames.push(frame);
+                server.encode_message(&text(round + 10), wire).unwrap();
+            }
+            // One compression per window: 15 (takeover and shared), 11 and 13.
+            let windows = [15, 15, 11, 11, 13];
+            for (i, f) in frames.iter().enumerate() {
+                assert_eq!(f[0] & 0x40, 0x40, "compressed");
+                for (j, g) in frames.iter().enumerate() {
+                    let same = windows[i] == windows[j];
+                    assert_eq!(f.as_ptr() == g.as_ptr(), same, "{i} and {j}");
+                }
+            }
+            expected.extend([round, 100 + round, round + 10]);
+        }
+        for (n, (_, client, wire)) in conns.iter_mut().enumerate() {
+            for &want in &expected {
+                assert_eq!(decode_one(client, wire), text(want), "subscriber {n}");
+            }
+            assert!(wire.is_empty());
+        }
+    }
+
+    #[test]
     fn small_and_control_prepared_messages_go_out_plain() {
         let (mut server, _) = pair(&DeflateParams::default());
         for msg in [

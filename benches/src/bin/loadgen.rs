@@ -469,28 +469,6 @@ impl FrameReader {
     }
 }
 
-/// The server's CPU time in nanoseconds, all threads.
-fn server_cpu_ns(pid: u32) -> Option<u64> {
-    let from_schedstat = || -> Option<u64> {
-        let mut total = 0;
-        for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
-            let s = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
-            total += s.split_whitespace().next()?.parse::<u64>().ok()?;
-        }
-        Some(total)
-    };
-    from_schedstat().filter(|&t| t > 0).or_else(|| {
-        // utime and stime are fields 14 and 15, counted after the `(comm)`;
-        // clock ticks are 100 per second on Linux.
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let after = &stat[stat.rfind(')')? + 2..];
-        let mut fields = after.split_whitespace().skip(11);
-        let utime: u64 = fields.next()?.parse().ok()?;
-        let stime: u64 = fields.next()?.parse().ok()?;
-        Some((utime + stime) * 10_000_000)
-    })
-}
-
 /// The server's user-space CPU time in nanoseconds (`utime` of
 /// `/proc/PID/stat`, all threads): the part a library controls, without
 /// the kernel's socket work. Clock ticks are 100 per second on Linux.
@@ -503,7 +481,7 @@ fn server_user_ns(pid: u32) -> Option<u64> {
 
 /// This process's CPU time in nanoseconds, all threads.
 fn own_cpu_ns() -> Option<u64> {
-    server_cpu_ns(std::process::id())
+    wavesock_benches::server_cpu_ns(std::process::id())
 }
 
 /// VmRSS and VmHWM of `pid`, in KiB.
@@ -533,7 +511,7 @@ async fn measure(opts: &Opts, counter: &AtomicU64) -> Window {
     tokio::time::sleep(Duration::from_secs_f64(opts.warmup)).await;
     let (m0, c0, u0, o0, t0) = (
         counter.load(Ordering::Relaxed),
-        opts.pid.and_then(server_cpu_ns),
+        opts.pid.and_then(wavesock_benches::server_cpu_ns),
         opts.pid.and_then(server_user_ns),
         own_cpu_ns(),
         Instant::now(),
@@ -541,7 +519,7 @@ async fn measure(opts: &Opts, counter: &AtomicU64) -> Window {
     tokio::time::sleep(Duration::from_secs_f64(opts.secs)).await;
     let (m1, c1, u1, o1, secs) = (
         counter.load(Ordering::Relaxed),
-        opts.pid.and_then(server_cpu_ns),
+        opts.pid.and_then(wavesock_benches::server_cpu_ns),
         opts.pid.and_then(server_user_ns),
         own_cpu_ns(),
         t0.elapsed().as_secs_f64(),

@@ -3,7 +3,7 @@
 //! `PreparedMessage` are made when a control connection asks.
 //!
 //! ```text
-//! topics_server --mode hub|stream|stream-loop [--deflate] [--control ADDR] ADDR
+//! topics_server --mode hub|stream|stream-loop [--deflate] [--policy POLICY] [--control ADDR] ADDR
 //! ```
 //!
 //! `ADDR` (loopback only) takes the WebSocket connections; `--control`
@@ -41,7 +41,8 @@
 //! With `--deflate` every mode offers permessage-deflate with
 //! `DeflateConfig::default()` (context takeover, as browsers negotiate it):
 //! a prepared message is compressed once per window size, not per
-//! connection.
+//! connection. `--policy POLICY` sets its `DeflatePolicy` (`takeover`, the
+//! default, `shared`, `dedicated:4k`, ...).
 //!
 //! Payloads are JSON-like text of SIZE bytes (price ticks with varying
 //! digits), so they compress about as real feeds do rather than to nothing.
@@ -56,7 +57,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use wavesock::hub::{Handler, Hub, HubConfig, HubHandle, HubMessage, Ws};
 use wavesock::topics::{RecvError, Topics};
-use wavesock::{Config, DeflateConfig, Message, PreparedMessage, WebSocketSender};
+use wavesock::{Config, DeflateConfig, DeflatePolicy, Message, PreparedMessage, WebSocketSender};
 use wavesock_benches::BoxError;
 
 /// The one topic every connection subscribes to.
@@ -72,12 +73,14 @@ enum Mode {
 struct Args {
     mode: Mode,
     deflate: bool,
+    policy: DeflatePolicy,
     addr: SocketAddr,
     control: SocketAddr,
 }
 
 fn parse_args() -> Result<Args, String> {
     let (mut mode, mut deflate, mut addr, mut control) = (None, false, None, None);
+    let mut policy = DeflatePolicy::Takeover;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -90,6 +93,10 @@ fn parse_args() -> Result<Args, String> {
                 })
             }
             "--deflate" => deflate = true,
+            "--policy" => {
+                let v = it.next().ok_or("--policy needs a policy")?;
+                policy = v.parse().map_err(|e| format!("{v}: {e}"))?;
+            }
             "--control" => {
                 let v = it.next().ok_or("--control needs an address")?;
                 control = Some(v.parse().map_err(|e| format!("{v}: {e}"))?);
@@ -109,6 +116,7 @@ fn parse_args() -> Result<Args, String> {
     Ok(Args {
         mode,
         deflate,
+        policy,
         addr,
         control,
     })
@@ -145,12 +153,11 @@ fn main() -> ExitCode {
     }
 }
 
-fn config(deflate: bool) -> Config {
+fn config(deflate: Option<DeflatePolicy>) -> Config {
     let config = Config::default();
-    if deflate {
-        config.deflate(DeflateConfig::default())
-    } else {
-        config
+    match deflate {
+        Some(policy) => config.deflate(DeflateConfig::default().policy(policy)),
+        None => config,
     }
 }
 
@@ -236,7 +243,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         args.addr,
         args.control
     );
-    let config = config(args.deflate);
+    let config = config(args.deflate.then_some(args.policy));
     match args.mode {
         Mode::Hub => {
             let hub = Hub::new(
