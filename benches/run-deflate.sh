@@ -48,22 +48,7 @@ fi
 mkdir -p "$out"
 results="$out/results.jsonl"
 : > "$results"
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-server_pin=()
-client_pin=()
-if command -v taskset > /dev/null && [[ $(nproc) -ge 2 ]]; then
-    server_pin=(taskset -c 1)
-    client_pin=(taskset -c 0)
-fi
-server_pid=
-stop_server() {
-    if [[ -n $server_pid ]]; then
-        kill "$server_pid" 2> /dev/null || true
-        wait "$server_pid" 2> /dev/null || true
-        server_pid=
-    fi
-}
-trap stop_server EXIT
+source benches/servers.sh
 start() { # IMPL POLICY PORT
     local log="$out/$1-${2/:/-}.log" flag=()
     [[ $2 == off ]] || flag=(--deflate "$2")

@@ -124,27 +124,7 @@ mkdir -p "$out"
 results="$out/results.jsonl"
 : > "$results"
 
-# 10 000 connections need more than the usual 1024 descriptors; both
-# binaries also raise their soft limit to the hard one themselves, and
-# uws-echo inherits it.
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-
-server_pin=()
-client_pin=()
-if command -v taskset > /dev/null && [[ $(nproc) -ge 2 ]]; then
-    server_pin=(taskset -c 1)
-    client_pin=(taskset -c 0)
-fi
-
-server_pid=
-stop_server() {
-    if [[ -n $server_pid ]]; then
-        kill "$server_pid" 2> /dev/null || true
-        wait "$server_pid" 2> /dev/null || true
-        server_pid=
-    fi
-}
-trap stop_server EXIT
+source benches/servers.sh
 
 start_server() { # IMPL PORT
     local log="$out/echo_peer-$1.log"

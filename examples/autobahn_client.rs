@@ -3,6 +3,7 @@
 //! ```text
 //! kosoku -m fuzzingserver 127.0.0.1:9001 -o reports/client &
 //! cargo run --release --example autobahn_client -- ws://127.0.0.1:9001
+//! cargo run --release --features deflate --example autobahn_client -- ws://127.0.0.1:9001 --deflate shared
 //! ```
 //!
 //! Asks `/getCaseCount`, echoes every text and binary message of each
@@ -10,12 +11,21 @@
 //! `/updateReports?agent=wavesock`. Errors within a case are expected (many
 //! cases send invalid data on purpose): they are logged and the next case
 //! runs. Built with `--features deflate`, the client offers permessage-deflate
-//! (with `client_no_context_takeover`, which the 13.x cases ask to accept).
+//! (with `client_no_context_takeover`, which the 13.x cases ask to accept),
+//! holding compression memory as `--deflate POLICY` says (`takeover`, the
+//! default, `shared`, `dedicated:4k`, ...).
 
 use futures_util::{SinkExt, StreamExt};
 use wavesock::{Config, Message};
 
 const AGENT: &str = "wavesock";
+
+/// The policy named by `--deflate`, if any.
+fn policy_arg() -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let at = args.iter().position(|a| a == "--deflate")?;
+    args.get(at + 1).cloned()
+}
 
 fn config() -> Config {
     let config = Config::default()
@@ -26,7 +36,19 @@ fn config() -> Config {
     let config = config.deflate(
         wavesock::DeflateConfig::default()
             .client_no_context_takeover(true)
-            .compression_threshold(0),
+            .compression_threshold(0)
+            .policy(
+                policy_arg()
+                    .as_deref()
+                    .unwrap_or("takeover")
+                    .parse()
+                    .expect("--deflate takes takeover, shared or dedicated:Nk"),
+            ),
+    );
+    #[cfg(not(feature = "deflate"))]
+    assert!(
+        policy_arg().is_none(),
+        "--deflate needs a build with --features deflate"
     );
     config
 }

@@ -75,11 +75,7 @@ impl WebSocketCodec {
         params: &DeflateParams,
         config: &DeflateConfig,
     ) -> Result<(), Error> {
-        let role = self.decoder.role();
-        let max = self.decoder.max_message_size();
-        let (inflater, deflater) = crate::proto::deflate::pair(role, params, config, max)?;
-        self.decoder.set_inflater(inflater);
-        self.encoder.set_deflater(deflater);
+        crate::proto::deflate::enable(&mut self.decoder, &mut self.encoder, params, config)?;
         Ok(())
     }
 

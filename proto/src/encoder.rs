@@ -144,8 +144,12 @@ impl FrameEncoder {
     ) -> Result<(), Error> {
         if let Some(mut d) = self.deflater.take() {
             let r = if d.wants(payload.len()) {
-                d.compress(payload, |c| self.write_frame(true, RSV1, opcode, c, dst))
-                    .and_then(|r| r)
+                match d.compress(payload, |c| self.write_frame(true, RSV1, opcode, c, dst)) {
+                    Ok(Some(written)) => written,
+                    // No memory for the compressor now: uncompressed.
+                    Ok(None) => self.write_frame(true, 0, opcode, payload, dst),
+                    Err(e) => Err(e),
+                }
             } else {
                 self.write_frame(true, 0, opcode, payload, dst)
             };
@@ -637,6 +641,29 @@ mod prepared_deflate_tests {
             }
             assert!(wire.is_empty());
         }
+    }
+
+    #[test]
+    fn a_message_goes_out_uncompressed_while_the_budget_has_no_room_for_zlib() {
+        use crate::budget::{BudgetAccount, Grant, Held, MemoryBudget};
+        let budget = MemoryBudget::new(1 << 20).allowance(0);
+        let mut decoder =
+            MessageDecoder::new(Role::Server, Limits::default().budget(Some(budget.clone())));
+        let mut server = FrameEncoder::new(Role::Server);
+        let (params, config) = (DeflateParams::default(), DeflateConfig::default());
+        crate::deflate::enable(&mut decoder, &mut server, &params, &config).unwrap();
+        let mut hog = BudgetAccount::new(Some(budget.clone()));
+        assert_eq!(hog.try_set(Held::Fragments, 900 << 10), Grant::Granted);
+        // A client's decoder, as any browser's.
+        let (_, mut client) = pair(&params);
+        let mut wire = BytesMut::new();
+        server.encode_message(&text(1), &mut wire).unwrap();
+        assert_eq!(wire[0], 0x81, "text, RSV1 unset");
+        assert_eq!(decode_one(&mut client, &mut wire), text(1));
+        hog.release_all();
+        server.encode_message(&text(2), &mut wire).unwrap();
+        assert_eq!(wire[0], 0xC1, "text, compressed");
+        assert_eq!(decode_one(&mut client, &mut wire), text(2));
     }
 
     #[test]

@@ -966,17 +966,10 @@ fn answer<H: Handler>(
     };
     enforce(&mut response, &required, extensions);
     if let Some((params, deflate)) = negotiated.into_deflate() {
-        // Compression state is the connection's own for its lifetime.
-        let max = r.decoder().max_message_size();
-        match crate::proto::deflate::pair(Role::Server, &params, &deflate, max) {
-            Ok((inflater, deflater)) => {
-                r.decoder_mut().set_inflater(inflater);
-                slot.c.d.encoder_mut().set_deflater(deflater);
-            }
-            Err(e) => {
-                slot.c.fail(e.into());
-                return;
-            }
+        let encoder = slot.c.d.encoder_mut();
+        if let Err(e) = crate::proto::deflate::enable(r.decoder_mut(), encoder, &params, &deflate) {
+            slot.c.fail(e.into());
+            return;
         }
     }
     let mut head = Vec::with_capacity(160);

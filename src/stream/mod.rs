@@ -307,15 +307,7 @@ impl<S> WebSocketStream<S> {
         config: &DeflateConfig,
     ) -> std::result::Result<(), crate::proto::Error> {
         let decoder = self.reader.decoder_mut();
-        let (inflater, deflater) = crate::proto::deflate::pair(
-            decoder.role(),
-            params,
-            config,
-            decoder.max_message_size(),
-        )?;
-        decoder.set_inflater(inflater);
-        self.core.d.encoder_mut().set_deflater(deflater);
-        Ok(())
+        crate::proto::deflate::enable(decoder, self.core.d.encoder_mut(), params, config)
     }
 
     /// Fails the connection before it starts: a setup step (compression)

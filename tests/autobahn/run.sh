@@ -6,8 +6,8 @@
 #   server  examples/echo_server (the Stream) under kosoku's fuzzingclient
 #   hub     examples/hub_echo (the hub) under kosoku's fuzzingclient
 #   client  examples/autobahn_client against kosoku's fuzzingserver
-#   server@POLICY, hub@POLICY
-#           the same server with `--deflate POLICY` (shared, dedicated:4k,
+#   server@POLICY, hub@POLICY, client@POLICY
+#           the same server or client with `--deflate POLICY` (shared, dedicated:4k,
 #           ...; see DeflatePolicy); its report goes to reports/SIDE with
 #           `@` and `:` made `-`. With AUTOBAHN_POLICY_CASES=compression,
 #           these run only groups 12 and 13 (216 cases), the ones that
@@ -35,7 +35,7 @@ sides=("$@")
 [ ${#sides[@]} -gt 0 ] || sides=(server hub client)
 for s in "${sides[@]}"; do
     case $s in
-    server | hub | client | server@?* | hub@?*) ;;
+    server | hub | client | server@?* | hub@?* | client@?*) ;;
     *)
         echo "unknown side $s (server, hub or client)" >&2
         exit 2
@@ -116,13 +116,20 @@ for s in "${sides[@]}"; do
     hub@*) drive "$s" hub_echo $((port += 1)) ;;
     esac
 done
-if want client; then
-    rm -rf reports/client
-    "$KOSOKU" -m fuzzingserver 127.0.0.1:9002 -o reports/client > reports/client.log 2>&1 &
-    fuzz=$!
+# run_client SIDE PORT: kosoku's fuzzingserver on PORT and the client
+# against it, in the foreground.
+run_client() {
+    local side=$1 port=$2 d
+    d=$(dir "$side")
+    local args=() cases=()
+    [[ $side != *@* ]] || args=(--deflate "${side#*@}")
+    [[ $(expect "$side") == "$CASES" ]] || cases=(-i '12.*' -i '13.*')
+    rm -rf "reports/$d"
+    "$KOSOKU" -m fuzzingserver "${cases[@]}" "127.0.0.1:$port" -o "reports/$d" > "reports/$d.log" 2>&1 &
+    local fuzz=$!
     PIDS+=($fuzz)
-    wait_port 9002
-    "$bin/autobahn_client" ws://127.0.0.1:9002
+    wait_port "$port"
+    "$bin/autobahn_client" "ws://127.0.0.1:$port" "${args[@]}"
     # The reports are written after the updateReports connection: let
     # kosoku finish (it exits by itself once they are written).
     for _ in $(seq 1 600); do
@@ -131,7 +138,12 @@ if want client; then
     done
     kill "$fuzz" 2> /dev/null || true
     wait "$fuzz" 2> /dev/null || true
-fi
+}
+if want client; then run_client client 9002; fi
+port=9030
+for s in "${sides[@]}"; do
+    if [[ $s == client@* ]]; then run_client "$s" $((port += 1)); fi
+done
 for p in "${WAIT[@]}"; do wait "$p"; done
 
 status=0

@@ -126,14 +126,47 @@ enum Kept<S> {
     /// it with them.
     Window(Option<Box<Vec<u8>>>),
     /// Context takeover in zlib's own state, made by the first message.
-    Own(Option<Box<S>>),
+    Own(Own<S>),
+}
+
+/// zlib's own state for one direction, once made.
+#[derive(Debug)]
+enum Own<S> {
+    /// Not yet: made by the first message that needs it, if the account
+    /// (a compressor's; a decompressor asks its decoder's) lets it.
+    Unmade(BudgetAccount),
+    Made(Box<Made<S>>),
+}
+
+#[derive(Debug)]
+struct Made<S> {
+    state: S,
+    /// What the state is charged to, for as long as it lives.
+    _account: BudgetAccount,
+}
+
+impl<S> Own<S> {
+    fn made(&mut self) -> Option<&mut S> {
+        match self {
+            Own::Made(m) => Some(&mut m.state),
+            Own::Unmade(_) => None,
+        }
+    }
+}
+
+/// What zlib-rs' compressor holds at a `2^bits` window and memLevel 8: the
+/// window twice over and its chain (4 bytes per window byte), a 64 Ki-entry
+/// hash table (128 KiB), the pending and symbol buffers (112 KiB) and its
+/// state (about 6 KiB).
+pub(crate) fn deflate_state(bits: u8) -> usize {
+    (4 << bits) + (246 << 10)
 }
 
 impl<S> Kept<S> {
     fn new(policy: DeflatePolicy, no_takeover: bool) -> Self {
         match policy {
             _ if no_takeover => Kept::Nothing,
-            DeflatePolicy::Takeover => Kept::Own(None),
+            DeflatePolicy::Takeover => Kept::Own(Own::Unmade(BudgetAccount::default())),
             _ => Kept::Window(None),
         }
     }
@@ -371,7 +404,7 @@ impl Deflater {
     /// per message.
     pub(crate) fn sent_elsewhere(&mut self, payload: &[u8]) {
         match &mut self.kept {
-            Kept::Own(state) => self.stale = state.is_some(),
+            Kept::Own(own) => self.stale = matches!(own, Own::Made(_)),
             Kept::Window(w) => remember(w, 1 << self.zlib_bits, payload),
             Kept::Nothing => {}
         }
@@ -382,24 +415,46 @@ impl Deflater {
         len >= self.threshold as usize
     }
 
+    /// Charges zlib's own state, when it is made, to `budget`; see
+    /// [`compress`](Self::compress).
+    pub(crate) fn count_in(&mut self, budget: &crate::budget::MemoryBudget) {
+        if let Kept::Own(Own::Unmade(account)) = &mut self.kept {
+            *account = BudgetAccount::new(Some(budget.clone()));
+        }
+    }
+
     /// Compresses one whole message and hands the result, without the
-    /// trailing `00 00 FF FF`, to `write`.
+    /// trailing `00 00 FF FF`, to `write`. `Ok(None)`: not compressed, and
+    /// `write` not called, because zlib's own state is yet to be made and
+    /// the memory budget has no room for it now; the message goes out
+    /// uncompressed, as RFC 7692 allows, and the next one asks again.
     pub(crate) fn compress<R>(
         &mut self,
         payload: &[u8],
         write: impl FnOnce(&[u8]) -> R,
-    ) -> Result<R, Error> {
+    ) -> Result<Option<R>, Error> {
         let (bits, level) = (self.zlib_bits, u32::from(self.level));
+        if let Kept::Own(own) = &mut self.kept {
+            if let Own::Unmade(account) = own {
+                if account.is_on()
+                    && account.try_set(Held::Compression, deflate_state(bits)) != Grant::Granted
+                {
+                    return Ok(None);
+                }
+                let account = std::mem::take(account);
+                let state = Compress::new_with_window_bits(Compression::new(level), false, bits);
+                *own = Own::Made(Box::new(Made {
+                    state,
+                    _account: account,
+                }));
+            }
+        }
         let mut out = lend_scratch();
         let done = match &mut self.kept {
-            Kept::Own(state) => {
-                let c = state.get_or_insert_with(|| {
-                    Box::new(Compress::new_with_window_bits(
-                        Compression::new(level),
-                        false,
-                        bits,
-                    ))
-                });
+            Kept::Own(own) => {
+                let Some(c) = own.made() else {
+                    return Ok(None);
+                };
                 if std::mem::take(&mut self.stale) {
                     c.reset();
                 }
@@ -428,7 +483,7 @@ impl Deflater {
                 r
             }
         };
-        let r = done.map(|()| write(&out));
+        let r = done.map(|()| Some(write(&out)));
         give_scratch(out);
         r
     }
@@ -501,7 +556,7 @@ impl Inflater {
     /// The decompression memory held now, as the budget counts it
     /// ([`Held::Compression`]).
     pub(crate) fn holds(&self) -> usize {
-        let own = matches!(self.kept, Kept::Own(Some(_)));
+        let own = matches!(self.kept, Kept::Own(Own::Made(_)));
         let lent = self.msg.as_ref().is_some_and(|m| m.lent.is_some());
         let window = match &self.kept {
             Kept::Window(Some(w)) => w.capacity(),
@@ -536,8 +591,8 @@ impl Inflater {
             return Ok(None);
         };
         let needed = match &self.kept {
-            Kept::Own(None) => true,
-            Kept::Own(Some(_)) => false,
+            Kept::Own(Own::Unmade(_)) => true,
+            Kept::Own(Own::Made(_)) => false,
             Kept::Nothing | Kept::Window(_) => m.lent.is_none(),
         };
         if !needed {
@@ -557,11 +612,12 @@ impl Inflater {
             }
         }
         match &mut self.kept {
-            Kept::Own(state) => {
-                *state = Some(Box::new(Decompress::new_with_window_bits(
-                    false,
-                    self.zlib_bits,
-                )));
+            Kept::Own(own) => {
+                // Charged to the decoder's account above, not its own.
+                *own = Own::Made(Box::new(Made {
+                    state: Decompress::new_with_window_bits(false, self.zlib_bits),
+                    _account: BudgetAccount::default(),
+                }));
             }
             kept => {
                 let mut d = lend_decompress();
@@ -602,7 +658,7 @@ impl Inflater {
             });
         };
         let decompress = match (&mut self.kept, &mut m.lent) {
-            (Kept::Own(Some(d)), _) => &mut **d,
+            (Kept::Own(Own::Made(m)), _) => &mut m.state,
             (_, Some(d)) => d,
             // `ready` made one or the other.
             _ => return Err(ProtocolError::InvalidCompressedData.into()),
@@ -698,7 +754,7 @@ impl Inflater {
         } = *m;
         let size = 1 << self.zlib_bits;
         match &mut self.kept {
-            Kept::Own(Some(d)) if ended => d.reset(false),
+            Kept::Own(Own::Made(m)) if ended => m.state.reset(false),
             Kept::Window(w) if ended => *w = None,
             Kept::Window(w) => remember(w, size, &out),
             _ => {}
@@ -757,7 +813,7 @@ mod tests {
     use super::*;
 
     fn deflate(d: &mut Deflater, payload: &[u8]) -> Vec<u8> {
-        d.compress(payload, <[u8]>::to_vec).unwrap()
+        d.compress(payload, <[u8]>::to_vec).unwrap().unwrap()
     }
 
     #[test]
@@ -765,23 +821,24 @@ mod tests {
         let mut d = Deflater::new(6, 15, false, 0);
         let mut i = Inflater::new(15, false, 1 << 20);
         assert!(
-            matches!(d.kept, Kept::Own(None)) && matches!(i.kept, Kept::Own(None)),
+            matches!(d.kept, Kept::Own(Own::Unmade(_)))
+                && matches!(i.kept, Kept::Own(Own::Unmade(_))),
             "none at first"
         );
         // Sharing a frame compressed elsewhere makes no state either.
         d.sent_elsewhere(b"elsewhere");
-        assert!(matches!(d.kept, Kept::Own(None)) && !d.stale);
+        assert!(matches!(d.kept, Kept::Own(Own::Unmade(_))) && !d.stale);
         let wire = deflate(&mut d, b"hello hello hello");
-        assert!(matches!(d.kept, Kept::Own(Some(_))));
+        assert!(matches!(d.kept, Kept::Own(Own::Made(_))));
         assert!(
-            matches!(i.kept, Kept::Own(None)),
+            matches!(i.kept, Kept::Own(Own::Unmade(_))),
             "the other direction still has none"
         );
         assert_eq!(
             inflate(&mut i, &wire, true).unwrap(),
             Message::text("hello hello hello")
         );
-        assert!(matches!(i.kept, Kept::Own(Some(_))));
+        assert!(matches!(i.kept, Kept::Own(Own::Made(_))));
         // Context takeover goes on from the state made lazily.
         let again = deflate(&mut d, b"hello hello hello");
         assert!(again.len() < wire.len(), "{again:?} vs {wire:?}");
@@ -1208,6 +1265,36 @@ mod tests {
                 INFLATE_STATE
             };
             assert_eq!(acct.held(Held::Compression), kept, "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn zlibs_own_compressor_is_asked_of_the_budget_or_the_message_goes_plain() {
+        use crate::budget::MemoryBudget;
+        let budget = MemoryBudget::new(deflate_state(15) + (8 << 10)).allowance(0);
+        let mut hog = BudgetAccount::new(Some(budget.clone()));
+        assert_eq!(hog.try_set(Held::Fragments, 16 << 10), Grant::Granted);
+        let mut d = Deflater::new(6, 15, false, 0);
+        d.count_in(&budget);
+        let msg = chat(1);
+        let refused = d.compress(msg.as_bytes(), <[u8]>::to_vec).unwrap();
+        assert_eq!(refused, None, "no room: not compressed");
+        assert!(matches!(d.kept, Kept::Own(Own::Unmade(_))));
+        assert_eq!(budget.in_use(), 16 << 10);
+        hog.release_all();
+        // Room again: the next message makes the state, charged while it lives.
+        let wire = deflate(&mut d, msg.as_bytes());
+        assert_eq!(budget.in_use(), deflate_state(15));
+        let mut i = Inflater::new(15, false, 1 << 20);
+        assert_eq!(inflate(&mut i, &wire, true).unwrap(), Message::text(msg));
+        drop(d);
+        assert_eq!(budget.in_use(), 0, "given back with the compressor");
+        // The other policies borrow their state: nothing to charge.
+        for policy in [DeflatePolicy::Shared, DeflatePolicy::Dedicated(4096)] {
+            let mut d = Deflater::under(policy, 6, 11, policy == DeflatePolicy::Shared, 0);
+            d.count_in(&budget);
+            deflate(&mut d, chat(2).as_bytes());
+            assert_eq!(budget.in_use(), 0, "{policy:?}");
         }
     }
 }

@@ -59,8 +59,41 @@ pub fn pair(
     codec::pair(role, params, config, max_message_size)
 }
 
-/// Switches compression on for a decoder and encoder pair, as an engine
-/// that owns both does.
+/// Switches compression on for one connection's `decoder` and `encoder`
+/// under the negotiated `params`, as [`pair`] makes them, with what the
+/// decoder's memory budget (if any) should count: the decompressor's state
+/// is charged to the decoder's account, the compressor's own state (the
+/// [`Takeover`](DeflatePolicy::Takeover) policy) to an account of its own
+/// against the same budget, and a message that finds no room for it goes
+/// out uncompressed. Fails only in a build without the `deflate` feature.
+///
+/// ```
+/// use wavesock_proto::deflate::{self, DeflateConfig, DeflateParams};
+/// use wavesock_proto::{Limits, Message, Role, decoder::MessageDecoder, encoder::FrameEncoder};
+///
+/// let mut decoder = MessageDecoder::new(Role::Server, Limits::default());
+/// let mut encoder = FrameEncoder::new(Role::Server);
+/// let on = deflate::enable(&mut decoder, &mut encoder, &DeflateParams::default(), &DeflateConfig::default());
+/// assert_eq!(on.is_ok(), deflate::AVAILABLE);
+/// assert_eq!(encoder.compresses(&Message::text("x".repeat(100))), deflate::AVAILABLE);
+/// ```
+pub fn enable(
+    decoder: &mut crate::decoder::MessageDecoder,
+    encoder: &mut crate::encoder::FrameEncoder,
+    params: &DeflateParams,
+    config: &DeflateConfig,
+) -> Result<(), Error> {
+    let (inflater, mut deflater) =
+        pair(decoder.role(), params, config, decoder.max_message_size())?;
+    if let Some(budget) = decoder.account().budget() {
+        deflater.count_in(budget);
+    }
+    decoder.set_inflater(inflater);
+    encoder.set_deflater(deflater);
+    Ok(())
+}
+
+/// [`enable`], for tests that know the feature is on.
 #[cfg(all(test, feature = "deflate"))]
 pub(crate) fn enable_for_tests(
     decoder: &mut crate::decoder::MessageDecoder,
@@ -68,8 +101,5 @@ pub(crate) fn enable_for_tests(
     params: &DeflateParams,
     config: &DeflateConfig,
 ) {
-    let (inflater, deflater) =
-        pair(decoder.role(), params, config, decoder.max_message_size()).unwrap();
-    decoder.set_inflater(inflater);
-    encoder.set_deflater(deflater);
+    enable(decoder, encoder, params, config).unwrap();
 }
