@@ -191,7 +191,7 @@ fn read_params(params: &[(&str, Option<Cow<'_, str>>)], client_bits_bare: bool) 
 /// );
 /// ```
 pub fn offer(config: &DeflateConfig) -> HeaderValue {
-    let config = &with_policy(config, true, false);
+    let config = &with_policy(config, None);
     let mut s = String::from(PERMESSAGE_DEFLATE);
     match config.client_max_window_bits {
         Some(b) => s.push_str(&format!("; {CLIENT_MAX_WINDOW_BITS}={b}")),
@@ -210,17 +210,23 @@ pub fn offer(config: &DeflateConfig) -> HeaderValue {
 }
 
 /// `config` with what its policy asks of the negotiation written into its
-/// parameters: the shared policy resets both contexts; a dedicated one
-/// limits the server's window, and the client's when the client can be
-/// limited (a client always can be by itself; a server's client can when
-/// it offered `client_max_window_bits`), or else asks the client to reset
-/// its context, so that its window is never kept.
-/// A client's hint that it resets its context anyway is taken
-/// (`client_resets`) by the policies that keep no more than they must.
-fn with_policy(config: &DeflateConfig, client_limited: bool, client_resets: bool) -> DeflateConfig {
+/// parameters, for a server answering `offer` or (`None`) a client making
+/// its offer: the shared policy resets both contexts; a dedicated one
+/// limits the server's window, and a server limits the client's when the
+/// client offered `client_max_window_bits`, or else asks it to reset its
+/// context, so that its window is never kept. A dedicated client offers
+/// `client_max_window_bits` bare: it compresses within its own window
+/// whatever the server allows ([`deflate::pair`](crate::proto::deflate::pair)
+/// takes the smaller), and a value in the offer would make a server that
+/// answers a larger one fail the handshake (RFC 7692 §7.1.2.2). A
+/// client's hint that it resets its context anyway is taken by the
+/// policies that keep no more than they must.
+fn with_policy(config: &DeflateConfig, offer: Option<&Params>) -> DeflateConfig {
     let mut c = config.clone();
     let min = |b: Option<u8>, ours: u8| Some(b.map_or(ours, |b| b.min(ours)));
-    if client_resets && config.policy != DeflatePolicy::Takeover {
+    if offer.is_some_and(|o| o.client_no_context_takeover)
+        && config.policy != DeflatePolicy::Takeover
+    {
         c.client_no_context_takeover = true;
     }
     if config.policy == DeflatePolicy::Shared {
@@ -228,10 +234,12 @@ fn with_policy(config: &DeflateConfig, client_limited: bool, client_resets: bool
         c.client_no_context_takeover = true;
     } else if let Some((server, client)) = config.policy.windows() {
         c.server_max_window_bits = min(c.server_max_window_bits, server);
-        if client_limited {
-            c.client_max_window_bits = min(c.client_max_window_bits, client);
-        } else {
-            c.client_no_context_takeover = true;
+        match offer {
+            Some(o) if o.client_max_window_bits.is_some() => {
+                c.client_max_window_bits = min(c.client_max_window_bits, client);
+            }
+            Some(_) => c.client_no_context_takeover = true,
+            None => {}
         }
     }
     c
@@ -240,11 +248,7 @@ fn with_policy(config: &DeflateConfig, client_limited: bool, client_resets: bool
 /// The parameters a server agrees to for one offer, or `None` if it
 /// cannot meet it.
 fn accept_offer(config: &DeflateConfig, offer: &Params) -> Option<DeflateParams> {
-    let config = &with_policy(
-        config,
-        offer.client_max_window_bits.is_some(),
-        offer.client_no_context_takeover,
-    );
+    let config = &with_policy(config, Some(offer));
     let client_max_window_bits = match (config.client_max_window_bits, offer.client_max_window_bits)
     {
         (Some(ours), Some(theirs)) => ours.min(theirs.unwrap_or(15)),
@@ -331,7 +335,7 @@ pub fn check_response(
     config: &DeflateConfig,
     response: &HeaderMap,
 ) -> Result<Option<DeflateParams>, HandshakeError> {
-    let config = &with_policy(config, true, false);
+    let config = &with_policy(config, None);
     let mut all = elements(response);
     let Some(first) = all.next() else {
         return Ok(None);
@@ -964,6 +968,33 @@ mod tests {
     }
 
     #[test]
+    fn a_client_offers_what_its_policy_asks() {
+        let d = DeflateConfig::default;
+        let offered = |c: DeflateConfig| offer(&c).to_str().unwrap().to_owned();
+        assert_eq!(
+            offered(d().policy(DeflatePolicy::Shared)),
+            "permessage-deflate; client_max_window_bits; client_no_context_takeover; server_no_context_takeover"
+        );
+        // Its own window bare: a server may answer any, the compressor
+        // keeps to its own.
+        assert_eq!(
+            offered(d().policy(DeflatePolicy::Dedicated(4096))),
+            "permessage-deflate; client_max_window_bits; server_max_window_bits=11"
+        );
+        // A server that allows the client more than the policy keeps is
+        // accepted (Autobahn's 13.4 cases answer 15).
+        let mut resp = HeaderMap::new();
+        resp.insert(
+            SEC_WEBSOCKET_EXTENSIONS,
+            HeaderValue::from_static(
+                "permessage-deflate; server_max_window_bits=11; client_max_window_bits=15",
+            ),
+        );
+        let seen = check_response(&d().policy(DeflatePolicy::Dedicated(4096)), &resp);
+        assert_eq!(seen.unwrap(), Some(params(false, false, 11, 15)));
+    }
+
+    #[test]
     fn every_policy_agrees_with_every_policy() {
         let policies = [
             DeflatePolicy::Takeover,
@@ -998,15 +1029,14 @@ mod tests {
                         view.client_no_context_takeover,
                     );
                     match policy.windows() {
-                        Some((ws, wc)) => {
-                            let (own, own_reset, peer, peer_reset, wo, wp) = if server_side {
-                                (s, s_reset, c, c_reset, ws, wc)
-                            } else {
-                                (c, c_reset, s, s_reset, wc, ws)
-                            };
-                            assert!(own <= wo || own_reset, "{policy:?} {view:?}");
-                            assert!(peer <= wp || peer_reset, "{policy:?} {view:?}");
+                        // A client's own window is its compressor's to
+                        // keep small (see `deflate::pair`), not the
+                        // negotiation's.
+                        Some((ws, wc)) if server_side => {
+                            assert!(s <= ws || s_reset, "{policy:?} {view:?}");
+                            assert!(c <= wc || c_reset, "{policy:?} {view:?}");
                         }
+                        Some((ws, _)) => assert!(s <= ws || s_reset, "{policy:?} {view:?}"),
                         None if policy == DeflatePolicy::Shared => {
                             assert!(s_reset && c_reset, "{policy:?} {view:?}");
                         }

@@ -100,10 +100,17 @@ pub(crate) fn pair(
         Role::Client => (client, server),
     };
     let policy = config.policy;
+    // A dedicated side compresses within its own window whatever the peer
+    // allows (a client's offer leaves the server free to allow more).
+    let own_window = match (role, policy.windows()) {
+        (Role::Server, Some((server, _))) => server,
+        (Role::Client, Some((_, client))) => client,
+        _ => 15,
+    };
     let deflater = Deflater::under(
         policy,
         config.level,
-        ours.0,
+        ours.0.min(own_window),
         ours.1,
         config.compression_threshold,
     );
@@ -1296,5 +1303,19 @@ mod tests {
             deflate(&mut d, chat(2).as_bytes());
             assert_eq!(budget.in_use(), 0, "{policy:?}");
         }
+    }
+
+    #[test]
+    fn a_dedicated_side_compresses_within_its_own_window_whatever_is_allowed() {
+        let params = DeflateParams::default();
+        for (role, bits) in [(Role::Client, 10), (Role::Server, 11)] {
+            let config = DeflateConfig::default().policy(DeflatePolicy::Dedicated(3072));
+            let (i, d) = pair(role, &params, &config, 1 << 20).unwrap();
+            assert_eq!(d.zlib_bits, bits, "{role:?}");
+            // The peer's window is what it negotiated.
+            assert_eq!(i.zlib_bits, 15, "{role:?}");
+        }
+        let (_, d) = pair(Role::Client, &params, &DeflateConfig::default(), 1 << 20).unwrap();
+        assert_eq!(d.zlib_bits, 15);
     }
 }
