@@ -365,13 +365,16 @@ fn deflate_no_probe(data: &[u8]) {
 ///
 /// - 0: negotiation on arbitrary `Sec-WebSocket-Extensions` headers never
 ///   panics, and what either side agrees to has window bits in 8..=15;
-/// - 1: configurations from the input: what the server answers to the
-///   client's offer, the client accepts with the same parameters;
+/// - 1: configurations from the input, each with a `DeflatePolicy`: what
+///   the server answers to the client's offer, the client accepts with the
+///   same parameters, and the server's policy holds in them (both resets
+///   when shared, windows within a dedicated one's);
 /// - 2: arbitrary bytes as a compressed message under a small message
 ///   limit: the decoder's heap grows by at most the limit plus the
 ///   inflater's fixed slack, and a message it hands out is within it;
 /// - 3: messages cut from the input, compressed and inflated again, come
-///   out as they went in, whatever the negotiated windows and context rule.
+///   out as they went in, whatever the negotiated windows and context rule
+///   and whichever policy each side keeps its memory under.
 pub fn deflate(data: &[u8], probe: Probe<'_>) {
     let mut input = Input(data);
     match input.byte() % 4 {
