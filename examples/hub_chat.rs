@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use wavesock::http::{Request, Response, StatusCode, header};
-use wavesock::hub::{Closed, Handler, Hub, HubConfig, HubMessage, Ws};
+use wavesock::hub::{Closed, Handler, HttpResponse, Hub, HubConfig, HubMessage, Ws, respond};
 use wavesock::topics::Topics;
 use wavesock::topics::redis::{LinkState, RedisLink, RedisLinkConfig};
-use wavesock::{Config, ErrorResponse, Message, PreparedMessage};
+use wavesock::{Config, Message, PreparedMessage};
 
 const PAGE: &str = include_str!("chat.html");
 const ROOM: &str = "room";
@@ -56,11 +56,9 @@ impl Handler for Chat {
         &mut self,
         request: &Request<()>,
         _: &mut Response<()>,
-    ) -> Result<String, ErrorResponse> {
+    ) -> Result<String, HttpResponse> {
         if request.uri().path() != "/ws" {
-            let mut refusal = Response::new(Some("not found\n".into()));
-            *refusal.status_mut() = StatusCode::NOT_FOUND;
-            return Err(refusal);
+            return Err(respond(StatusCode::NOT_FOUND, "not found\n"));
         }
         let id = self.next_guest.fetch_add(1, Ordering::Relaxed);
         Ok(if self.linked {
@@ -70,7 +68,7 @@ impl Handler for Chat {
         })
     }
 
-    fn request(&mut self, request: &Request<()>) -> Option<Response<Vec<u8>>> {
+    fn request(&mut self, request: &Request<()>) -> Option<HttpResponse> {
         match request.uri().path() {
             "/" => {}
             // Not an upgrade: the hub's own 426 or 400, as accept_async's.
@@ -157,7 +155,7 @@ async fn watch_link(link: RedisLink, topics: Topics, server: Arc<str>) {
 pub async fn serve(
     listener: TcpListener,
     redis: Option<wavesock::redis::Client>,
-) -> std::io::Result<()> {
+) -> wavesock::Result<()> {
     let server: Arc<str> = listener.local_addr()?.to_string().into();
     // A registry of this room's own: tests run several rooms in one process.
     let topics = Topics::new();
@@ -187,12 +185,12 @@ pub async fn serve(
         // One engine per worker thread.
         .engines(None)
         .topics(topics);
-    let hub = Hub::new(chat, config).map_err(std::io::Error::other)?;
+    let hub = Hub::new(chat, config)?;
     hub.serve(listener).await
 }
 
 #[tokio::main]
-async fn main() -> std::io::Result<()> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut addr = "127.0.0.1:8080".to_string();
     let mut redis = None;
     let mut args = std::env::args().skip(1);
@@ -216,5 +214,5 @@ async fn main() -> std::io::Result<()> {
     let listener = TcpListener::bind(&addr).await?;
     // Tooling reads the address from this line, as for the chat example.
     eprintln!("chat server on http://{}/", listener.local_addr()?);
-    serve(listener, redis).await
+    Ok(serve(listener, redis).await?)
 }

@@ -14,8 +14,8 @@
 //! `DeflatePolicy`).
 
 use tokio::net::TcpListener;
-use wavesock::ErrorResponse;
 use wavesock::http::{Request, Response};
+use wavesock::hub::HttpResponse;
 use wavesock::hub::{Handler, Hub, HubConfig, HubMessage, Ws};
 
 #[derive(Clone)]
@@ -24,7 +24,7 @@ struct Echo;
 impl Handler for Echo {
     type Data = ();
 
-    fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), ErrorResponse> {
+    fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), HttpResponse> {
         Ok(())
     }
 
@@ -38,7 +38,7 @@ impl Handler for Echo {
 #[path = "support/echo_args.rs"]
 mod echo_args;
 
-fn main() -> std::io::Result<()> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (addr, config) = echo_args::parse()?;
     // Room for a whole echoed 64 MiB message: a peer that reads is never
     // cut off, one that does not stops being read.
@@ -51,9 +51,7 @@ fn main() -> std::io::Result<()> {
     rt.block_on(async {
         let listener = TcpListener::bind(&addr).await?;
         eprintln!("hub_echo listening on {}", listener.local_addr()?);
-        Hub::new(Echo, hub_config)
-            .map_err(std::io::Error::other)?
-            .serve(listener)
-            .await
-    })
+        Hub::new(Echo, hub_config)?.serve(listener).await
+    })?;
+    Ok(())
 }

@@ -21,8 +21,9 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use wavesock::http::{Request, Response};
+use wavesock::hub::HttpResponse;
 use wavesock::hub::{Handler, Hub, HubConfig, HubMessage, Ws};
-use wavesock::{Config, DeflateConfig, DeflatePolicy, ErrorResponse};
+use wavesock::{Config, DeflateConfig, DeflatePolicy};
 
 #[path = "counting/mod.rs"]
 mod counting;
@@ -47,7 +48,7 @@ struct Echo;
 impl Handler for Echo {
     type Data = ();
 
-    fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), ErrorResponse> {
+    fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), HttpResponse> {
         Ok(())
     }
 

@@ -113,7 +113,7 @@ impl Handler for HubEcho {
         &mut self,
         _: &wavesock::http::Request<()>,
         _: &mut wavesock::http::Response<()>,
-    ) -> Result<(), wavesock::ErrorResponse> {
+    ) -> Result<(), wavesock::hub::HttpResponse> {
         Ok(())
     }
 

@@ -12,11 +12,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use wavesock::http::{HeaderValue, Request, Response, StatusCode};
+use wavesock::hub::HttpResponse;
 use wavesock::hub::{
     BackpressurePolicy, Closed, ConnId, Handler, Hub, HubConfig, HubHandle, HubMessage, SendStatus,
     Ws,
 };
-use wavesock::{CloseCode, CloseFrame, Config, Error, ErrorResponse, Message};
+use wavesock::{CloseCode, CloseFrame, Config, Error, Message};
 
 /// What the test handler saw.
 #[derive(Debug)]
@@ -44,12 +45,10 @@ impl Handler for Recorder {
         &mut self,
         request: &Request<()>,
         response: &mut Response<()>,
-    ) -> Result<String, ErrorResponse> {
+    ) -> Result<String, HttpResponse> {
         let path = request.uri().path().to_owned();
         if path == "/forbidden" {
-            let mut refusal = Response::new(Some("go away".into()));
-            *refusal.status_mut() = StatusCode::FORBIDDEN;
-            return Err(refusal);
+            return Err(wavesock::hub::respond(StatusCode::FORBIDDEN, "go away"));
         }
         if request.headers().contains_key("sec-websocket-protocol") {
             response
@@ -116,7 +115,7 @@ struct Server {
     handle: HubHandle,
     events: mpsc::UnboundedReceiver<Event>,
     statuses: Arc<Mutex<Vec<SendStatus>>>,
-    done: tokio::task::JoinHandle<std::io::Result<()>>,
+    done: tokio::task::JoinHandle<wavesock::Result<()>>,
 }
 
 /// A hub running the recording handler, and what it records.

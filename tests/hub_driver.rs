@@ -13,12 +13,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use wavesock::http::{Request, Response, StatusCode};
+use wavesock::hub::HttpResponse;
 #[path = "support/raw.rs"]
 mod raw;
 
 use raw::{frame, read_frame, until, upgrade_raw, within};
 use wavesock::hub::{ConnId, HandleError, Handler, Hub, HubConfig, HubHandle, HubMessage, Ws};
-use wavesock::{CloseCode, Config, ErrorResponse, MemoryBudget, Message, OpCode};
+use wavesock::{CloseCode, Config, MemoryBudget, Message, OpCode};
 
 /// Echoes; reports each connection's id when it opens; on request answers
 /// with a large page (`/page`) or refuses the upgrade with one
@@ -39,11 +40,12 @@ impl Handler for Echo {
         &mut self,
         request: &Request<()>,
         _response: &mut Response<()>,
-    ) -> Result<(), ErrorResponse> {
+    ) -> Result<(), HttpResponse> {
         if request.uri().path() == "/refuse" {
-            let mut refusal = Response::new(Some("x".repeat(PAGE)));
-            *refusal.status_mut() = StatusCode::FORBIDDEN;
-            return Err(refusal);
+            return Err(wavesock::hub::respond(
+                StatusCode::FORBIDDEN,
+                "x".repeat(PAGE),
+            ));
         }
         Ok(())
     }
@@ -76,7 +78,7 @@ struct Server {
     addr: SocketAddr,
     handle: HubHandle,
     opened: mpsc::UnboundedReceiver<ConnId>,
-    done: tokio::task::JoinHandle<std::io::Result<()>>,
+    done: tokio::task::JoinHandle<wavesock::Result<()>>,
 }
 
 async fn start(config: HubConfig) -> Server {

@@ -15,8 +15,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use wavesock::ErrorResponse;
 use wavesock::http::{Request, Response};
+use wavesock::hub::HttpResponse;
 use wavesock::hub::{Handler, Hub, HubConfig, HubMessage, Ws};
 
 #[path = "counting/mod.rs"]
@@ -35,7 +35,7 @@ struct Echo;
 impl Handler for Echo {
     type Data = ();
 
-    fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), ErrorResponse> {
+    fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), HttpResponse> {
         Ok(())
     }
 

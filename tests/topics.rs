@@ -22,12 +22,13 @@ use tokio::task::JoinHandle;
 #[cfg(feature = "deflate")]
 use wavesock::Config;
 use wavesock::http::{Request, Response};
+use wavesock::hub::HttpResponse;
 use wavesock::hub::{
     BackpressurePolicy, Closed, ConnId, HandleError, Handler, Hub, HubConfig, HubHandle,
     HubMessage, Ws,
 };
 use wavesock::topics::{Topics, TopicsConfig};
-use wavesock::{Error, ErrorResponse, Message, PreparedMessage, WebSocketStream};
+use wavesock::{Error, Message, PreparedMessage, WebSocketStream};
 
 type Client = WebSocketStream<wavesock::MaybeTlsStream<TcpStream>>;
 
@@ -110,7 +111,7 @@ impl Commands {
 impl Handler for Commands {
     type Data = ();
 
-    fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), ErrorResponse> {
+    fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), HttpResponse> {
         Ok(())
     }
 
@@ -167,7 +168,7 @@ struct Server {
     addr: SocketAddr,
     handle: HubHandle,
     events: Events,
-    task: JoinHandle<std::io::Result<()>>,
+    task: JoinHandle<wavesock::Result<()>>,
 }
 
 async fn start(config: HubConfig) -> Server {

@@ -26,10 +26,11 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use wavesock::http::{Request, Response};
+use wavesock::hub::HttpResponse;
 use wavesock::hub::{Handler, Hub, HubConfig, HubMessage, Ws};
 use wavesock::topics::redis::{LinkState, RedisLink, RedisLinkConfig};
 use wavesock::topics::{Remote, Topics};
-use wavesock::{ErrorResponse, Message, PreparedMessage};
+use wavesock::{Message, PreparedMessage};
 
 const SERVERS: usize = 3;
 const SUBSCRIBERS: usize = 1000;
@@ -45,7 +46,7 @@ struct Subscribe;
 impl Handler for Subscribe {
     type Data = ();
 
-    fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), ErrorResponse> {
+    fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), HttpResponse> {
         Ok(())
     }
 

@@ -60,7 +60,7 @@ impl wavesock::hub::Handler for HubEcho {
         &mut self,
         _: &wavesock::http::Request<()>,
         _: &mut wavesock::http::Response<()>,
-    ) -> Result<(), wavesock::ErrorResponse> {
+    ) -> Result<(), wavesock::hub::HttpResponse> {
         Ok(())
     }
 

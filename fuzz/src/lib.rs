@@ -942,7 +942,7 @@ impl wavesock::hub::Handler for FuzzHandler {
         &mut self,
         _: &http::Request<()>,
         _: &mut http::Response<()>,
-    ) -> Result<(), wavesock::ErrorResponse> {
+    ) -> Result<(), wavesock::hub::HttpResponse> {
         Ok(())
     }
 

@@ -95,6 +95,13 @@ pub enum Error {
     #[error("closing handshake timed out")]
     CloseTimeout,
 
+    /// A hub was shut down ([`HubHandle::shutdown`](crate::hub::HubHandle::shutdown))
+    /// and its [`shutdown_timeout`](crate::hub::HubConfig::shutdown_timeout)
+    /// passed before this connection's closing handshake finished; it was
+    /// dropped.
+    #[error("dropped by the hub's shutdown before its closing handshake finished")]
+    ShutdownTimeout,
+
     /// The message given to `send` cannot be put on the wire (for example a
     /// control frame over 125 bytes or a close code that is not allowed).
     #[error("invalid message to send: {0}")]

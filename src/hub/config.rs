@@ -129,6 +129,11 @@ impl HubConfig {
         if self.engines == Some(0) {
             return Err(Error::InvalidConfig("a hub needs at least one engine"));
         }
+        if self.engines > Some(crate::hub::event::MAX_ENGINES) {
+            return Err(Error::InvalidConfig(
+                "a hub has at most 256 engines (their number is part of a ConnId)",
+            ));
+        }
         if self.handle_capacity == 0 {
             return Err(Error::InvalidConfig("handle_capacity must be at least 1"));
         }

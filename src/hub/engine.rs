@@ -25,7 +25,9 @@ use crate::handshake::server::{
     accept_response, check_request, enforce, error_response, parse_request, write_response,
 };
 use crate::hub::config::HubConfig;
-use crate::hub::event::{Closed, ConnId, HubMessage};
+use crate::hub::event::{
+    Closed, ConnId, HUB_MASK, HubMessage, LAST_GENERATION, MAX_ENGINES, MAX_SLOTS,
+};
 use crate::hub::handle::{Adopted, Adopter, Command, HubHandle};
 use crate::hub::handler::Handler;
 use crate::hub::slot::{Conn, POOL_LIMITS, Slot, Stage, Transport, Turn, Ws};
@@ -73,34 +75,89 @@ impl<H: Handler> Hub<H> {
     /// A hub running `handler` (cloned into each engine) with `config`.
     ///
     /// With [`HubConfig::engines`] `None`, there is one engine per worker
-    /// thread of the current Tokio runtime (one outside a runtime).
+    /// thread of the current Tokio runtime (one outside a runtime, at most
+    /// 256).
     pub fn new(handler: H, config: HubConfig) -> Result<Self> {
+        Self::with_handle(config, |_| handler)
+    }
+
+    /// A hub whose handler is made with the hub's handle, for a handler
+    /// that reaches connections other than the one it is called for (a
+    /// task it spawns that answers later, a kick by id). Within a
+    /// callback, [`Ws::handle`] gives the same handle.
+    ///
+    /// ```no_run
+    /// use wavesock::hub::{Handler, HttpResponse, Hub, HubConfig, HubHandle, HubMessage, Ws};
+    /// use wavesock::http::{Request, Response};
+    /// use wavesock::Message;
+    ///
+    /// #[derive(Clone)]
+    /// struct Later {
+    ///     hub: HubHandle,
+    /// }
+    ///
+    /// impl Handler for Later {
+    ///     type Data = ();
+    ///
+    ///     fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), HttpResponse> {
+    ///         Ok(())
+    ///     }
+    ///
+    ///     fn message(&mut self, ws: &mut Ws<'_, ()>, msg: HubMessage<'_>) {
+    ///         let (hub, id, text) = (self.hub.clone(), ws.id(), msg.as_bytes().len().to_string());
+    ///         tokio::spawn(async move {
+    ///             // ... a call that takes a while ...
+    ///             let _ = hub.send(id, Message::text(text)).await;
+    ///         });
+    ///     }
+    /// }
+    ///
+    /// # async fn run() -> wavesock::Result<()> {
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:9001").await?;
+    /// let hub = Hub::with_handle(HubConfig::default(), |hub| Later { hub: hub.clone() })?;
+    /// hub.serve(listener).await
+    /// # }
+    /// ```
+    pub fn with_handle(config: HubConfig, handler: impl FnOnce(&HubHandle) -> H) -> Result<Self> {
         config.validate()?;
         let count = config.engines.unwrap_or_else(|| {
             tokio::runtime::Handle::try_current()
                 .map(|h| h.metrics().num_workers())
                 .unwrap_or(1)
+                .min(MAX_ENGINES)
         });
         // Numbers this hub's connection ids apart from other hubs'.
         static HUBS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let hub = HUBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let hub = HUBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & HUB_MASK;
         let mut senders = Vec::with_capacity(count);
         let mut accept_senders = Vec::with_capacity(count);
-        let mut engines = Vec::with_capacity(count);
-        for index in 0..count {
+        let mut receivers = Vec::with_capacity(count);
+        for _ in 0..count {
             let (tx, rx) = mpsc::channel(config.handle_capacity);
             let (accept_tx, accept_rx) = mpsc::channel(ACCEPT_QUEUE);
             senders.push(tx);
             accept_senders.push(accept_tx);
-            let mut engine = Engine::new(index as u32, handler.clone(), config.clone(), rx);
-            engine.turn.hub = hub;
-            engine.accepts = Some(accept_rx);
-            engines.push(engine);
+            receivers.push((rx, accept_rx));
         }
-        Ok(Hub {
-            engines,
-            handle: HubHandle::new(senders, accept_senders, config.topics.clone()),
-        })
+        let handle = HubHandle::new(senders, accept_senders, config.topics.clone());
+        let handler = handler(&handle);
+        let engines = receivers
+            .into_iter()
+            .enumerate()
+            .map(|(index, (rx, accept_rx))| {
+                let mut engine = Engine::new(
+                    index as u32,
+                    handler.clone(),
+                    config.clone(),
+                    rx,
+                    handle.clone(),
+                );
+                engine.turn.hub = hub;
+                engine.accepts = Some(accept_rx);
+                engine
+            })
+            .collect();
+        Ok(Hub { engines, handle })
     }
 
     /// A handle to send to connections from other tasks and to shut the
@@ -126,10 +183,10 @@ impl<H: Handler> Hub<H> {
     /// addresses. Accepted sockets get `TCP_NODELAY`: replies are
     /// written whole, once per read, so Nagle's delay would only add
     /// latency.
-    pub async fn serve(self, listener: TcpListener) -> io::Result<()> {
+    pub async fn serve(self, listener: TcpListener) -> Result<()> {
         match self.run_with(Some(listener)).await {
             None => Ok(()),
-            Some(e) => Err(io::Error::other(e)),
+            Some(e) => Err(Error::Io(io::Error::other(e))),
         }
     }
 
@@ -287,8 +344,15 @@ impl<H: Handler> std::fmt::Debug for Engine<H> {
 }
 
 impl<H: Handler> Engine<H> {
-    fn new(index: u32, handler: H, config: HubConfig, commands: mpsc::Receiver<Command>) -> Self {
+    fn new(
+        index: u32,
+        handler: H,
+        config: HubConfig,
+        commands: mpsc::Receiver<Command>,
+        handle: HubHandle,
+    ) -> Self {
         let turn = Turn {
+            handle,
             hub: 0,
             engine: index,
             current: None,
@@ -298,6 +362,7 @@ impl<H: Handler> Engine<H> {
             max_backpressure: config.max_backpressure,
             policy: config.backpressure_policy,
             subs: Subs::new(config.topics.clone()),
+            closing: Vec::new(),
         };
         Engine {
             index,
@@ -325,7 +390,7 @@ impl<H: Handler> Engine<H> {
 
     /// Takes a connection upgraded elsewhere: open from the start.
     fn adopt(&mut self, adopted: Adopted<H::Data>) {
-        let Some(key) = self.admit(Transport::Other(adopted.io)) else {
+        let Some(key) = self.admit(Transport::Other(adopted.io, adopted.addresses)) else {
             return;
         };
         let Engine {
@@ -341,6 +406,7 @@ impl<H: Handler> Engine<H> {
         slot.timer_at = None;
         let data = slot.data.insert(adopted.data);
         handler.open(&mut Ws {
+            io: &slot.io,
             c: &mut slot.c,
             data,
             turn,
@@ -355,6 +421,9 @@ impl<H: Handler> Engine<H> {
         }
         let slot = match self.free.pop_front() {
             Some(s) => s,
+            // Every slot an id can name is taken (or retired): refused,
+            // the transport dropped.
+            None if self.slots.len() >= MAX_SLOTS => return None,
             None => {
                 self.slots.push((0, None));
                 (self.slots.len() - 1) as u32
@@ -475,11 +544,11 @@ impl<H: Handler> Engine<H> {
         let Some(mut slot) = entry.1.take() else {
             return;
         };
-        // A slot whose generation would wrap is retired for good (after
-        // four billion connections in it): an old id must never name a
-        // new connection.
-        if let Some(next) = entry.0.checked_add(1) {
-            entry.0 = next;
+        // A slot whose generation would leave its bits in the id is
+        // retired for good (after 65 536 connections in it): an old id
+        // must never name a new connection.
+        if entry.0 < LAST_GENERATION {
+            entry.0 += 1;
             self.free.push_back(key.slot);
         }
         self.live -= 1;
@@ -530,8 +599,8 @@ impl<H: Handler> Engine<H> {
                 let _ = tcp.set_nodelay(true);
                 self.admit(Transport::Tcp(tcp));
             }
-            Command::AcceptIo(io) => {
-                self.admit(Transport::Other(io));
+            Command::AcceptIo(io, addresses) => {
+                self.admit(Transport::Other(io, addresses));
             }
             Command::Adopt(adopted) => {
                 // Sent by an `Adopter<H::Data>`, made by this hub: the type
@@ -635,6 +704,24 @@ impl<H: Handler> Engine<H> {
         keys.clear();
         self.subscribers = keys;
         self.published = published;
+    }
+
+    /// Sends the close frames handlers and handles asked for this turn.
+    fn send_closes(&mut self) {
+        let mut closing = std::mem::take(&mut self.turn.closing);
+        for &key in &closing {
+            let Engine { slots, turn, .. } = self;
+            let Some((generation, Some(slot))) = slots.get_mut(key.slot as usize) else {
+                continue;
+            };
+            if *generation != key.generation {
+                continue;
+            }
+            slot.c.send_close(turn);
+            self.settle(key);
+        }
+        closing.clear();
+        self.turn.closing = closing;
     }
 
     /// Writes out every connection that has bytes corked this turn.
@@ -742,7 +829,7 @@ impl<H: Handler> Engine<H> {
         for slot in 0..self.slots.len() as u32 {
             let key = self.key_of(slot);
             if let Some(s) = self.slot_mut(key) {
-                s.c.set_error(Error::CloseTimeout);
+                s.c.set_error(Error::ShutdownTimeout);
                 self.end(key);
             }
         }
@@ -790,8 +877,10 @@ impl<H: Handler> Engine<H> {
             }
             self.drop_stale_timers();
         }
-        // After the handlers ran: what they published goes out this turn.
+        // After the handlers ran: what they published goes out this turn,
+        // before the close frames asked for meanwhile.
         self.deliver_published();
+        self.send_closes();
         self.flush_dirty();
         if let Some(deadline) = self.shutdown {
             if self.live == 0 {
@@ -802,8 +891,9 @@ impl<H: Handler> Engine<H> {
                 return Poll::Ready(());
             }
         }
-        if !self.queue.is_empty() {
-            // Connections that stopped to let others go first.
+        if !self.queue.is_empty() || !self.turn.closing.is_empty() {
+            // Connections that stopped to let others go first, or whose
+            // close a drain handler asked for while the turn ended.
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
@@ -935,11 +1025,12 @@ fn write_http<T, B>(slot: &mut Slot<T>, turn: &mut Turn, resp: &http::Response<B
 fn answer<H: Handler>(
     slot: &mut Slot<H::Data>,
     mut r: Box<Inbox>,
-    request: http::Request<()>,
+    mut request: http::Request<()>,
     handler: &mut H,
     config: &HubConfig,
     turn: &mut Turn,
 ) {
+    request.extensions_mut().insert(slot.io.addresses());
     let accept = match check_request(&request) {
         Ok(a) => a,
         Err(e) => {
@@ -954,15 +1045,7 @@ fn answer<H: Handler>(
     let mut response = accept_response(&accept);
     let data = match handler.upgrade(&request, &mut response) {
         Ok(data) => data,
-        Err(refusal) => {
-            let body = refusal
-                .body()
-                .as_deref()
-                .unwrap_or_default()
-                .as_bytes()
-                .to_vec();
-            return write_http(slot, turn, &refusal, &body);
-        }
+        Err(refusal) => return write_http(slot, turn, &refusal, refusal.body()),
     };
     enforce(&mut response, &required, extensions);
     if let Some((params, deflate)) = negotiated.into_deflate() {
@@ -982,6 +1065,7 @@ fn answer<H: Handler>(
     slot.stage = Stage::Open;
     let data = slot.data.insert(data);
     handler.open(&mut Ws {
+        io: &slot.io,
         c: &mut slot.c,
         data,
         turn,
@@ -1180,10 +1264,21 @@ fn decode<H: Handler>(
         if slot.c.conn().state().hears_message(&msg) {
             slot.c.conn().handle_message(&msg, turn.now());
         }
+        if let Message::Close(frame) = msg {
+            slot.c.peer_closed(frame);
+            slot.c.transmit_owed(turn);
+            continue;
+        }
+        // Closing: the rest of what came is dropped unheard (the loop
+        // goes on for the peer's close frame).
+        if slot.c.is_closing() {
+            continue;
+        }
         let Some(data) = slot.data.as_mut() else {
             return;
         };
         let mut ws = Ws {
+            io: &slot.io,
             c: &mut slot.c,
             data,
             turn,
@@ -1201,9 +1296,8 @@ fn decode<H: Handler>(
             Message::Binary(b) => handler.message(&mut ws, HubMessage::Binary(b)),
             Message::Ping(p) => handler.ping(&mut ws, p),
             Message::Pong(p) => handler.pong(&mut ws, p),
-            Message::Close(frame) => ws.c.peer_closed(frame.clone()),
-            // Hub decoders assemble messages.
-            Message::Frame(_) => {}
+            // Hub decoders assemble messages; close frames are taken above.
+            Message::Close(_) | Message::Frame(_) => {}
         }
         ws.turn.current = None;
         ws.c.transmit_owed(ws.turn);
@@ -1237,9 +1331,10 @@ fn flush<H: Handler>(
         // Reading paused while the peer was behind: go on.
         slot.waker.requeue();
     }
-    if std::mem::replace(&mut slot.c.wants_drain, false) {
+    if std::mem::replace(&mut slot.c.wants_drain, false) && !slot.c.is_closing() {
         if let (Stage::Open, Some(data)) = (slot.stage, slot.data.as_mut()) {
             handler.drain(&mut Ws {
+                io: &slot.io,
                 c: &mut slot.c,
                 data,
                 turn,

@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use crate::hub::event::ConnId;
+use crate::hub::event::{Addresses, ConnId};
 use crate::hub::slot::Io;
 use crate::proto::close::CloseCode;
 use crate::proto::message::{Message, PreparedMessage};
@@ -25,8 +25,9 @@ pub(crate) enum Command {
     Unsubscribe(ConnId, String),
     /// A connection accepted by the hub's acceptor, for this engine.
     Accept(TcpStream),
-    /// A transport of another kind, its HTTP upgrade still to come.
-    AcceptIo(Pin<Box<dyn Io>>),
+    /// A transport of another kind, its HTTP upgrade still to come, with
+    /// the addresses its giver told.
+    AcceptIo(Pin<Box<dyn Io>>, Option<Box<Addresses>>),
     /// A connection upgraded elsewhere, with its data: an
     /// `Adopted<H::Data>`, typed by the `Adopter` that sent it.
     Adopt(Box<dyn std::any::Any + Send>),
@@ -42,7 +43,7 @@ impl std::fmt::Debug for Command {
             Command::Subscribe(..) => "Subscribe",
             Command::Unsubscribe(..) => "Unsubscribe",
             Command::Accept(_) => "Accept",
-            Command::AcceptIo(_) => "AcceptIo",
+            Command::AcceptIo(..) => "AcceptIo",
             Command::Adopt(_) => "Adopt",
             Command::Shutdown => "Shutdown",
         })
@@ -149,7 +150,10 @@ impl HubHandle {
 
     /// Starts the closing handshake of connection `id` with `code` and
     /// `reason` (at most 123 bytes; a longer one is cut at a character
-    /// boundary).
+    /// boundary), waiting for room in the queue. What was queued for it
+    /// before (sends, and publishes to its topics) is written before the
+    /// close frame; nothing after it is, and its handler hears no more
+    /// messages.
     pub async fn close(
         &self,
         id: ConnId,
@@ -160,6 +164,26 @@ impl HubHandle {
         tx.send(Command::Close(id, code, reason.to_owned()))
             .await
             .map_err(|_| HandleError::Stopped)
+    }
+
+    /// Starts the closing handshake of connection `id`, as
+    /// [`close`](Self::close), if the queue has room.
+    ///
+    /// ```
+    /// use wavesock::hub::{ConnId, HandleError, HubHandle};
+    /// use wavesock::CloseCode;
+    ///
+    /// // A moderator's kick, by the id kept in the text form.
+    /// fn kick(hub: &HubHandle, id: &str) -> Result<(), Box<dyn std::error::Error>> {
+    ///     let id: ConnId = id.parse()?;
+    ///     match hub.try_close(id, CloseCode::POLICY_VIOLATION, "kicked") {
+    ///         Err(HandleError::Full) => Err("the hub is behind; try again".into()),
+    ///         other => Ok(other?),
+    ///     }
+    /// }
+    /// ```
+    pub fn try_close(&self, id: ConnId, code: CloseCode, reason: &str) -> Result<(), HandleError> {
+        self.try_command(id, Command::Close(id, code, reason.to_owned()))
     }
 
     /// Subscribes connection `id` to `topic` (see
@@ -217,8 +241,21 @@ impl HubHandle {
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
         let engine = self.next_engine();
-        self.hand_over(engine, Command::AcceptIo(Box::pin(io)))
+        self.hand_over(engine, Command::AcceptIo(Box::pin(io), None))
             .await
+    }
+
+    /// Hands the hub a connection as [`accept`](Self::accept) does, with
+    /// its addresses (the TCP socket's under a TLS stream): the request's
+    /// extensions and [`Ws::remote_addr`](crate::hub::Ws::remote_addr)
+    /// give them.
+    pub async fn accept_from<S>(&self, io: S, addresses: Addresses) -> Result<(), HandleError>
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let engine = self.next_engine();
+        let cmd = Command::AcceptIo(Box::pin(io), Some(Box::new(addresses)));
+        self.hand_over(engine, cmd).await
     }
 
     fn next_engine(&self) -> usize {
@@ -251,6 +288,7 @@ impl HubHandle {
 /// A connection upgraded elsewhere, on its way to an engine.
 pub(crate) struct Adopted<T> {
     pub(crate) io: Pin<Box<dyn Io>>,
+    pub(crate) addresses: Option<Box<Addresses>>,
     pub(crate) data: T,
 }
 
@@ -298,8 +336,48 @@ impl<T: Send + 'static> Adopter<T> {
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
+        self.hand_over(io, None, data).await
+    }
+
+    /// Hands over `io` as [`adopt`](Self::adopt) does, with its addresses
+    /// (from axum's `ConnectInfo`, hyper's accepted socket):
+    /// [`Ws::remote_addr`](crate::hub::Ws::remote_addr) gives them.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use wavesock::hub::{Addresses, Adopter};
+    ///
+    /// async fn take<S>(adopter: &Adopter<String>, io: S, peer: SocketAddr, name: String)
+    /// where
+    ///     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+    /// {
+    ///     let _ = adopter.adopt_from(io, Addresses::new(Some(peer), None), name).await;
+    /// }
+    /// ```
+    pub async fn adopt_from<S>(
+        &self,
+        io: S,
+        addresses: Addresses,
+        data: T,
+    ) -> Result<(), HandleError>
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        self.hand_over(io, Some(Box::new(addresses)), data).await
+    }
+
+    async fn hand_over<S>(
+        &self,
+        io: S,
+        addresses: Option<Box<Addresses>>,
+        data: T,
+    ) -> Result<(), HandleError>
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
         let adopted = Adopted {
             io: Box::pin(io),
+            addresses,
             data,
         };
         let engine = self.handle.next_engine();

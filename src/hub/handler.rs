@@ -2,8 +2,7 @@
 
 use http::{Request, Response};
 
-use crate::handshake::server::ErrorResponse;
-use crate::hub::event::{Closed, HubMessage};
+use crate::hub::event::{Closed, HttpResponse, HubMessage};
 use crate::hub::slot::Ws;
 
 /// What a hub does with its connections: decides on upgrades and takes
@@ -18,20 +17,25 @@ pub trait Handler: Clone + Send + 'static {
 
     /// A WebSocket upgrade request, already checked against RFC 6455. Return
     /// the connection's data to accept it (headers added to `response`,
-    /// such as a subprotocol, are sent with the `101`), or a refusal.
-    // The refusal is the type `Callback` uses, for one way to refuse.
+    /// such as a subprotocol, are sent with the `101`), or a refusal
+    /// ([`respond`](crate::hub::respond) makes one).
+    ///
+    /// The request's extensions hold the connection's
+    /// [`Addresses`](crate::hub::Addresses) and, under a `Router`
+    /// (feature `router`), the route's `PathParams`.
     #[allow(clippy::result_large_err)]
     fn upgrade(
         &mut self,
         request: &Request<()>,
         response: &mut Response<()>,
-    ) -> std::result::Result<Self::Data, ErrorResponse>;
+    ) -> std::result::Result<Self::Data, HttpResponse>;
 
     /// A request that is not a WebSocket upgrade (a page, a health check):
     /// return the response to send, or `None` for the default refusal
     /// (`426 Upgrade Required` or `400 Bad Request`). The connection is
-    /// closed after the response.
-    fn request(&mut self, request: &Request<()>) -> Option<Response<Vec<u8>>> {
+    /// closed after the response. Its extensions hold what
+    /// [`upgrade`](Self::upgrade)'s do.
+    fn request(&mut self, request: &Request<()>) -> Option<HttpResponse> {
         let _ = request;
         None
     }

@@ -34,7 +34,7 @@
 //! ```no_run
 //! use wavesock::hub::{Handler, Hub, HubConfig, HubMessage, Ws};
 //! use wavesock::http::{Request, Response};
-//! use wavesock::ErrorResponse;
+//! use wavesock::hub::HttpResponse;
 //!
 //! #[derive(Clone)]
 //! struct Echo;
@@ -42,7 +42,7 @@
 //! impl Handler for Echo {
 //!     type Data = ();
 //!
-//!     fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), ErrorResponse> {
+//!     fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), HttpResponse> {
 //!         Ok(())
 //!     }
 //!
@@ -63,6 +63,8 @@ mod engine;
 mod event;
 mod handle;
 mod handler;
+#[cfg(feature = "router")]
+mod router;
 mod slot;
 mod subs;
 mod timers;
@@ -70,7 +72,12 @@ mod wake;
 
 pub use config::{BackpressurePolicy, HubConfig};
 pub use engine::Hub;
-pub use event::{Closed, ConnId, HubMessage, SendStatus};
+pub use event::{
+    Addresses, Closed, ConnId, HttpResponse, HubMessage, ParseConnIdError, SendStatus, respond,
+};
 pub use handle::{Adopter, HandleError, HubHandle};
 pub use handler::Handler;
+#[cfg(feature = "router")]
+#[cfg_attr(docsrs, doc(cfg(feature = "router")))]
+pub use router::{PathParams, Query, RouteData, RouteError, Router};
 pub use slot::Ws;

@@ -14,7 +14,8 @@ use tokio::net::TcpStream;
 
 use crate::error::{Error, Result};
 use crate::hub::config::BackpressurePolicy;
-use crate::hub::event::{ConnId, HubMessage, SendStatus};
+use crate::hub::event::{Addresses, ConnId, HubMessage, SendStatus};
+use crate::hub::handle::HubHandle;
 use crate::hub::subs::{Subs, token};
 use crate::hub::wake::{ConnWaker, Key};
 use crate::proto::Role;
@@ -54,14 +55,30 @@ impl<T: AsyncRead + AsyncWrite + Send + 'static> Io for T {}
 /// `TcpStream` never returns either.
 pub(crate) enum Transport {
     Tcp(TcpStream),
-    Other(Pin<Box<dyn Io>>),
+    /// With the addresses its giver told, boxed: most have none, and the
+    /// variant stays no larger than a `TcpStream`.
+    Other(Pin<Box<dyn Io>>, Option<Box<Addresses>>),
+}
+
+impl Transport {
+    /// The connection's two ends: asked of the socket for TCP (nothing
+    /// kept per connection), as given for other transports.
+    pub(crate) fn addresses(&self) -> Addresses {
+        match self {
+            Transport::Tcp(t) => Addresses {
+                remote: t.peer_addr().ok(),
+                local: t.local_addr().ok(),
+            },
+            Transport::Other(_, addrs) => addrs.as_deref().copied().unwrap_or_default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Transport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Transport::Tcp(t) => t.fmt(f),
-            Transport::Other(_) => f.write_str("Transport::Other"),
+            Transport::Other(..) => f.write_str("Transport::Other"),
         }
     }
 }
@@ -74,7 +91,7 @@ impl AsyncRead for Transport {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_read(cx, buf),
-            Transport::Other(t) => Pin::new(&mut Retrying(t)).poll_read(cx, buf),
+            Transport::Other(t, _) => Pin::new(&mut Retrying(t)).poll_read(cx, buf),
         }
     }
 }
@@ -87,7 +104,7 @@ impl AsyncWrite for Transport {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_write(cx, buf),
-            Transport::Other(t) => Pin::new(&mut Retrying(t)).poll_write(cx, buf),
+            Transport::Other(t, _) => Pin::new(&mut Retrying(t)).poll_write(cx, buf),
         }
     }
 
@@ -98,28 +115,28 @@ impl AsyncWrite for Transport {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_write_vectored(cx, bufs),
-            Transport::Other(t) => Pin::new(&mut Retrying(t)).poll_write_vectored(cx, bufs),
+            Transport::Other(t, _) => Pin::new(&mut Retrying(t)).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
         match self {
             Transport::Tcp(t) => t.is_write_vectored(),
-            Transport::Other(t) => t.is_write_vectored(),
+            Transport::Other(t, _) => t.is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_flush(cx),
-            Transport::Other(t) => Pin::new(&mut Retrying(t)).poll_flush(cx),
+            Transport::Other(t, _) => Pin::new(&mut Retrying(t)).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_shutdown(cx),
-            Transport::Other(t) => Pin::new(&mut Retrying(t)).poll_shutdown(cx),
+            Transport::Other(t, _) => Pin::new(&mut Retrying(t)).poll_shutdown(cx),
         }
     }
 }
@@ -155,6 +172,9 @@ pub(crate) struct Ending {
     pub(crate) peer_close: Option<CloseFrame>,
     /// The transport failed, or the backpressure policy closed it.
     pub(crate) error: Option<Error>,
+    /// The close frame asked for (`Conn::closing`), sent at the end of
+    /// the turn.
+    pub(crate) close: Option<CloseFrame>,
 }
 
 /// The part of a connection that sending touches.
@@ -175,6 +195,10 @@ pub(crate) struct Conn {
     /// A send found more than `max_backpressure` waiting: the handler
     /// hears when it is all written.
     pub(crate) wants_drain: bool,
+    /// Closing was asked for: nothing more is sent or handed to the
+    /// handler, and the close frame goes out at the end of the turn, after
+    /// what was published this turn to the connection's topics.
+    pub(crate) closing: bool,
 }
 
 /// What sends need beyond the connection: the turn's time, the pool of
@@ -182,6 +206,8 @@ pub(crate) struct Conn {
 /// and the backpressure settings.
 #[derive(Debug)]
 pub(crate) struct Turn {
+    /// The hub's handle, for handlers ([`Ws::handle`]).
+    pub(crate) handle: HubHandle,
     /// Which hub of the process this engine serves.
     pub(crate) hub: u32,
     pub(crate) engine: u32,
@@ -197,6 +223,8 @@ pub(crate) struct Turn {
     pub(crate) policy: BackpressurePolicy,
     /// The engine's subscriptions to topics.
     pub(crate) subs: Subs,
+    /// Connections whose close frame is to go out at the end of the turn.
+    pub(crate) closing: Vec<Key>,
 }
 
 impl Turn {
@@ -236,6 +264,7 @@ impl Conn {
             write_blocked: false,
             abandoned: false,
             wants_drain: false,
+            closing: false,
         }
     }
 
@@ -367,7 +396,7 @@ impl Conn {
             &mut QueuePool,
         ) -> std::result::Result<Outgoing, crate::proto::Error>,
     ) -> Result<SendStatus> {
-        if self.abandoned {
+        if self.abandoned || self.closing {
             return Ok(SendStatus::Closed);
         }
         let buffered = self.buffered();
@@ -439,9 +468,43 @@ impl Conn {
     }
 
     pub(crate) fn close(&mut self, turn: &mut Turn, code: CloseCode, reason: &str) -> Result<()> {
-        let frame = CloseFrame::truncated(code, reason);
-        self.send_message(turn, &Message::Close(Some(frame)))
-            .map(|_| ())
+        self.close_with(turn, Some(CloseFrame::truncated(code, reason)))
+    }
+
+    /// Asks for the closing handshake with `frame`: checked now (an
+    /// invalid code is refused and changes nothing), sent by
+    /// `send_close` at the end of the turn. Closing twice does nothing.
+    pub(crate) fn close_with(&mut self, turn: &mut Turn, frame: Option<CloseFrame>) -> Result<()> {
+        CloseFrame::encode(frame.as_ref()).map_err(Error::from)?;
+        if self.is_closing() {
+            return Ok(());
+        }
+        self.closing = true;
+        self.ending().close = frame;
+        turn.closing.push(self.key);
+        Ok(())
+    }
+
+    /// Sends the close frame [`close_with`](Self::close_with) asked for,
+    /// unless the closing handshake began otherwise meanwhile.
+    pub(crate) fn send_close(&mut self, turn: &mut Turn) {
+        if !std::mem::replace(&mut self.closing, false) {
+            return;
+        }
+        let frame = self.ending.as_mut().and_then(|e| e.close.take());
+        if !self.abandoned {
+            let _ = self.send_message(turn, &Message::Close(frame));
+        }
+    }
+
+    /// Whether a close was asked for, went out or came in: nothing more
+    /// is sent, and the handler hears no more messages.
+    #[inline]
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing
+            || self.abandoned
+            || self.d.conn().is_close_sent()
+            || self.d.conn().is_peer_gone()
     }
 }
 
@@ -450,6 +513,7 @@ impl Conn {
 /// written at the end of the engine's turn.
 #[derive(Debug)]
 pub struct Ws<'a, T> {
+    pub(crate) io: &'a Transport,
     pub(crate) c: &'a mut Conn,
     pub(crate) data: &'a mut T,
     pub(crate) turn: &'a mut Turn,
@@ -459,6 +523,35 @@ impl<T> Ws<'_, T> {
     /// The connection's id, for [`HubHandle`](crate::hub::HubHandle).
     pub fn id(&self) -> ConnId {
         self.turn.id(self.c.key)
+    }
+
+    /// The peer's address: for TCP the socket's (`None` once the socket
+    /// is gone), for a transport handed over what its giver said (see
+    /// [`Addresses`]).
+    ///
+    /// ```
+    /// use wavesock::hub::{HubMessage, Ws};
+    ///
+    /// fn log(ws: &mut Ws<'_, ()>, msg: HubMessage<'_>) {
+    ///     match ws.remote_addr() {
+    ///         Some(peer) => println!("{} bytes from {peer}", msg.as_bytes().len()),
+    ///         None => println!("{} bytes from {}", msg.as_bytes().len(), ws.id()),
+    ///     }
+    /// }
+    /// ```
+    pub fn remote_addr(&self) -> Option<std::net::SocketAddr> {
+        self.io.addresses().remote
+    }
+
+    /// This end's address, as [`remote_addr`](Self::remote_addr).
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.io.addresses().local
+    }
+
+    /// The hub's handle: to reach this connection (or others) later, from
+    /// a task the handler spawns.
+    pub fn handle(&self) -> &HubHandle {
+        &self.turn.handle
     }
 
     /// The connection's data.
@@ -493,7 +586,13 @@ impl<T> Ws<'_, T> {
     /// Sends any message: data, a ping or pong, a close frame (as
     /// [`close`](Self::close)), or a fragment ([`Message::Frame`]).
     pub fn send(&mut self, msg: &Message) -> Result<SendStatus> {
-        self.c.send_message(self.turn, msg)
+        match msg {
+            Message::Close(frame) => self
+                .c
+                .close_with(self.turn, frame.clone())
+                .map(|()| SendStatus::Sent),
+            _ => self.c.send_message(self.turn, msg),
+        }
     }
 
     /// Sends a message prepared once for many connections.
@@ -504,6 +603,14 @@ impl<T> Ws<'_, T> {
     /// Starts the closing handshake with `code` and `reason` (cut to 123
     /// bytes); the connection ends when the peer answers or the close
     /// timeout passes. Closing twice does nothing.
+    ///
+    /// From this call on, the handler hears no more `message`, `ping`,
+    /// `pong` or `drain` for the connection (the rest of what the same
+    /// read brought is dropped), and sends to it return
+    /// [`SendStatus::Closed`]. What was sent before the call, and what was
+    /// published to its topics before the end of the engine's turn, is
+    /// written before the close frame, which goes out at the end of the
+    /// turn.
     pub fn close(&mut self, code: CloseCode, reason: &str) -> Result<()> {
         self.c.close(self.turn, code, reason)
     }
@@ -513,10 +620,11 @@ impl<T> Ws<'_, T> {
         self.c.buffered()
     }
 
-    /// Whether a close frame went out or came in: data can no longer be
-    /// sent.
+    /// Whether the connection is closing: [`close`](Self::close) was
+    /// called (here or through a handle), or a close frame came in; data
+    /// can no longer be sent.
     pub fn is_closing(&self) -> bool {
-        self.c.abandoned || self.c.d.conn().is_close_sent() || self.c.d.conn().is_peer_gone()
+        self.c.is_closing()
     }
 
     /// Subscribes the connection to `topic`: what is published to it from
@@ -589,6 +697,7 @@ mod tests {
 
     fn turn() -> Turn {
         Turn {
+            handle: HubHandle::new(Vec::new(), Vec::new(), crate::topics::Topics::new()),
             hub: 0,
             engine: 0,
             current: None,
@@ -598,6 +707,7 @@ mod tests {
             max_backpressure: 1 << 20,
             policy: BackpressurePolicy::Close,
             subs: Subs::new(crate::topics::Topics::new()),
+            closing: Vec::new(),
         }
     }
 

@@ -17,11 +17,12 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use wavesock::Message;
 use wavesock::http::{Request, Response};
+use wavesock::hub::HttpResponse;
 use wavesock::hub::{
     Closed, ConnId, Handler, Hub, HubConfig, HubHandle, HubMessage, SendStatus, Ws,
 };
-use wavesock::{ErrorResponse, Message};
 
 /// What the handler saw of one connection.
 #[derive(Debug, Default)]
@@ -101,7 +102,7 @@ fn lock(log: &Mutex<Log>) -> MutexGuard<'_, Log> {
 impl Handler for Recorder {
     type Data = Seen;
 
-    fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<Seen, ErrorResponse> {
+    fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<Seen, HttpResponse> {
         Ok(Seen::default())
     }
 
@@ -145,7 +146,7 @@ pub struct TestHub {
     pub handle: HubHandle,
     pub log: Arc<Mutex<Log>>,
     pub addr: SocketAddr,
-    task: JoinHandle<io::Result<()>>,
+    task: JoinHandle<wavesock::Result<()>>,
 }
 
 impl TestHub {

@@ -222,7 +222,7 @@ impl Handler for Subscriber {
         &mut self,
         _: &wavesock::http::Request<()>,
         _: &mut wavesock::http::Response<()>,
-    ) -> Result<(), wavesock::ErrorResponse> {
+    ) -> Result<(), wavesock::hub::HttpResponse> {
         Ok(())
     }
 
