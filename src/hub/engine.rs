@@ -697,7 +697,7 @@ impl<H: Handler> Engine<H> {
                 if *generation != key.generation || slot.stage != Stage::Open {
                     continue;
                 }
-                let _ = slot.c.send_prepared(turn, &d.msg);
+                let _ = slot.c.deliver(turn, &d.msg);
                 self.settle(key);
             }
         }

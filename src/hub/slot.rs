@@ -390,13 +390,16 @@ impl Conn {
     fn send_with(
         &mut self,
         turn: &mut Turn,
+        published: bool,
         send: impl FnOnce(
             &mut Driver,
             Instant,
             &mut QueuePool,
         ) -> std::result::Result<Outgoing, crate::proto::Error>,
     ) -> Result<SendStatus> {
-        if self.abandoned || self.closing {
+        // A publish goes out until the close frame does: it was made
+        // before the end of the turn the close was asked in.
+        if self.abandoned || (self.closing && !published) {
             return Ok(SendStatus::Closed);
         }
         let buffered = self.buffered();
@@ -433,7 +436,7 @@ impl Conn {
     }
 
     pub(crate) fn send_message(&mut self, turn: &mut Turn, msg: &Message) -> Result<SendStatus> {
-        self.send_with(turn, |d, now, pool| d.send(msg.clone(), now, pool))
+        self.send_with(turn, false, |d, now, pool| d.send(msg.clone(), now, pool))
     }
 
     pub(crate) fn send_data(
@@ -450,11 +453,13 @@ impl Conn {
             .as_ref()
             .filter(|c| c.as_ptr() == payload.as_ptr() && c.len() == payload.len());
         if let Some(current) = same.cloned() {
-            return self.send_with(turn, |d, now, pool| {
+            return self.send_with(turn, false, |d, now, pool| {
                 d.send_data_shared(opcode, current, now, pool)
             });
         }
-        self.send_with(turn, |d, now, pool| d.send_data(opcode, payload, now, pool))
+        self.send_with(turn, false, |d, now, pool| {
+            d.send_data(opcode, payload, now, pool)
+        })
     }
 
     pub(crate) fn send_prepared(
@@ -464,7 +469,13 @@ impl Conn {
     ) -> Result<SendStatus> {
         // A publish to thousands: each connection queues a reference to
         // the one frame (compressed once per window size), not a copy.
-        self.send_with(turn, |d, now, pool| d.send_prepared(msg, now, pool))
+        self.send_with(turn, false, |d, now, pool| d.send_prepared(msg, now, pool))
+    }
+
+    /// Sends what was published to a topic the connection subscribes to,
+    /// as [`send_prepared`](Self::send_prepared), closing or not.
+    pub(crate) fn deliver(&mut self, turn: &mut Turn, msg: &PreparedMessage) -> Result<SendStatus> {
+        self.send_with(turn, true, |d, now, pool| d.send_prepared(msg, now, pool))
     }
 
     pub(crate) fn close(&mut self, turn: &mut Turn, code: CloseCode, reason: &str) -> Result<()> {
