@@ -1,4 +1,4 @@
-//! The chat (on streams and on a hub's topics) and axum examples, served in-process and driven by wavesock
+//! The chat (on streams and on a hub's topics), hub_async and axum examples, served in-process and driven by wavesock
 //! clients, so that `cargo test` notices when they break. (The chat page
 //! itself is tested in a real browser by tests/browser/run.sh.)
 
@@ -20,6 +20,10 @@ mod hub_chat;
 #[allow(dead_code)]
 #[path = "../examples/axum_server.rs"]
 mod axum_server;
+
+#[allow(dead_code)]
+#[path = "../examples/hub_async.rs"]
+mod hub_async;
 
 #[allow(dead_code)]
 #[path = "../examples/stream_file.rs"]
@@ -225,4 +229,123 @@ async fn stream_file_saves_a_sent_file_byte_for_byte() {
     let saved = tokio::fs::read(uploads.join("upload-0-0")).await.unwrap();
     assert!(saved == data, "the saved file differs");
     tokio::fs::remove_dir_all(&root).await.unwrap();
+}
+
+/// hub_async with `options`, and its database to look into.
+async fn hub_async_server(options: hub_async::Options) -> (String, hub_async::Db) {
+    let (listener, addr) = local().await;
+    let db = hub_async::Db::default();
+    tokio::spawn(hub_async::serve(listener, db.clone(), options));
+    (addr, db)
+}
+
+async fn next_answer(ws: &mut Client) -> Message {
+    let next = tokio::time::timeout(Duration::from_secs(10), ws.next());
+    next.await.expect("an answer in time").unwrap().unwrap()
+}
+
+#[tokio::test]
+async fn hub_async_answers_each_connection_in_order_with_a_timeout() {
+    let (addr, db) = hub_async_server(hub_async::Options {
+        timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await;
+    let (mut ws, _) = wavesock::connect_async(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    // Sent together: a slow call first, and a read of the key written
+    // just before it; the answers come in the order asked, each call
+    // after the one before.
+    for q in [
+        "set a 1",
+        "sleep 150",
+        "sleep 2000",
+        "get a",
+        "get zz",
+        "hello",
+        "blob 3",
+    ] {
+        ws.feed(Message::text(q)).await.unwrap();
+    }
+    ws.flush().await.unwrap();
+    let mut answers = Vec::new();
+    for _ in 0..7 {
+        answers.push(next_answer(&mut ws).await);
+    }
+    assert_eq!(
+        answers,
+        [
+            Message::text("a set"),
+            Message::text("slept 150"),
+            Message::text("sleep 2000: timed out"),
+            Message::text("a = 1"),
+            Message::text("zz: not found"),
+            Message::text("hello: unknown command"),
+            Message::binary(b"xxx".to_vec()),
+        ]
+    );
+    // The timed-out call was dropped with its timeout.
+    assert_eq!(db.running(), 0);
+}
+
+#[tokio::test]
+async fn hub_async_closes_a_client_past_its_queries_in_flight_and_cancels_them() {
+    let (addr, db) = hub_async_server(hub_async::Options {
+        timeout: Duration::from_secs(60),
+        max_in_flight: 4,
+        ..Default::default()
+    })
+    .await;
+    let (mut ws, _) = wavesock::connect_async(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        ws.feed(Message::text("sleep 60000")).await.unwrap();
+    }
+    ws.flush().await.unwrap();
+    let close = loop {
+        match next_answer(&mut ws).await {
+            Message::Close(frame) => break frame.unwrap(),
+            other => panic!("no answer before the close: {other:?}"),
+        }
+    };
+    assert_eq!(close.code, wavesock::CloseCode::TRY_AGAIN_LATER);
+    // The four calls in progress end with the connection.
+    let gone = async {
+        while db.running() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), gone)
+        .await
+        .expect("the closed connection's calls are cancelled");
+}
+
+#[tokio::test]
+async fn hub_async_keeps_a_client_that_reads_slowly_and_answers_it_in_order() {
+    const BLOB: usize = 1 << 20;
+    let (addr, _db) = hub_async_server(hub_async::Options::default()).await;
+    let (mut ws, _) = wavesock::connect_async(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    // As many of the largest answers as the limits allow, asked at once,
+    // and nothing read for a while: more than the socket buffers take
+    // waits in the hub, within its backpressure limit.
+    let asked = hub_async::Options::default().max_in_flight;
+    for _ in 0..asked {
+        ws.feed(Message::text(format!("blob {BLOB}")))
+            .await
+            .unwrap();
+    }
+    ws.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ws.send(Message::text("get q")).await.unwrap();
+    for _ in 0..asked {
+        match next_answer(&mut ws).await {
+            Message::Binary(b) => assert_eq!(b.len(), BLOB),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(next_answer(&mut ws).await, Message::text("q: not found"));
 }
