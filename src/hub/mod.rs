@@ -31,6 +31,49 @@
 //!   engine and written to each subscriber as a reference to the one
 //!   frame; see [`topics`](crate::topics).
 //!
+//! # Connections from outside a callback
+//!
+//! Each connection has a [`ConnId`], unique for the hub's life, with a
+//! stable text form (`hub.engine.slot.generation`, parsed back with
+//! `FromStr`) and a `u64` form, for keeping it in a map, a database or a
+//! message to another service. A [`HubHandle`] reaches a connection by its
+//! id from any task (`send`, `close`, `subscribe`, each with a `try_`
+//! form that never waits). A handler gets the handle when it is made
+//! ([`Hub::with_handle`]) or from any callback ([`Ws::handle`]): the way
+//! to answer after async work is to spawn it and send the answer through
+//! the handle (`examples/hub_async.rs` keeps the answers in order, with a
+//! timeout and limits; see also the [guide](crate::guide)).
+//!
+//! The peer's address is in the upgrade request's extensions
+//! ([`Addresses`], as axum's `ConnectInfo`) and on [`Ws::remote_addr`];
+//! for connections handed over, what the giver passed to
+//! [`HubHandle::accept_from`] or [`Adopter::adopt_from`].
+//!
+//! # Closing
+//!
+//! A connection closes when its handler calls [`Ws::close`], a handle
+//! calls [`HubHandle::close`], the hub shuts down, the peer closes, or the
+//! protocol, a limit, a timeout or the backpressure policy ends it.
+//! [`Handler::close`] is called once for every connection that was
+//! opened, last, with the connection's data.
+//!
+//! Once a close is asked for (by the handler, a handle or shutdown), the
+//! handler hears nothing more of the connection but `close`: no
+//! `message`, `ping`, `pong` or `drain`, and what the same read brought
+//! after the closing message is dropped unheard (as uWebSockets stops
+//! calling at `end`). Sends return [`SendStatus::Closed`]. What was sent
+//! before is written first, and so is what was published this turn to
+//! the connection's topics: the close frame goes out at the end of the
+//! engine's turn, after the turn's publishes. The hub reads on only for
+//! the peer's answer.
+//!
+//! # Routes
+//!
+//! One hub serves one [`Handler`]. With the `router` feature, `Router`
+//! is a handler that dispatches each request by its path to the route's
+//! own handler, each with its own data type, path parameters and the
+//! query string parsed for `upgrade` (uWebSockets' `app.ws(pattern, ...)`).
+//!
 //! ```no_run
 //! use wavesock::hub::{Handler, Hub, HubConfig, HubMessage, Ws};
 //! use wavesock::http::{Request, Response};
@@ -52,7 +95,7 @@
 //!     }
 //! }
 //!
-//! # async fn run() -> std::io::Result<()> {
+//! # async fn run() -> wavesock::Result<()> {
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:9001").await?;
 //! let hub = Hub::new(Echo, HubConfig::default())?;
 //! hub.serve(listener).await
