@@ -294,7 +294,6 @@ async fn hub_async_closes_a_client_past_its_queries_in_flight_and_cancels_them()
     let (addr, db) = hub_async_server(hub_async::Options {
         timeout: Duration::from_secs(60),
         max_in_flight: 4,
-        ..Default::default()
     })
     .await;
     let (mut ws, _) = wavesock::connect_async(format!("ws://{addr}/"))
@@ -304,11 +303,9 @@ async fn hub_async_closes_a_client_past_its_queries_in_flight_and_cancels_them()
         ws.feed(Message::text("sleep 60000")).await.unwrap();
     }
     ws.flush().await.unwrap();
-    let close = loop {
-        match next_answer(&mut ws).await {
-            Message::Close(frame) => break frame.unwrap(),
-            other => panic!("no answer before the close: {other:?}"),
-        }
+    let close = match next_answer(&mut ws).await {
+        Message::Close(frame) => frame.unwrap(),
+        other => panic!("no answer before the close: {other:?}"),
     };
     assert_eq!(close.code, wavesock::CloseCode::TRY_AGAIN_LATER);
     // The four calls in progress end with the connection.

@@ -1,6 +1,10 @@
 //! Several WebSocket routes on one hub, each with its own handler and
 //! data type, as uWebSockets' `app.ws(pattern, behavior)`.
 
+// Refusals are `Handler::upgrade`'s `HttpResponse`, made at most once per
+// connection: boxing them would only add an allocation to every refusal.
+#![allow(clippy::result_large_err)]
+
 use std::any::Any;
 
 use http::{Request, Response, StatusCode};
