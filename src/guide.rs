@@ -261,9 +261,24 @@
 //!   `None`: a normal end, not an error. Without our close frame, the same
 //!   is an error (`Error::Io` of kind `UnexpectedEof`, or the reset): the
 //!   conversation may have been cut short.
-//! - When the peer closes first, `next()` yields its [`Message::Close`]; the
-//!   reply is sent for you, and the next poll finishes the handshake and
-//!   ends the stream (`None`).
+//! - When the peer closes first, `next()` yields its [`Message::Close`],
+//!   and the reply (the peer's code and reason, echoed) is already with the
+//!   transport: in the poll that yields the close it is written and
+//!   flushed, after anything queued before it, as far as the socket takes
+//!   it at once. What the socket could not take stays queued and goes out
+//!   on the next poll, or with `close()` or a flush (on a split
+//!   connection: a sender's `flush` or `close`, or a send already waiting
+//!   on the socket, after its own message). `next()` does not report a
+//!   write of the reply that fails, as the peer may be gone. So a peer gets
+//!   its answer even from a connection you stop polling at its close.
+//! - The next poll after the peer's close finishes the handshake and ends
+//!   the stream (`None`). A server shuts its sending side down (the TCP
+//!   close is the server's, RFC 6455 §7.1.1); a client waits for the
+//!   server's TCP close, within `close_timeout` of the peer's close frame
+//!   (past it the stream ends with `None` too). A connection not polled
+//!   again keeps its socket open until it is dropped: a server that stops
+//!   polling at the close should drop the stream, or the client waits out
+//!   its own close timeout for the TCP close.
 //! - [`SinkExt::close`](futures_util::SinkExt::close) (what `tx.close()` is
 //!   on a [`WebSocketSender`](crate::WebSocketSender)) sends a close frame
 //!   with code 1000 if none was sent, flushes and shuts down the write side.

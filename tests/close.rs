@@ -7,7 +7,9 @@ mod support;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
 use wavesock::{CloseCode, CloseFrame, Config, Error, Message};
 
 use support::{accept, client, close_payload, listener, masked, raw_upgrade, read_frame, unmasked};
@@ -228,4 +230,166 @@ async fn close_is_bounded_by_the_deadline_armed_when_the_close_was_recorded() {
         waited >= Duration::from_secs(2) && waited < Duration::from_secs(3),
         "{waited:?}: the rest of the deadline, not a fresh timeout"
     );
+}
+
+/// How long a peer waits for a close reply before the test fails: a guard
+/// against hanging, not a bound on how fast the reply comes.
+const REPLY_GUARD: Duration = Duration::from_secs(5);
+
+/// Reads one frame a client sent: its first byte and its payload, unmasked.
+async fn read_masked_frame(tcp: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut head = [0u8; 2];
+    tcp.read_exact(&mut head).await.unwrap();
+    assert_eq!(head[1] & 0x80, 0x80, "client frames are masked");
+    let len = match head[1] & 0x7f {
+        126 => tcp.read_u16().await.unwrap() as usize,
+        127 => tcp.read_u64().await.unwrap() as usize,
+        n => n as usize,
+    };
+    let mut key = [0u8; 4];
+    tcp.read_exact(&mut key).await.unwrap();
+    let mut payload = vec![0u8; len];
+    tcp.read_exact(&mut payload).await.unwrap();
+    for (i, b) in payload.iter_mut().enumerate() {
+        *b ^= key[i % 4];
+    }
+    (head[0], payload)
+}
+
+/// A raw client sends its close frame (1001 "restart") to a wavesock
+/// server; the reply it reads, within [`REPLY_GUARD`].
+async fn close_and_read_the_reply(addr: std::net::SocketAddr) -> Option<(u8, Vec<u8>)> {
+    let (mut tcp, mut buf) = raw_upgrade(addr).await;
+    tcp.write_all(&masked(0x88, &close_payload(1001, "restart")))
+        .await
+        .unwrap();
+    tokio::time::timeout(REPLY_GUARD, read_frame(&mut tcp, &mut buf))
+        .await
+        .expect("no close reply from a server polled no more after the close")
+}
+
+fn restart() -> Message {
+    Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "restart")))
+}
+
+/// The server closes; the client's `next()` yields that close once and the
+/// stream is then kept but never polled again: the server still reads the
+/// client's reply, its code and reason echoed.
+#[tokio::test]
+async fn a_client_that_stops_polling_at_the_peers_close_has_sent_the_reply() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(async move {
+        let (mut tcp, _) = l.accept().await.unwrap();
+        support::read_head(&mut tcp).await;
+        let mut out = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
+            support::ACCEPT
+        )
+        .into_bytes();
+        out.extend(unmasked(0x88, &close_payload(1001, "restart")));
+        tcp.write_all(&out).await.unwrap();
+        tokio::time::timeout(REPLY_GUARD, read_masked_frame(&mut tcp))
+            .await
+            .expect("no close reply from a client polled no more after the close")
+    });
+    let mut ws = client(addr, Config::default()).await;
+    assert_eq!(ws.next().await.unwrap().unwrap(), restart());
+    // `ws` stays alive, unpolled, until the server has read the reply.
+    let reply = server.await.unwrap();
+    assert_eq!(reply, (0x88, close_payload(1001, "restart")));
+    drop(ws);
+}
+
+/// The client closes; the server's `next()` yields that close once and the
+/// stream is then kept but never polled again: the client still reads the
+/// server's reply, its code and reason echoed.
+#[tokio::test]
+async fn a_server_that_stops_polling_at_the_peers_close_has_sent_the_reply() {
+    let (l, addr) = listener().await;
+    let (done, until_done) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let mut ws = accept(&l, Config::default()).await;
+        let msg = ws.next().await.unwrap().unwrap();
+        // Kept, unpolled, until the client has read the reply.
+        until_done.await.unwrap();
+        drop(ws);
+        msg
+    });
+    let reply = close_and_read_the_reply(addr).await;
+    assert_eq!(reply, Some((0x88, close_payload(1001, "restart"))));
+    done.send(()).unwrap();
+    assert_eq!(server.await.unwrap(), restart());
+}
+
+/// The same with the connection split: the receiver yields the client's
+/// close once and is not polled again, the sender held idle meanwhile; the
+/// client still reads the reply.
+#[tokio::test]
+async fn a_split_receiver_that_stops_polling_at_the_peers_close_has_sent_the_reply() {
+    let (l, addr) = listener().await;
+    let (done, until_done) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let (tx, mut rx) = accept(&l, Config::default()).await.split();
+        let msg = rx.next().await.unwrap().unwrap();
+        // Both halves kept, unpolled, until the client has read the reply.
+        until_done.await.unwrap();
+        drop((tx, rx));
+        msg
+    });
+    let reply = close_and_read_the_reply(addr).await;
+    assert_eq!(reply, Some((0x88, close_payload(1001, "restart"))));
+    done.send(()).unwrap();
+    assert_eq!(server.await.unwrap(), restart());
+}
+
+/// A split receiver yields the client's close while a sender waits on a
+/// full socket (the client reads nothing yet), then is not polled again.
+/// Once the client reads, the sender's send completes and the reply, queued
+/// behind the sender's message, reaches the client: the receiver's attempt
+/// to write it on a full socket leaves the sender able to finish.
+#[tokio::test]
+async fn a_sender_waiting_on_the_socket_writes_the_reply_of_a_receiver_that_stopped() {
+    const BIG: usize = 32 << 20;
+    let (l, addr) = listener().await;
+    let ((mut tcp, mut buf), ws) = tokio::join!(raw_upgrade(addr), accept(&l, Config::default()));
+    let (mut tx, mut rx) = ws.split();
+    let sending = tokio::spawn(async move {
+        let sent = tx.send(Message::binary(vec![7u8; BIG])).await;
+        (tx, sent)
+    });
+    // Let the send fill the socket and wait on it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !sending.is_finished(),
+        "the socket took {BIG} bytes at once"
+    );
+    let (yielded, close_yielded) = oneshot::channel();
+    let (done, until_done) = oneshot::channel::<()>();
+    let receiving = tokio::spawn(async move {
+        yielded.send(rx.next().await.unwrap().unwrap()).unwrap();
+        // Kept, unpolled, until the client has read the reply.
+        until_done.await.unwrap();
+        drop(rx);
+    });
+    tcp.write_all(&masked(0x88, &close_payload(1001, "restart")))
+        .await
+        .unwrap();
+    let msg = tokio::time::timeout(REPLY_GUARD, close_yielded)
+        .await
+        .expect("the receiver did not yield the close")
+        .unwrap();
+    assert_eq!(msg, restart());
+    // Only now does the client read.
+    let (first, reply) = tokio::time::timeout(REPLY_GUARD, async {
+        let first = read_frame(&mut tcp, &mut buf).await.unwrap();
+        (first, read_frame(&mut tcp, &mut buf).await)
+    })
+    .await
+    .expect("the sender's message and the reply did not both arrive");
+    assert_eq!((first.0, first.1.len()), (0x82, BIG));
+    assert_eq!(reply, Some((0x88, close_payload(1001, "restart"))));
+    let (_tx, sent) = sending.await.unwrap();
+    sent.unwrap();
+    done.send(()).unwrap();
+    receiving.await.unwrap();
 }

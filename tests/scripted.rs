@@ -3,6 +3,10 @@
 //! chosen through `Config::mask_keys`. And the other side of that knob: by
 //! default keys stay random, different on every connection.
 
+use std::future::poll_fn;
+use std::task::Poll;
+use std::time::Duration;
+
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, DuplexStream};
@@ -121,6 +125,85 @@ async fn a_close_the_server_starts_is_echoed_with_its_code_and_reason() {
         ws.send(Message::text("late")).await,
         Err(Error::ConnectionClosed)
     ));
+}
+
+/// The server's close frame, 1001 "restart" (03 e9 + 7 bytes).
+const SERVER_CLOSE: &[u8] = &[
+    0x88, 0x09, 0x03, 0xe9, b'r', b'e', b's', b't', b'a', b'r', b't',
+];
+
+/// A client's close frame with the same payload, masked with 37 fa 21 3d:
+/// the echo of a client with `CountingForTesting(0x37fa_213d)` keys.
+const CLIENT_CLOSE: &[u8] = &[
+    0x88, 0x89, 0x37, 0xfa, 0x21, 0x3d, 0x34, 0x13, 0x53, 0x58, 0x44, 0x8e, 0x40, 0x4f, 0x43,
+];
+
+fn restart() -> Message {
+    Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "restart")))
+}
+
+/// One poll of the stream: what it returned, without polling again.
+async fn poll_once(ws: &mut WebSocketStream<tokio_test::io::Mock>) -> Poll<Option<Message>> {
+    poll_fn(|cx| Poll::Ready(ws.poll_next_unpin(cx)))
+        .await
+        .map(|item| item.map(|r| r.unwrap()))
+}
+
+/// A single poll of a client's stream yields the server's close and writes
+/// the echo: the stream is dropped right after that one poll, and the mock
+/// checks when dropped that every scripted byte was written.
+#[tokio::test]
+async fn a_client_writes_the_close_reply_in_the_poll_that_yields_the_close() {
+    let config = Config::default().mask_keys(MaskKeys::CountingForTesting(0x37fa_213d));
+    let io = Builder::new()
+        .read(SERVER_CLOSE)
+        .write(CLIENT_CLOSE)
+        .build();
+    let mut ws = WebSocketStream::from_raw_socket(io, Role::Client, config).unwrap();
+    assert_eq!(poll_once(&mut ws).await, Poll::Ready(Some(restart())));
+    drop(ws);
+}
+
+/// The same for a server: one poll yields the client's close and writes
+/// the (unmasked) echo.
+#[tokio::test]
+async fn a_server_writes_the_close_reply_in_the_poll_that_yields_the_close() {
+    let io = Builder::new()
+        .read(CLIENT_CLOSE)
+        .write(SERVER_CLOSE)
+        .build();
+    let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default()).unwrap();
+    assert_eq!(poll_once(&mut ws).await, Poll::Ready(Some(restart())));
+    drop(ws);
+}
+
+/// A transport that is not ready when the close is yielded keeps the echo
+/// queued, and a flush writes it (the mock checks on drop that it was).
+#[tokio::test]
+async fn a_close_reply_the_transport_could_not_take_goes_out_with_a_flush() {
+    let io = Builder::new()
+        .read(CLIENT_CLOSE)
+        .wait(Duration::from_millis(20))
+        .write(SERVER_CLOSE)
+        .build();
+    let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default()).unwrap();
+    assert_eq!(poll_once(&mut ws).await, Poll::Ready(Some(restart())));
+    ws.flush().await.unwrap();
+    drop(ws);
+}
+
+/// Writing the echo fails when the close is yielded: as for any write after
+/// the peer's close (the peer may be gone), the failure is not reported,
+/// and the next poll ends the stream.
+#[tokio::test]
+async fn a_close_reply_that_fails_to_write_ends_the_stream_without_an_error() {
+    let io = Builder::new()
+        .read(CLIENT_CLOSE)
+        .write_error(std::io::ErrorKind::BrokenPipe.into())
+        .build();
+    let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default()).unwrap();
+    assert_eq!(poll_once(&mut ws).await, Poll::Ready(Some(restart())));
+    assert!(ws.next().await.is_none());
 }
 
 #[tokio::test]

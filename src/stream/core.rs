@@ -223,10 +223,7 @@ impl Core {
             return Poll::Ready(());
         }
         let r = (|| {
-            if ready!(w.poll_drain(d, io, cx, Task::Receiving)).is_err() {
-                d.discard_writes(&mut ThreadQueues);
-            }
-            let _ = ready!(w.poll_flush_io(io, cx, Task::Receiving));
+            ready!(poll_write_out(w, d, io, cx));
             if !wait_for_peer {
                 let _ = ready!(w.poll_shutdown(io, cx, Task::Receiving));
             }
@@ -238,9 +235,54 @@ impl Core {
         r
     }
 
+    /// The peer's close frame has just been fed: hands what is queued (our
+    /// echo, after anything queued before it) to the transport in the poll
+    /// that yields that frame, so that a user who stops polling there has
+    /// still answered. The first step of
+    /// [`poll_finish_writes`](Self::poll_finish_writes), taken early and
+    /// without its wait: what the transport does not take now stays
+    /// queued, for the next poll of the receiving side, `close` or a flush.
+    /// A transport error is dealt with as that step deals with it (the
+    /// queue is dropped, the peer may be gone), so the next poll ends the
+    /// connection as it would have.
+    pub(crate) fn write_close_reply<W>(&mut self, io: &mut W, cx: &mut Context<'_>)
+    where
+        W: AsyncWrite + Unpin,
+    {
+        let (w, d) = (&mut self.write, &mut self.d);
+        if d.buffered() == 0 && !w.unflushed {
+            return;
+        }
+        if poll_write_out(w, d, io, cx).is_pending() {
+            // The transport now wakes this task, which the user may never
+            // poll again: a sender parked on the transport asks it again
+            // (taking its waker back), and its flush writes the reply too.
+            w.wake_writers();
+        }
+    }
+
     /// Ends the connection without waiting for anything more.
     pub(crate) fn abandon(&mut self) {
         self.d.conn_mut().abandon();
         self.d.discard_writes(&mut ThreadQueues);
     }
+}
+
+/// Writes out what is queued and flushes, for a connection that is ending:
+/// a failed write drops the rest (the peer may be gone) and a failed flush
+/// is ignored, for the same reason.
+fn poll_write_out<W>(
+    w: &mut WriteState,
+    d: &mut Driver,
+    io: &mut W,
+    cx: &mut Context<'_>,
+) -> Poll<()>
+where
+    W: AsyncWrite + Unpin,
+{
+    if ready!(w.poll_drain(d, io, cx, Task::Receiving)).is_err() {
+        d.discard_writes(&mut ThreadQueues);
+    }
+    let _ = ready!(w.poll_flush_io(io, cx, Task::Receiving));
+    Poll::Ready(())
 }

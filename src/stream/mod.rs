@@ -56,12 +56,13 @@ pub use split::{WebSocketReceiver, WebSocketSender};
 ///
 /// Pings are answered (a pong with the ping's payload) and the peer's close
 /// frame echoed (its code and reason) automatically by the receiving side,
-/// even while nothing is being sent. After the peer's close frame is
-/// delivered as [`Message::Close`], the next poll finishes the close
-/// handshake and the stream ends. A protocol violation by the peer is
-/// answered with a close frame carrying the right code (1002, 1007 or 1009)
-/// and a short reason naming the rule or limit before the error is
-/// returned. The guide lists [every frame sent on its
+/// even while nothing is being sent. The echo is handed to the transport
+/// before the peer's close frame is delivered as [`Message::Close`] (the
+/// guide's [Closing](crate::guide#closing) says what that covers); the
+/// next poll finishes the close handshake and the stream ends. A protocol
+/// violation by the peer is answered with a close frame carrying the right
+/// code (1002, 1007 or 1009) and a short reason naming the rule or limit
+/// before the error is returned. The guide lists [every frame sent on its
 /// own](crate::guide#the-frames-wavesock-sends-on-its-own).
 ///
 /// ```no_run

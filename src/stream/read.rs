@@ -23,7 +23,7 @@ use crate::proto::decoder::MessageDecoder;
 use crate::proto::inbox::{Inbox, Plan};
 use crate::proto::message::Message;
 use crate::retry::Retrying;
-use crate::stream::core::{Core, now};
+use crate::stream::core::{Core, Fed, now};
 use crate::stream::pool::ThreadMemory;
 use crate::stream::write::Task;
 use crate::trace;
@@ -143,6 +143,38 @@ impl ReadState {
         input: impl FnOnce(&mut Connection),
     ) -> Result<()> {
         let fed = link.with_core(|c, _| c.feed(input))?;
+        self.fed(fed);
+        Ok(())
+    }
+
+    /// [`feed`](Self::feed) for a message decoded from the peer, before it
+    /// is yielded. When the core ends the connection on it (the peer's
+    /// close frame), what it then owes (the echo) is handed to the
+    /// transport at once, with this poll's context: the user may never
+    /// poll again after the close, and the peer would wait for the echo
+    /// until its close timeout. A split receiver does it under the lock it
+    /// takes anyway to queue the echo, held for the write call, never
+    /// across a wait, as for every write.
+    fn feed_message<L: CoreLink>(
+        &mut self,
+        link: &mut L,
+        cx: &mut Context<'_>,
+        msg: &Message,
+    ) -> Result<()> {
+        let at = now();
+        let fed = link.with_core(|c, io| -> Result<Fed> {
+            let fed = c.feed(|conn| conn.handle_message(msg, at))?;
+            if fed.state.phase() == Phase::Closed {
+                c.write_close_reply(io, cx);
+            }
+            Ok(fed)
+        })?;
+        self.fed(fed);
+        Ok(())
+    }
+
+    /// Acts on what the core said after an input.
+    fn fed(&mut self, fed: Fed) {
         self.timer.set(fed.deadline, fed.state);
         if fed.queued {
             self.must_flush = true;
@@ -150,7 +182,6 @@ impl ReadState {
         if fed.state.phase() != Phase::Open {
             self.release_input();
         }
-        Ok(())
     }
 
     fn release_input(&mut self) {
@@ -368,8 +399,7 @@ impl ReadState {
                         if msg.is_close() {
                             trace::debug_event!(code = ?msg.close_frame().map(|f| f.code), "close frame received");
                         }
-                        let at = now();
-                        self.feed(link, |c| c.handle_message(&msg, at))?;
+                        self.feed_message(link, cx, &msg)?;
                     }
                     return Poll::Ready(Some(Ok(msg)));
                 }
