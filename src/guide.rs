@@ -495,6 +495,7 @@
 //! | [`Error::FrameTooLarge`](crate::Error::FrameTooLarge), [`Error::MessageTooLarge`](crate::Error::MessageTooLarge) | a limit above was crossed | 1009 |
 //! | [`Error::KeepaliveTimeout`](crate::Error::KeepaliveTimeout) | the peer did not answer a keepalive ping | 1011, if it can still be written |
 //! | [`Error::CloseTimeout`](crate::Error::CloseTimeout) | the closing handshake took longer than `close_timeout` | (ours was sent already) |
+//! | [`Error::ShutdownTimeout`](crate::Error::ShutdownTimeout) | (hub) the hub shut down and its `shutdown_timeout` passed before this connection's closing handshake finished | (1001 was sent already) |
 //! | [`Error::Io`](crate::Error::Io) | the transport failed, or ended without a close frame (`UnexpectedEof`) | none |
 //! | [`Error::Handshake`](crate::Error::Handshake) | the opening handshake failed ([`HandshakeError`](crate::HandshakeError); a server answers it with the HTTP status of [`HandshakeError::status`](crate::HandshakeError::status)) | none |
 //! | [`Error::Connect`](crate::Error::Connect) | a client could not open the connection the handshake runs over: DNS, TCP, a proxy, TLS, an unsupported scheme, or the connect timeout ([`ConnectError`](crate::ConnectError) says which) | none |
@@ -814,7 +815,32 @@
 //!
 //! **Handlers must not block.** One slow call holds up every connection
 //! of its engine. Hand long work to another task and send the answer
-//! through a [`HubHandle`](crate::hub::HubHandle).
+//! through a [`HubHandle`](crate::hub::HubHandle); see [Async work from
+//! hub handlers](#async-work-from-hub-handlers).
+//!
+//! **Closing.** Once a close is asked for
+//! ([`Ws::close`](crate::hub::Ws::close),
+//! [`HubHandle::close`](crate::hub::HubHandle::close), shutdown), the
+//! handler hears nothing more of that connection but
+//! [`close`](crate::hub::Handler::close): what the same read brought after
+//! the closing message is dropped unheard, and sends return
+//! [`SendStatus::Closed`](crate::hub::SendStatus::Closed). What was sent
+//! before, and what was published to the connection's topics in the same
+//! turn, is written before the close frame.
+//!
+//! **Who is connected.** The upgrade request's extensions hold the peer's
+//! [`Addresses`](crate::hub::Addresses) (as axum's `ConnectInfo`), and
+//! [`Ws::remote_addr`](crate::hub::Ws::remote_addr) gives it later; a
+//! connection handed over carries what its giver passed to
+//! [`accept_from`](crate::hub::HubHandle::accept_from) or
+//! [`adopt_from`](crate::hub::Adopter::adopt_from). A
+//! [`ConnId`](crate::hub::ConnId) has a text form (`0.1.42.3`, parsed back
+//! with `FromStr`) and a `u64` form, to keep in a map or a database.
+//!
+//! **Routes.** With the `router` feature, `hub::Router` serves several
+//! paths from one hub, each with its own handler and data type, the path
+//! parameters (`/rooms/{room}`) and the query string parsed for
+//! `upgrade`.
 //!
 //! **Backpressure.** A peer that does not read stops being read (TCP then
 //! slows its sender). Bytes waiting for it beyond
@@ -828,9 +854,12 @@
 //! [`drain`](crate::hub::Handler::drain) says when all is written.
 //!
 //! **From other tasks.** [`Hub::handle`](crate::hub::Hub::handle) gives a
-//! cloneable [`HubHandle`](crate::hub::HubHandle): `send`, `try_send`,
-//! `send_prepared` and `close` by [`ConnId`](crate::hub::ConnId) (an id
-//! never names a later connection), through a bounded queue per engine;
+//! cloneable [`HubHandle`](crate::hub::HubHandle) (a handler has it from
+//! the start with [`Hub::with_handle`](crate::hub::Hub::with_handle), or
+//! from any callback with [`Ws::handle`](crate::hub::Ws::handle)): `send`,
+//! `try_send`, `send_prepared`, `close` and `try_close` by
+//! [`ConnId`](crate::hub::ConnId) (an id never names a later connection),
+//! through a bounded queue per engine;
 //! [`accept`](crate::hub::HubHandle::accept) hands over a connection on
 //! another transport (TLS from tokio-rustls, a Unix socket) whose upgrade
 //! request the hub still reads; [`shutdown`](crate::hub::HubHandle::shutdown)
@@ -861,9 +890,8 @@
 //! another; a connection's subscriptions end with it.
 //!
 //! ```no_run
-//! use wavesock::hub::{Handler, HubMessage, Ws};
+//! use wavesock::hub::{Handler, HttpResponse, HubMessage, Ws};
 //! use wavesock::http::{Request, Response};
-//! use wavesock::ErrorResponse;
 //!
 //! #[derive(Clone)]
 //! struct Room;
@@ -871,7 +899,7 @@
 //! impl Handler for Room {
 //!     type Data = ();
 //!
-//!     fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), ErrorResponse> {
+//!     fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<(), HttpResponse> {
 //!         Ok(())
 //!     }
 //!
@@ -890,3 +918,78 @@
 //! Tokio, a waker and about 160 bytes of state (`tests/hub_memory.rs`
 //! holds it under 512 bytes of heap in all); echoing small messages
 //! allocates nothing once warm.
+//!
+//! ## Async work from hub handlers
+//!
+//! Handlers are plain functions on the engine's task: no `.await`. Work
+//! that waits (a database, another service) is spawned, and its answer
+//! sent through the handle with the connection's id. Three things need
+//! care, and `examples/hub_async.rs` does all three:
+//!
+//! - **Order.** Two spawned tasks finish in any order. To answer a
+//!   connection in the order it asked, chain its queries: each task waits
+//!   for a oneshot the previous one completes after handing its answer to
+//!   the hub (kept in the connection's data), then calls, then sends.
+//!   [`HubHandle::send`](crate::hub::HubHandle::send) queues in order.
+//! - **Time and amount.** Put a timeout on the call
+//!   (`tokio::time::timeout`), and bound the calls one connection may
+//!   have running (a semaphore in its data): a client that asks faster
+//!   than it waits is closed (1013, try again later) rather than given
+//!   unbounded tasks.
+//! - **The end.** [`Handler::close`](crate::hub::Handler::close) gets the
+//!   connection's data: cancel its calls there (a `CancellationToken`),
+//!   or their answers go to an id that names no connection (dropped,
+//!   harmlessly, but after the work).
+//!
+//! A slow reader needs nothing more: the hub stops reading a connection
+//! whose answers it cannot write, so its next queries wait in TCP's flow
+//! control, and `HubHandle::send` waits for room in the engine's queue.
+//! Keep what can be in flight (calls × the largest answer) under
+//! [`max_backpressure`](crate::hub::HubConfig::max_backpressure), so that
+//! a client within the limits is never cut off.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use wavesock::hub::{Handler, HttpResponse, HubHandle, HubMessage, Ws};
+//! use wavesock::http::{Request, Response};
+//! use wavesock::Message;
+//!
+//! #[derive(Clone)]
+//! struct Lookup {
+//!     hub: HubHandle,
+//! }
+//!
+//! /// Per connection: resolved when the latest answer was handed over.
+//! type Last = Option<tokio::sync::oneshot::Receiver<()>>;
+//!
+//! async fn query(key: String) -> String {
+//!     // ... a database call ...
+//!     key
+//! }
+//!
+//! impl Handler for Lookup {
+//!     type Data = Last;
+//!
+//!     fn upgrade(&mut self, _: &Request<()>, _: &mut Response<()>) -> Result<Last, HttpResponse> {
+//!         Ok(None)
+//!     }
+//!
+//!     fn message(&mut self, ws: &mut Ws<'_, Last>, msg: HubMessage<'_>) {
+//!         let key = String::from_utf8_lossy(msg.as_bytes()).into_owned();
+//!         let (done, next) = tokio::sync::oneshot::channel();
+//!         let previous = ws.data_mut().replace(next);
+//!         let (hub, id) = (self.hub.clone(), ws.id());
+//!         tokio::spawn(async move {
+//!             if let Some(previous) = previous {
+//!                 let _ = previous.await; // the previous answer first
+//!             }
+//!             let answer = match tokio::time::timeout(Duration::from_secs(2), query(key)).await {
+//!                 Ok(value) => value,
+//!                 Err(_) => "timed out".to_owned(),
+//!             };
+//!             let _ = hub.send(id, Message::text(answer)).await;
+//!             let _ = done.send(());
+//!         });
+//!     }
+//! }
+//! ```
