@@ -11,10 +11,15 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use crate::hub::event::{Addresses, ConnId};
-use crate::hub::slot::Io;
 use crate::proto::close::CloseCode;
 use crate::proto::message::{Message, PreparedMessage};
 use crate::topics::{Published, Topics};
+
+/// Any transport a hub can serve besides TCP (TLS, Unix sockets, test
+/// transports).
+pub(crate) trait Io: AsyncRead + AsyncWrite + Send + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Send + 'static> Io for T {}
 
 /// What other tasks ask of an engine.
 pub(crate) enum Command {

@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use crate::error::{Error, Result};
 use crate::hub::config::BackpressurePolicy;
 use crate::hub::event::{Addresses, ConnId, HubMessage, SendStatus};
-use crate::hub::handle::HubHandle;
+use crate::hub::handle::{HubHandle, Io};
 use crate::hub::subs::{Subs, token};
 use crate::hub::wake::{ConnWaker, Key};
 use crate::proto::Role;
@@ -42,12 +42,6 @@ pub(crate) enum Stage {
     /// shutting the transport down.
     Ending,
 }
-
-/// Any transport a hub can serve besides TCP (TLS, Unix sockets, test
-/// transports).
-pub(crate) trait Io: AsyncRead + AsyncWrite + Send + 'static {}
-
-impl<T: AsyncRead + AsyncWrite + Send + 'static> Io for T {}
 
 /// A connection's transport: TCP, the usual case, without indirection.
 /// Calls on other transports retry `Interrupted` and take `WouldBlock` as
