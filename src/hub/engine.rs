@@ -56,6 +56,8 @@ const SHARE_MIN: usize = 64 << 10;
 const ACCEPTS_PER_TURN: usize = 64;
 /// Commands taken from handles per turn.
 const COMMANDS_PER_TURN: usize = 1024;
+/// Publishes sent to subscribers per turn (one send per subscriber).
+const DELIVERIES_PER_TURN: usize = 16 << 10;
 /// How long accepting pauses after an error (out of file descriptors).
 const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 /// Connections waiting to be taken by an engine (accepted by the acceptor
@@ -332,6 +334,8 @@ struct Engine<H: Handler> {
     published: std::collections::VecDeque<Delivery>,
     /// Subscribers of the publish being delivered.
     subscribers: Vec<Key>,
+    /// How many of them it was sent to (in earlier turns).
+    delivered: usize,
 }
 
 impl<H: Handler> std::fmt::Debug for Engine<H> {
@@ -385,6 +389,7 @@ impl<H: Handler> Engine<H> {
             shutdown: None,
             published: Default::default(),
             subscribers: Vec::new(),
+            delivered: 0,
         }
     }
 
@@ -676,17 +681,28 @@ impl<H: Handler> Engine<H> {
 
     /// Sends what was published to topics to this engine's subscribers:
     /// each publish is one prepared frame, written to each subscriber as to
-    /// any other send (its backpressure policy included).
-    fn deliver_published(&mut self) {
+    /// any other send (its backpressure policy included). At most
+    /// `DELIVERIES_PER_TURN` sends a turn, as reads and commands are
+    /// capped: the rest, in order, next turn. True if some are left.
+    fn deliver_published(&mut self) -> bool {
         let mut published = std::mem::take(&mut self.published);
         self.turn.subs.inbox.take(&mut published);
         let mut keys = std::mem::take(&mut self.subscribers);
-        while let Some(d) = published.pop_front() {
-            keys.clear();
-            self.turn.subs.subscribers(&d.topic, d.seq, &mut keys);
+        let mut budget = DELIVERIES_PER_TURN;
+        while budget > 0 {
+            let Some(d) = published.front() else {
+                break;
+            };
+            if self.delivered == 0 {
+                // The subscribers are fixed when a publish's delivery
+                // starts; one that ends meanwhile is skipped below.
+                keys.clear();
+                self.turn.subs.subscribers(&d.topic, d.seq, &mut keys);
+            }
+            let end = keys.len().min(self.delivered + budget);
             // Entries naming a connection come only from this engine.
             let except = d.except.map(|(_, t)| t);
-            for &key in &keys {
+            for &key in &keys[self.delivered..end] {
                 if except == Some(token(key)) {
                     continue;
                 }
@@ -700,10 +716,22 @@ impl<H: Handler> Engine<H> {
                 let _ = slot.c.deliver(turn, &d.msg);
                 self.settle(key);
             }
+            // A publish with no subscriber here costs a send's worth too.
+            budget -= (end - self.delivered).clamp(1, budget);
+            if end == keys.len() {
+                published.pop_front();
+                self.delivered = 0;
+            } else {
+                self.delivered = end;
+            }
         }
-        keys.clear();
+        let more = !published.is_empty();
+        if !more {
+            keys.clear();
+        }
         self.subscribers = keys;
         self.published = published;
+        more
     }
 
     /// Sends the close frames handlers and handles asked for this turn.
@@ -879,8 +907,12 @@ impl<H: Handler> Engine<H> {
         }
         // After the handlers ran: what they published goes out this turn,
         // before the close frames asked for meanwhile.
-        self.deliver_published();
-        self.send_closes();
+        let deliveries_left = self.deliver_published();
+        if !deliveries_left {
+            // Past the cap, the closes wait with the rest of the
+            // publishes they follow.
+            self.send_closes();
+        }
         self.flush_dirty();
         if let Some(deadline) = self.shutdown {
             if self.live == 0 {
@@ -891,9 +923,10 @@ impl<H: Handler> Engine<H> {
                 return Poll::Ready(());
             }
         }
-        if !self.queue.is_empty() || !self.turn.closing.is_empty() {
-            // Connections that stopped to let others go first, or whose
-            // close a drain handler asked for while the turn ended.
+        if !self.queue.is_empty() || !self.turn.closing.is_empty() || deliveries_left {
+            // Connections that stopped to let others go first, close
+            // frames a drain handler asked for as the turn ended, or
+            // publishes past this turn's cap.
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }

@@ -1,9 +1,13 @@
 //! An engine's side of topics: which of its connections subscribe to
-//! what. The process's registry knows only how many each engine has, so a
-//! publish is one inbox entry per engine, not one per subscriber.
+//! what. The process's registry knows only which engines have subscribers
+//! (and how many, through a count the engine keeps), so a publish is one
+//! inbox entry per engine, not one per subscriber, and the registry's lock
+//! is taken only when an engine's first subscriber to a topic comes or its
+//! last goes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::hub::wake::Key;
 use crate::topics::{Inbox, Topics};
@@ -13,14 +17,22 @@ use crate::topics::{Inbox, Topics};
 pub(crate) struct Subs {
     pub(crate) topics: Topics,
     pub(crate) inbox: Arc<Inbox>,
-    /// Subscribers per topic: slot to generation, and the place of the
-    /// first publish the subscription gets (what came before it, still in
-    /// the engine's inbox, is not for it).
-    by_topic: HashMap<Arc<str>, HashMap<u32, (u32, u64)>>,
+    /// Subscribers per topic.
+    by_topic: HashMap<Arc<str>, Subscribers>,
     /// Topics per subscribing slot, to unsubscribe when it ends. Kept here,
     /// not in the connection: a connection that subscribes to nothing pays
     /// nothing for topics.
     by_slot: HashMap<u32, Vec<Arc<str>>>,
+}
+
+/// An engine's subscribers to one topic: slot to generation and the place
+/// of the first publish the subscription gets (what came before it, still
+/// in the engine's inbox, is not for it); and their number, which the
+/// registry reads.
+#[derive(Debug)]
+struct Subscribers {
+    slots: HashMap<u32, (u32, u64)>,
+    count: Arc<AtomicUsize>,
 }
 
 impl Subs {
@@ -40,16 +52,24 @@ impl Subs {
         if mine.iter().any(|t| &**t == topic) {
             return false;
         }
-        let name = match self.by_topic.get_key_value(topic) {
-            Some((name, _)) => name.clone(),
-            None => topic.into(),
-        };
-        let since = self.topics.add(&self.inbox, topic);
-        mine.push(name.clone());
-        self.by_topic
-            .entry(name)
-            .or_default()
-            .insert(key.slot, (key.generation, since));
+        match self.by_topic.get_key_value(topic) {
+            Some((name, subs)) => {
+                let name = name.clone();
+                subs.count.fetch_add(1, Ordering::Relaxed);
+                let since = self.topics.now();
+                mine.push(name.clone());
+                let subs = self.by_topic.get_mut(&name).expect("found above");
+                subs.slots.insert(key.slot, (key.generation, since));
+            }
+            None => {
+                let name: Arc<str> = topic.into();
+                let (count, since) = self.topics.join(&self.inbox, topic);
+                mine.push(name.clone());
+                let mut slots = HashMap::new();
+                slots.insert(key.slot, (key.generation, since));
+                self.by_topic.insert(name, Subscribers { slots, count });
+            }
+        }
         true
     }
 
@@ -70,13 +90,17 @@ impl Subs {
     }
 
     fn forget(&mut self, slot: u32, topic: &str) {
-        if let Some(subs) = self.by_topic.get_mut(topic) {
-            subs.remove(&slot);
-            if subs.is_empty() {
-                self.by_topic.remove(topic);
-            }
+        let Some(subs) = self.by_topic.get_mut(topic) else {
+            return;
+        };
+        if subs.slots.remove(&slot).is_none() {
+            return;
         }
-        self.topics.remove(&self.inbox, topic);
+        subs.count.fetch_sub(1, Ordering::Relaxed);
+        if subs.slots.is_empty() {
+            self.by_topic.remove(topic);
+            self.topics.leave(&self.inbox, topic);
+        }
     }
 
     /// The connection in `slot` is gone: drops its subscriptions.
@@ -104,7 +128,8 @@ impl Subs {
     pub(crate) fn subscribers(&self, topic: &str, seq: u64, into: &mut Vec<Key>) {
         if let Some(subs) = self.by_topic.get(topic) {
             into.extend(
-                subs.iter()
+                subs.slots
+                    .iter()
                     .filter(|(_, (_, since))| *since <= seq)
                     .map(|(&slot, &(generation, _))| Key { slot, generation }),
             );
@@ -116,10 +141,8 @@ impl Drop for Subs {
     /// An engine that stops (its runtime shut down, or the hub) takes its
     /// subscriptions with it: no publish queues for it any more.
     fn drop(&mut self) {
-        for (topic, subs) in self.by_topic.drain() {
-            for _ in 0..subs.len() {
-                self.topics.remove(&self.inbox, &topic);
-            }
+        for (topic, _) in self.by_topic.drain() {
+            self.topics.leave(&self.inbox, &topic);
         }
     }
 }

@@ -50,7 +50,7 @@
 pub mod redis;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::Waker;
 
@@ -69,6 +69,11 @@ pub struct TopicsConfig {
     /// Publishes an engine may have waiting before it misses more. Default
     /// 65 536.
     pub inbox_capacity: usize,
+    /// Bytes of payload (and topic names) an engine may have waiting
+    /// before it misses more; one publish always fits, whatever its size.
+    /// The payload of a publish is shared, not copied, by the engines it
+    /// waits for: this bounds what one engine keeps alive. Default 64 MiB.
+    pub inbox_bytes: usize,
 }
 
 impl Default for TopicsConfig {
@@ -76,6 +81,7 @@ impl Default for TopicsConfig {
         TopicsConfig {
             stream_capacity: 1024,
             inbox_capacity: 1 << 16,
+            inbox_bytes: 64 << 20,
         }
     }
 }
@@ -90,6 +96,12 @@ impl TopicsConfig {
     /// Sets [`inbox_capacity`](Self::inbox_capacity) (at least 1).
     pub fn inbox_capacity(mut self, messages: usize) -> Self {
         self.inbox_capacity = messages.max(1);
+        self
+    }
+
+    /// Sets [`inbox_bytes`](Self::inbox_bytes).
+    pub fn inbox_bytes(mut self, bytes: usize) -> Self {
+        self.inbox_bytes = bytes;
         self
     }
 }
@@ -151,8 +163,15 @@ pub(crate) struct Delivery {
 #[derive(Debug)]
 pub(crate) struct Inbox {
     id: u64,
-    items: Mutex<VecDeque<Delivery>>,
+    items: Mutex<Waiting>,
     waker: AtomicWaker,
+}
+
+/// What waits in an inbox, and the payload bytes it holds.
+#[derive(Debug, Default)]
+struct Waiting {
+    items: VecDeque<Delivery>,
+    bytes: usize,
 }
 
 impl Inbox {
@@ -167,43 +186,78 @@ impl Inbox {
 
     /// Moves every waiting publish into `into`.
     pub(crate) fn take(&self, into: &mut VecDeque<Delivery>) {
-        let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut waiting = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        waiting.bytes = 0;
         if into.is_empty() {
-            std::mem::swap(&mut *items, into);
+            std::mem::swap(&mut waiting.items, into);
         } else {
-            into.append(&mut items);
+            into.append(&mut waiting.items);
         }
     }
+}
+
+/// A topic's subscribers outside hubs: the ring their receivers read, and
+/// a lock that orders sends to it. A publish takes this lock before it
+/// lets go of its shard's, so sends reach the ring in the order publishes
+/// took the shard, while waking the receivers (the costly part of a send)
+/// holds up no other topic.
+#[derive(Debug)]
+struct Streams {
+    order: Mutex<()>,
+    tx: broadcast::Sender<PreparedMessage>,
 }
 
 #[derive(Debug)]
 struct Entry {
     name: Arc<str>,
-    /// Engines with subscribers, and how many each has.
-    engines: Vec<(Arc<Inbox>, usize)>,
+    /// Engines with subscribers, and how many each has: the engine counts
+    /// its own (an atomic it shares with this entry), and takes the
+    /// registry's lock only when its first subscriber comes and its last
+    /// goes.
+    engines: Vec<(Arc<Inbox>, Arc<AtomicUsize>)>,
     /// Subscribers outside hubs.
-    streams: Option<broadcast::Sender<PreparedMessage>>,
+    streams: Option<Arc<Streams>>,
 }
 
 impl Entry {
     fn is_empty(&self) -> bool {
-        self.engines.is_empty()
-            && self
-                .streams
-                .as_ref()
-                .is_none_or(|s| s.receiver_count() == 0)
+        self.engines.is_empty() && self.streams.is_none()
     }
 }
+
+/// Shards of the registry's map: a topic's entry is in the shard its name
+/// hashes to, so that publishes and subscriptions of different topics
+/// seldom meet on one lock, while one topic's keep one order.
+const SHARDS: usize = 64;
+
+type Shard = Mutex<HashMap<Arc<str>, Entry>>;
 
 #[derive(Debug)]
 struct Inner {
     config: TopicsConfig,
-    topics: Mutex<HashMap<Arc<str>, Entry>>,
+    shards: Box<[Shard]>,
     link: OnceLock<Box<dyn Link>>,
     published: AtomicU64,
     inbox_dropped: AtomicU64,
-    /// The next publish's place in the order; changed under the lock.
+    /// The next publish's place in the order; taken under the topic's
+    /// shard lock.
     seq: AtomicU64,
+    /// Shard locks taken, for the tests that check who takes them.
+    #[cfg(test)]
+    locks: AtomicU64,
+}
+
+impl Inner {
+    fn shard(&self, topic: &str) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Entry>> {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        #[cfg(test)]
+        self.locks.fetch_add(1, Ordering::Relaxed);
+        let hash = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+            .hash_one(topic);
+        self.shards[hash as usize % SHARDS]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// A registry of topics; cheap to clone (clones share it). See the
@@ -232,11 +286,13 @@ impl Topics {
         Topics {
             inner: Arc::new(Inner {
                 config,
-                topics: Mutex::default(),
+                shards: (0..SHARDS).map(|_| Shard::default()).collect(),
                 link: OnceLock::new(),
                 published: AtomicU64::new(0),
                 inbox_dropped: AtomicU64::new(0),
                 seq: AtomicU64::new(0),
+                #[cfg(test)]
+                locks: AtomicU64::new(0),
             }),
         }
     }
@@ -255,13 +311,6 @@ impl Topics {
     /// The registry's settings.
     pub fn config(&self) -> &TopicsConfig {
         &self.inner.config
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Entry>> {
-        self.inner
-            .topics
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Publishes `msg` to `topic`: to its subscribers in this process and,
@@ -301,40 +350,51 @@ impl Topics {
         except: Option<(u64, u64)>,
     ) -> usize {
         self.inner.published.fetch_add(1, Ordering::Relaxed);
+        let config = &self.inner.config;
+        let size = msg.payload().len() + topic.len();
         let mut wake = Vec::new();
         let mut reached = 0;
-        {
-            let mut topics = self.lock();
-            let Some(entry) = topics.get_mut(topic) else {
-                return 0;
-            };
-            let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
-            for (inbox, count) in &entry.engines {
-                let mut items = inbox.items.lock().unwrap_or_else(PoisonError::into_inner);
-                if items.len() >= self.inner.config.inbox_capacity {
-                    self.inner.inbox_dropped.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                let except = except.filter(|&(id, _)| id == inbox.id);
-                if items.is_empty() {
-                    wake.push(inbox.clone());
-                }
-                items.push_back(Delivery {
-                    topic: entry.name.clone(),
-                    msg: msg.clone(),
-                    except,
-                    seq,
-                });
-                reached += count - usize::from(except.is_some());
+        let streams;
+        let shard = self.inner.shard(topic);
+        let Some(entry) = shard.get(topic) else {
+            return 0;
+        };
+        let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
+        for (inbox, count) in &entry.engines {
+            let mut waiting = inbox.items.lock().unwrap_or_else(PoisonError::into_inner);
+            // An engine that is this far behind misses the publish (the
+            // first always fits, however large).
+            let full = waiting.items.len() >= config.inbox_capacity
+                || (!waiting.items.is_empty() && waiting.bytes + size > config.inbox_bytes);
+            if full {
+                self.inner.inbox_dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
             }
-            if let Some(streams) = &entry.streams {
-                // Err: no receiver left.
-                reached += streams.send(msg.clone()).unwrap_or(0);
+            let except = except.filter(|&(id, _)| id == inbox.id);
+            if waiting.items.is_empty() {
+                wake.push(inbox.clone());
             }
-            if entry.is_empty() {
-                topics.remove(topic);
-            }
+            waiting.bytes += size;
+            waiting.items.push_back(Delivery {
+                topic: entry.name.clone(),
+                msg: msg.clone(),
+                except,
+                seq,
+            });
+            reached += count.load(Ordering::Relaxed) - usize::from(except.is_some());
         }
+        streams = entry.streams.clone();
+        // Taken before the shard is let go: the next publish to this topic
+        // sends after this one.
+        let order = streams
+            .as_ref()
+            .map(|s| s.order.lock().unwrap_or_else(PoisonError::into_inner));
+        drop(shard);
+        if let Some(s) = &streams {
+            // Err: no receiver left (the last one is being dropped).
+            reached += s.tx.send(msg.clone()).unwrap_or(0);
+        }
+        drop(order);
         for inbox in wake {
             inbox.waker.wake();
         }
@@ -344,52 +404,46 @@ impl Topics {
     /// Subscribes a task to `topic`: what is published to it from now on
     /// arrives through the receiver, until the receiver is dropped.
     pub fn subscribe(&self, topic: &str) -> TopicReceiver {
-        let mut topics = self.lock();
-        let entry = self.entry(&mut topics, topic);
+        let mut shard = self.inner.shard(topic);
+        let entry = entry(&mut shard, topic);
         let capacity = self.inner.config.stream_capacity;
         let rx = entry
             .streams
-            .get_or_insert_with(|| broadcast::channel(capacity).0)
+            .get_or_insert_with(|| {
+                Arc::new(Streams {
+                    order: Mutex::new(()),
+                    tx: broadcast::channel(capacity).0,
+                })
+            })
+            .tx
             .subscribe();
         TopicReceiver {
             rx,
             topic: entry.name.clone(),
+            registry: self.inner.clone(),
         }
-    }
-
-    fn entry<'a>(&self, topics: &'a mut HashMap<Arc<str>, Entry>, topic: &str) -> &'a mut Entry {
-        if !topics.contains_key(topic) {
-            let name: Arc<str> = topic.into();
-            topics.insert(
-                name.clone(),
-                Entry {
-                    name,
-                    engines: Vec::new(),
-                    streams: None,
-                },
-            );
-        }
-        topics.get_mut(topic).expect("inserted above")
     }
 
     /// Subscribers to `topic` in this process (hub connections and
     /// receivers).
     pub fn subscribers(&self, topic: &str) -> usize {
-        let topics = self.lock();
-        topics.get(topic).map_or(0, |e| {
-            e.engines.iter().map(|(_, n)| n).sum::<usize>()
-                + e.streams.as_ref().map_or(0, |s| s.receiver_count())
+        let shard = self.inner.shard(topic);
+        shard.get(topic).map_or(0, |e| {
+            e.engines
+                .iter()
+                .map(|(_, n)| n.load(Ordering::Relaxed))
+                .sum::<usize>()
+                + e.streams.as_ref().map_or(0, |s| s.tx.receiver_count())
         })
     }
 
-    /// The topics that have subscribers in this process.
+    /// The topics that have subscribers in this process, sorted.
     pub fn names(&self) -> Vec<String> {
-        let topics = self.lock();
-        let mut names: Vec<String> = topics
-            .values()
-            .filter(|e| !e.is_empty())
-            .map(|e| e.name.to_string())
-            .collect();
+        let mut names = Vec::new();
+        for shard in self.inner.shards.iter() {
+            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            names.extend(shard.values().map(|e| e.name.to_string()));
+        }
         names.sort_unstable();
         names
     }
@@ -411,40 +465,34 @@ impl Topics {
         })
     }
 
-    /// One more subscriber to `topic` on the engine of `inbox`; the place
-    /// of the first publish it gets (see [`Delivery::seq`]).
-    pub(crate) fn add(&self, inbox: &Arc<Inbox>, topic: &str) -> u64 {
-        let mut topics = self.lock();
-        let entry = self.entry(&mut topics, topic);
-        match entry
-            .engines
-            .iter_mut()
-            .find(|(i, _)| Arc::ptr_eq(i, inbox))
-        {
-            Some((_, n)) => *n += 1,
-            None => entry.engines.push((inbox.clone(), 1)),
-        }
+    /// The engine of `inbox` has its first subscriber to `topic`: the
+    /// count it keeps from now on (at 1), and the place of the first
+    /// publish the subscriber gets (see [`Delivery::seq`]).
+    pub(crate) fn join(&self, inbox: &Arc<Inbox>, topic: &str) -> (Arc<AtomicUsize>, u64) {
+        let mut shard = self.inner.shard(topic);
+        let entry = entry(&mut shard, topic);
+        let count = Arc::new(AtomicUsize::new(1));
+        entry.engines.push((inbox.clone(), count.clone()));
+        (count, self.inner.seq.load(Ordering::Relaxed))
+    }
+
+    /// The place of the first publish a further subscriber of an engine
+    /// already in a topic gets. Read without the lock: a publish that
+    /// races the subscription may or may not reach it, as either order
+    /// could have happened.
+    pub(crate) fn now(&self) -> u64 {
         self.inner.seq.load(Ordering::Relaxed)
     }
 
-    /// One subscriber fewer to `topic` on the engine of `inbox`.
-    pub(crate) fn remove(&self, inbox: &Arc<Inbox>, topic: &str) {
-        let mut topics = self.lock();
-        let Some(entry) = topics.get_mut(topic) else {
+    /// The engine of `inbox` has no subscriber to `topic` any more.
+    pub(crate) fn leave(&self, inbox: &Arc<Inbox>, topic: &str) {
+        let mut shard = self.inner.shard(topic);
+        let Some(entry) = shard.get_mut(topic) else {
             return;
         };
-        if let Some(at) = entry
-            .engines
-            .iter()
-            .position(|(i, _)| Arc::ptr_eq(i, inbox))
-        {
-            entry.engines[at].1 -= 1;
-            if entry.engines[at].1 == 0 {
-                entry.engines.swap_remove(at);
-            }
-        }
+        entry.engines.retain(|(i, _)| !Arc::ptr_eq(i, inbox));
         if entry.is_empty() {
-            topics.remove(topic);
+            shard.remove(topic);
         }
     }
 
@@ -455,12 +503,51 @@ impl Topics {
     }
 }
 
+/// `topic`'s entry in `shard`, made if missing.
+fn entry<'a>(shard: &'a mut HashMap<Arc<str>, Entry>, topic: &str) -> &'a mut Entry {
+    if !shard.contains_key(topic) {
+        let name: Arc<str> = topic.into();
+        shard.insert(
+            name.clone(),
+            Entry {
+                name,
+                engines: Vec::new(),
+                streams: None,
+            },
+        );
+    }
+    shard.get_mut(topic).expect("inserted above")
+}
+
 /// A task's subscription to a topic, from [`Topics::subscribe`]. Dropping
-/// it unsubscribes.
+/// it unsubscribes: the last receiver of a topic takes its ring with it,
+/// and the topic's entry if no hub connection subscribes.
 #[derive(Debug)]
 pub struct TopicReceiver {
     rx: broadcast::Receiver<PreparedMessage>,
     topic: Arc<str>,
+    registry: Arc<Inner>,
+}
+
+impl Drop for TopicReceiver {
+    fn drop(&mut self) {
+        let mut shard = self.registry.shard(&self.topic);
+        let Some(entry) = shard.get_mut(&*self.topic) else {
+            return;
+        };
+        // This receiver is still counted: the last one sees 1. Under the
+        // shard's lock, so no subscribe races it.
+        if entry
+            .streams
+            .as_ref()
+            .is_some_and(|s| s.tx.receiver_count() <= 1)
+        {
+            entry.streams = None;
+            if entry.is_empty() {
+                shard.remove(&*self.topic);
+            }
+        }
+    }
 }
 
 /// Why [`TopicReceiver::recv`] returned no message.
@@ -486,7 +573,7 @@ impl TopicReceiver {
             Ok(m) => Ok(m),
             Err(broadcast::error::RecvError::Lagged(n)) => Err(RecvError::Lagged(n)),
             // The sender lives in the registry's entry, removed only when
-            // no receiver is left: not while this one exists.
+            // this receiver is dropped.
             Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
         }
     }
@@ -510,15 +597,45 @@ mod tests {
         PreparedMessage::new(&Message::text(s.to_owned())).unwrap()
     }
 
+    /// The count an engine keeps for `topic`, if it is in it.
+    fn count(topics: &Topics, inbox: &Arc<Inbox>, topic: &str) -> Option<Arc<AtomicUsize>> {
+        let shard = topics.inner.shard(topic);
+        let entry = shard.get(topic)?;
+        let found = entry.engines.iter().find(|(i, _)| Arc::ptr_eq(i, inbox));
+        found.map(|(_, c)| c.clone())
+    }
+
+    /// One more subscriber on the engine of `inbox`, as `hub::subs` does:
+    /// the registry hears of the first only.
+    fn add(topics: &Topics, inbox: &Arc<Inbox>, topic: &str) {
+        match count(topics, inbox, topic) {
+            Some(c) => {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                topics.join(inbox, topic);
+            }
+        }
+    }
+
+    /// One subscriber fewer; the registry hears of the last.
+    fn remove(topics: &Topics, inbox: &Arc<Inbox>, topic: &str) {
+        if let Some(c) = count(topics, inbox, topic) {
+            if c.fetch_sub(1, Ordering::Relaxed) == 1 {
+                topics.leave(inbox, topic);
+            }
+        }
+    }
+
     #[test]
     fn publish_queues_once_per_engine_in_order_and_counts_subscribers() {
         let topics = Topics::new();
         let a = topics.inbox();
         let b = topics.inbox();
-        topics.add(&a, "t");
-        topics.add(&a, "t");
-        topics.add(&b, "t");
-        topics.add(&b, "other");
+        add(&topics, &a, "t");
+        add(&topics, &a, "t");
+        add(&topics, &b, "t");
+        add(&topics, &b, "other");
         assert_eq!(topics.subscribers("t"), 3);
         for i in 0..3 {
             let p = topics.publish("t", &prepared(&i.to_string()));
@@ -542,9 +659,9 @@ mod tests {
         let topics = Topics::new();
         let a = topics.inbox();
         let b = topics.inbox();
-        topics.add(&a, "t");
-        topics.add(&a, "t");
-        topics.add(&b, "t");
+        add(&topics, &a, "t");
+        add(&topics, &a, "t");
+        add(&topics, &b, "t");
         let reached = topics.deliver("t", &prepared("x"), Some((a.id(), 7)));
         assert_eq!(reached, 2);
         let mut got = VecDeque::new();
@@ -559,18 +676,18 @@ mod tests {
     fn removing_the_last_subscriber_forgets_the_topic() {
         let topics = Topics::new();
         let a = topics.inbox();
-        topics.add(&a, "t");
-        topics.add(&a, "t");
-        topics.remove(&a, "t");
+        add(&topics, &a, "t");
+        add(&topics, &a, "t");
+        remove(&topics, &a, "t");
         assert_eq!(topics.names(), ["t"]);
-        topics.remove(&a, "t");
+        remove(&topics, &a, "t");
         assert!(topics.names().is_empty());
         assert_eq!(topics.publish("t", &prepared("x")).local, 0);
         let mut got = VecDeque::new();
         a.take(&mut got);
         assert!(got.is_empty());
         // Removing again is harmless.
-        topics.remove(&a, "t");
+        remove(&topics, &a, "t");
         assert_eq!(topics.subscribers("t"), 0);
     }
 
@@ -579,8 +696,8 @@ mod tests {
         let topics = Topics::with_config(TopicsConfig::default().inbox_capacity(2));
         let a = topics.inbox();
         let b = topics.inbox();
-        topics.add(&a, "t");
-        topics.add(&b, "t");
+        add(&topics, &a, "t");
+        add(&topics, &b, "t");
         for i in 0..3 {
             topics.publish("t", &prepared(&i.to_string()));
             if i < 2 {
@@ -611,19 +728,22 @@ mod tests {
         assert_eq!(slow.recv().await, Err(RecvError::Lagged(2)));
         assert_eq!(slow.recv().await.unwrap().payload(), "2");
         assert_eq!(fast.try_recv(), Ok(None));
-        drop((fast, slow));
-        assert!(topics.names().is_empty() || topics.subscribers("t") == 0);
-        topics.publish("t", &prepared("gone"));
+        drop(fast);
+        assert_eq!(topics.names(), ["t"], "one receiver left");
+        drop(slow);
         assert!(
             topics.names().is_empty(),
             "the entry goes with its last receiver"
         );
+        assert_eq!(entries(&topics), 0);
+        assert_eq!(topics.publish("t", &prepared("gone")).local, 0);
     }
 
     /// Entries in the registry's map, empty ones included: what the
     /// public calls cannot tell apart from none.
     fn entries(topics: &Topics) -> usize {
-        topics.lock().len()
+        let shards = topics.inner.shards.iter();
+        shards.map(|s| s.lock().unwrap().len()).sum()
     }
 
     #[test]
@@ -640,7 +760,7 @@ mod tests {
     fn taking_appends_after_what_the_engine_holds() {
         let topics = Topics::new();
         let a = topics.inbox();
-        topics.add(&a, "t");
+        add(&topics, &a, "t");
         let mut got = VecDeque::new();
         topics.publish("t", &prepared("0"));
         a.take(&mut got);
@@ -666,7 +786,7 @@ mod tests {
         }
         let topics = Topics::new();
         let a = topics.inbox();
-        topics.add(&a, "t");
+        add(&topics, &a, "t");
         let count = Arc::new(Count(AtomicUsize::new(0)));
         a.register(&Waker::from(count.clone()));
         topics.publish("t", &prepared("0"));
@@ -684,27 +804,25 @@ mod tests {
     fn subscribers_and_names_count_engines_and_receivers_together() {
         let topics = Topics::new();
         let a = topics.inbox();
-        topics.add(&a, "t");
-        topics.add(&a, "t");
+        add(&topics, &a, "t");
+        add(&topics, &a, "t");
         let rx = topics.subscribe("t");
         assert_eq!(topics.subscribers("t"), 3);
         assert_eq!(topics.publish("t", &prepared("x")).local, 3);
         for name in ["e", "b", "d", "a", "c"] {
-            topics.add(&a, name);
+            add(&topics, &a, name);
         }
         assert_eq!(topics.names(), ["a", "b", "c", "d", "e", "t"]);
-        topics.remove(&a, "t");
-        topics.remove(&a, "t");
+        remove(&topics, &a, "t");
+        remove(&topics, &a, "t");
         assert_eq!(topics.subscribers("t"), 1, "the receiver keeps it");
         assert!(topics.names().contains(&"t".to_owned()));
         drop(rx);
-        // Its sender is still in the entry: empty, so neither named nor
-        // counted, and gone at the next publish.
+        // Its ring went with it, and the entry too.
         assert!(!topics.names().contains(&"t".to_owned()));
         assert_eq!(topics.subscribers("t"), 0);
-        assert_eq!(entries(&topics), 6);
-        assert_eq!(topics.publish("t", &prepared("x")).local, 0);
         assert_eq!(entries(&topics), 5);
+        assert_eq!(topics.publish("t", &prepared("x")).local, 0);
     }
 
     #[test]
@@ -712,17 +830,17 @@ mod tests {
         let topics = Topics::new();
         let a = topics.inbox();
         let b = topics.inbox();
-        topics.add(&a, "t");
-        topics.add(&b, "t");
-        topics.remove(&a, "t");
+        add(&topics, &a, "t");
+        add(&topics, &b, "t");
+        remove(&topics, &a, "t");
         assert_eq!(entries(&topics), 1, "b still subscribes");
         assert_eq!(topics.publish("t", &prepared("x")).local, 1);
-        topics.remove(&b, "t");
+        remove(&topics, &b, "t");
         assert_eq!(entries(&topics), 0);
         // A receiver's entry stays while it lives, whatever engines do.
         let _rx = topics.subscribe("r");
-        topics.add(&a, "r");
-        topics.remove(&a, "r");
+        add(&topics, &a, "r");
+        remove(&topics, &a, "r");
         assert_eq!(entries(&topics), 1);
         assert_eq!(topics.subscribers("r"), 1);
     }
@@ -781,6 +899,83 @@ mod tests {
         assert_eq!(rx.try_recv().unwrap().unwrap().payload(), "out");
         assert_eq!(rx.try_recv().unwrap().unwrap().payload(), "in");
         assert_eq!(topics.stats().published, 3);
+    }
+
+    #[test]
+    fn an_inbox_full_of_bytes_misses_publishes_but_always_takes_one() {
+        let config = TopicsConfig::default().inbox_bytes(20);
+        let topics = Topics::with_config(config);
+        let a = topics.inbox();
+        add(&topics, &a, "t");
+        // 1 byte of topic and 8 of payload each: two fit in 20, not three.
+        for i in 0..3 {
+            topics.publish("t", &prepared(&format!("{i:08}")));
+        }
+        assert_eq!(topics.stats().inbox_dropped, 1);
+        let mut got = VecDeque::new();
+        a.take(&mut got);
+        assert_eq!(got.len(), 2);
+        // Taken: room again. A publish larger than the bound fits alone.
+        topics.publish("t", &prepared(&"x".repeat(100)));
+        topics.publish("t", &prepared("y"));
+        got.clear();
+        a.take(&mut got);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].msg.payload().len(), 100);
+        assert_eq!(topics.stats().inbox_dropped, 2);
+    }
+
+    #[test]
+    fn an_engine_takes_the_registry_lock_only_for_its_first_and_last_subscriber() {
+        let topics = Topics::new();
+        let a = topics.inbox();
+        let locks = || topics.inner.locks.load(Ordering::Relaxed);
+        let (count, _) = topics.join(&a, "t");
+        let before = locks();
+        // What `hub::subs` does for the second to fifth subscriber.
+        for _ in 0..4 {
+            count.fetch_add(1, Ordering::Relaxed);
+            let _ = topics.now();
+        }
+        assert_eq!(locks(), before, "no lock for subscribers 2 to 5");
+        assert_eq!(topics.subscribers("t"), 5);
+        assert_eq!(topics.publish("t", &prepared("x")).local, 5);
+        count.fetch_sub(4, Ordering::Relaxed);
+        assert_eq!(topics.subscribers("t"), 1);
+        topics.leave(&a, "t");
+        assert_eq!(entries(&topics), 0);
+    }
+
+    #[test]
+    fn engines_and_receivers_see_one_order_per_topic_under_concurrent_publishers() {
+        let topics = Topics::with_config(TopicsConfig::default().stream_capacity(1 << 14));
+        let a = topics.inbox();
+        add(&topics, &a, "t");
+        let mut rx = topics.subscribe("t");
+        let threads: Vec<_> = (0..4)
+            .map(|n| {
+                let topics = topics.clone();
+                std::thread::spawn(move || {
+                    for i in 0..500 {
+                        topics.publish("t", &prepared(&format!("{n}.{i}")));
+                        // Other topics, in other shards, meanwhile.
+                        topics.publish(&format!("other{i}"), &prepared("-"));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let mut by_engine = VecDeque::new();
+        a.take(&mut by_engine);
+        let by_engine: Vec<_> = by_engine.iter().map(|d| d.msg.payload().clone()).collect();
+        let mut by_receiver = Vec::new();
+        while let Ok(Some(m)) = rx.try_recv() {
+            by_receiver.push(m.payload().clone());
+        }
+        assert_eq!(by_engine.len(), 2000);
+        assert_eq!(by_receiver, by_engine);
     }
 
     #[test]
