@@ -314,7 +314,7 @@ pub async fn serve_with(
     };
     if let Some(client) = redis {
         let link = topics
-            .link_redis(client, RedisLinkConfig::default().channel("wavesock-chat"))
+            .link_redis(client, RedisLinkConfig::default().prefix("wavesock-chat:"))
             .map_err(std::io::Error::other)?;
         tokio::spawn(watch_link(link, room.clone()));
     }

@@ -163,7 +163,7 @@ pub async fn serve(
         let link = topics
             .link_redis(
                 client.clone(),
-                RedisLinkConfig::default().channel("wavesock-hub-chat"),
+                RedisLinkConfig::default().prefix("wavesock-hub-chat:"),
             )
             .map_err(std::io::Error::other)?;
         tokio::spawn(watch_link(link, topics.clone(), server.clone()));

@@ -204,6 +204,12 @@ async fn until_all(
     }
 }
 
+async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), f)
+        .await
+        .expect("in time")
+}
+
 async fn until_state(link: &RedisLink, want: impl Fn(&LinkState) -> bool) {
     let mut status = link.status();
     tokio::time::timeout(Duration::from_secs(30), status.wait_for(|s| want(s)))
@@ -237,6 +243,10 @@ async fn three_servers_share_topics_through_redis_across_a_restart() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+    // Each server receives the topic once Redis confirmed its channel.
+    for s in &servers {
+        within(30, s.link.live(TOPIC)).await;
+    }
 
     // Phase 1, every link up: everything reaches everyone.
     let outcomes = publish_phase(&servers, 0).await;
@@ -266,6 +276,15 @@ async fn three_servers_share_topics_through_redis_across_a_restart() {
     redis.restart();
     for s in &servers {
         until_state(&s.link, |st| *st == LinkState::Up).await;
+        // Up, and subscribed again to the topic's channel on the new
+        // connection.
+        within(30, async {
+            while s.link.stats().subscribes < 2 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        within(30, s.link.live(TOPIC)).await;
     }
     let outcomes = publish_phase(&servers, 2).await;
     for o in &outcomes {

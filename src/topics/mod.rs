@@ -143,6 +143,10 @@ pub struct TopicsStats {
 /// Where publishes go beyond this process (the Redis link).
 pub(crate) trait Link: Send + Sync + std::fmt::Debug {
     fn send(&self, topic: &str, msg: &PreparedMessage) -> Remote;
+    /// `topic` got its first subscriber in this process, or lost its last
+    /// (the link asks [`Topics::has`] which). Called under the topic's
+    /// shard lock: it must not wait.
+    fn interest(&self, topic: &str);
 }
 
 /// A publish waiting in an engine's inbox.
@@ -248,6 +252,13 @@ struct Inner {
 }
 
 impl Inner {
+    /// Tells the link, if any, that `topic` came or went here.
+    fn interest(&self, topic: &str) {
+        if let Some(link) = self.link.get() {
+            link.interest(topic);
+        }
+    }
+
     fn shard(&self, topic: &str) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Entry>> {
         use std::hash::{BuildHasher, BuildHasherDefault};
         #[cfg(test)]
@@ -405,7 +416,7 @@ impl Topics {
     /// arrives through the receiver, until the receiver is dropped.
     pub fn subscribe(&self, topic: &str) -> TopicReceiver {
         let mut shard = self.inner.shard(topic);
-        let entry = entry(&mut shard, topic);
+        let entry = entry(&self.inner, &mut shard, topic);
         let capacity = self.inner.config.stream_capacity;
         let rx = entry
             .streams
@@ -435,6 +446,11 @@ impl Topics {
                 .sum::<usize>()
                 + e.streams.as_ref().map_or(0, |s| s.tx.receiver_count())
         })
+    }
+
+    /// Whether `topic` has subscribers in this process.
+    pub fn has(&self, topic: &str) -> bool {
+        self.inner.shard(topic).contains_key(topic)
     }
 
     /// The topics that have subscribers in this process, sorted.
@@ -470,7 +486,7 @@ impl Topics {
     /// publish the subscriber gets (see [`Delivery::seq`]).
     pub(crate) fn join(&self, inbox: &Arc<Inbox>, topic: &str) -> (Arc<AtomicUsize>, u64) {
         let mut shard = self.inner.shard(topic);
-        let entry = entry(&mut shard, topic);
+        let entry = entry(&self.inner, &mut shard, topic);
         let count = Arc::new(AtomicUsize::new(1));
         entry.engines.push((inbox.clone(), count.clone()));
         (count, self.inner.seq.load(Ordering::Relaxed))
@@ -493,6 +509,7 @@ impl Topics {
         entry.engines.retain(|(i, _)| !Arc::ptr_eq(i, inbox));
         if entry.is_empty() {
             shard.remove(topic);
+            self.inner.interest(topic);
         }
     }
 
@@ -503,9 +520,10 @@ impl Topics {
     }
 }
 
-/// `topic`'s entry in `shard`, made if missing.
-fn entry<'a>(shard: &'a mut HashMap<Arc<str>, Entry>, topic: &str) -> &'a mut Entry {
+/// `topic`'s entry in `shard`, made if missing (the link hears of it).
+fn entry<'a>(inner: &Inner, shard: &'a mut HashMap<Arc<str>, Entry>, topic: &str) -> &'a mut Entry {
     if !shard.contains_key(topic) {
+        inner.interest(topic);
         let name: Arc<str> = topic.into();
         shard.insert(
             name.clone(),
@@ -545,6 +563,7 @@ impl Drop for TopicReceiver {
             entry.streams = None;
             if entry.is_empty() {
                 shard.remove(&*self.topic);
+                self.registry.interest(&self.topic);
             }
         }
     }
@@ -859,13 +878,45 @@ mod tests {
     }
 
     #[derive(Debug, Default)]
-    struct Recorder(Mutex<Vec<(String, PreparedMessage)>>);
+    struct Recorder(Mutex<Vec<(String, PreparedMessage)>>, Mutex<Vec<String>>);
 
     impl Link for Arc<Recorder> {
         fn send(&self, topic: &str, msg: &PreparedMessage) -> Remote {
             self.0.lock().unwrap().push((topic.to_owned(), msg.clone()));
             Remote::Queued
         }
+
+        fn interest(&self, topic: &str) {
+            self.1.lock().unwrap().push(topic.to_owned());
+        }
+    }
+
+    #[test]
+    fn the_link_hears_when_a_topic_comes_and_goes_here_and_only_then() {
+        let topics = Topics::new();
+        let link = Arc::new(Recorder::default());
+        topics.set_link(Box::new(link.clone()));
+        let heard = || std::mem::take(&mut *link.1.lock().unwrap());
+        let a = topics.inbox();
+        let b = topics.inbox();
+        add(&topics, &a, "t");
+        assert_eq!(heard(), ["t"]);
+        assert!(topics.has("t"));
+        // More subscribers, on this engine, another, and a receiver: no news.
+        add(&topics, &a, "t");
+        add(&topics, &b, "t");
+        let rx = topics.subscribe("t");
+        remove(&topics, &a, "t");
+        remove(&topics, &a, "t");
+        remove(&topics, &b, "t");
+        assert!(heard().is_empty());
+        drop(rx);
+        assert_eq!(heard(), ["t"]);
+        assert!(!topics.has("t"));
+        let rx = topics.subscribe("r");
+        assert_eq!(heard(), ["r"]);
+        drop(rx);
+        assert_eq!(heard(), ["r"]);
     }
 
     #[test]

@@ -1,19 +1,42 @@
 //! Topics across servers through Redis pub/sub (feature `redis`).
 //!
 //! [`Topics::link_redis`] links a process's registry to every other
-//! process linked to the same Redis and channel. Each publish is delivered
-//! to this process's subscribers at once, as without a link, and queued
-//! for Redis; every other server receives it from its subscription to the
-//! channel and delivers it to its own subscribers, encoding the frame once
-//! per server. This is the shape of Phoenix PubSub's Redis adapter: one
-//! channel, every server reads it, topics are sorted out locally.
+//! process linked to the same Redis with the same
+//! [`RedisLinkConfig::prefix`]. Each topic is a Redis channel of its own
+//! (the prefix and the topic's name), and a server subscribes to a topic's
+//! channel only while it has subscribers to the topic: when the registry
+//! gets the topic's first subscriber (a hub connection or a
+//! [`TopicReceiver`](crate::topics::TopicReceiver)), and until
+//! [`RedisLinkConfig::unsubscribe_delay`] after its last is gone (if none
+//! came back meanwhile). So a server receives only the topics it has
+//! subscribers for, and Redis sends each publish to the servers that want
+//! it, as Centrifugo's Redis broker does.
+//!
+//! Each publish is delivered to this process's subscribers at once, as
+//! without a link, and queued for Redis; every other server subscribed to
+//! the topic's channel receives it and delivers it to its own subscribers,
+//! encoding the frame once per server.
+//!
+//! The link runs three tasks: one publishes (a pipeline of `PUBLISH` per
+//! round trip, on a connection of its own), one keeps the subscriptions
+//! (one channel per `SUBSCRIBE` or `UNSUBSCRIBE`, on a RESP3 connection
+//! whose push messages go straight to a queue bounded in bytes), and one
+//! delivers what that queue holds. None waits behind another.
 //!
 //! What holds, and what does not:
 //!
+//! - **Live once confirmed.** [`RedisLink::is_live`] says whether Redis
+//!   confirmed this server's subscription to a topic's channel, and
+//!   [`RedisLink::live`] waits for it. What other servers publish to the
+//!   topic after that reaches this server; what they published before,
+//!   while the subscription was on its way, may or may not. A subscriber
+//!   that comes while the topic is live (its channel kept through the
+//!   unsubscribe delay) gets what is published after it subscribed.
 //! - **Exactly once while the link is up.** A server skips its own
 //!   publishes when Redis hands them back (each carries the publishing
 //!   link's random id), and a batch that may have reached Redis is never
-//!   sent again.
+//!   sent again. A channel is subscribed once however many subscribers
+//!   the topic has here, so nothing arrives twice.
 //! - **Per-publisher order.** One link's publishes go out in order on one
 //!   connection, a pipeline per round trip ([`RedisLinkConfig::batch`] at
 //!   most), and Redis hands a channel's messages to every subscriber in
@@ -31,7 +54,13 @@
 //! - **Bounded.** At most [`RedisLinkConfig::queue`] publishes wait for
 //!   Redis; past that, a publish is dropped for other servers
 //!   ([`Remote::Dropped`], [`LinkStats::dropped_full`]) and still delivered
-//!   here.
+//!   here. What Redis pushes waits for delivery up to
+//!   [`RedisLinkConfig::incoming_bytes`]; past that it is dropped and
+//!   counted ([`LinkStats::dropped_incoming`]). redis-rs's RESP2 pub/sub
+//!   connection buffers what it reads in an unbounded channel; the RESP3
+//!   connection the link uses hands each push to the link as it is read,
+//!   so no unbounded buffer sits in between (the link needs Redis 6 or
+//!   later).
 //! - **Observable.** [`RedisLink::status`] is a `watch` channel of
 //!   [`LinkState`] (connecting, up, down with the error), and
 //!   [`RedisLink::stats`] counts what went where.
@@ -65,13 +94,13 @@
 //! # }
 //! ```
 
-use std::sync::Arc;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use futures_util::StreamExt;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 use crate::proto::header::OpCode;
 use crate::proto::message::{Message, PreparedMessage};
@@ -82,9 +111,10 @@ use crate::topics::{Link, Remote, Topics};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RedisLinkConfig {
-    /// The Redis channel every server of one deployment publishes to and
-    /// reads. Default `wavesock:topics`.
-    pub channel: String,
+    /// What a topic's Redis channel starts with: topic `room:42` is
+    /// channel `wavesock:t:room:42` by default. Servers of one deployment
+    /// use the same prefix; two deployments on one Redis, different ones.
+    pub prefix: String,
     /// Publishes that may wait for Redis. Default 8 192.
     pub queue: usize,
     /// Most publishes sent in one round trip (one pipeline). Default 256.
@@ -101,12 +131,20 @@ pub struct RedisLinkConfig {
     /// Messages from Redis larger than this (payload and topic) are
     /// dropped and counted as malformed. Default 16 MiB.
     pub max_message_size: usize,
+    /// Bytes of messages from Redis that may wait to be delivered here;
+    /// past that, messages are dropped and counted
+    /// ([`LinkStats::dropped_incoming`]), while one always fits. Default
+    /// 16 MiB.
+    pub incoming_bytes: usize,
+    /// How long a topic's channel stays subscribed after its last
+    /// subscriber here is gone, in case one comes back. Default 1 s.
+    pub unsubscribe_delay: Duration,
 }
 
 impl Default for RedisLinkConfig {
     fn default() -> Self {
         RedisLinkConfig {
-            channel: "wavesock:topics".to_owned(),
+            prefix: "wavesock:t:".to_owned(),
             queue: 8192,
             batch: 256,
             backoff_first: Duration::from_millis(100),
@@ -114,14 +152,28 @@ impl Default for RedisLinkConfig {
             timeout: Duration::from_secs(3),
             ping_interval: Duration::from_secs(5),
             max_message_size: 16 << 20,
+            incoming_bytes: 16 << 20,
+            unsubscribe_delay: Duration::from_secs(1),
         }
     }
 }
 
 impl RedisLinkConfig {
-    /// Sets [`channel`](Self::channel).
-    pub fn channel(mut self, channel: impl Into<String>) -> Self {
-        self.channel = channel.into();
+    /// Sets [`prefix`](Self::prefix).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Sets [`incoming_bytes`](Self::incoming_bytes).
+    pub fn incoming_bytes(mut self, bytes: usize) -> Self {
+        self.incoming_bytes = bytes;
+        self
+    }
+
+    /// Sets [`unsubscribe_delay`](Self::unsubscribe_delay).
+    pub fn unsubscribe_delay(mut self, delay: Duration) -> Self {
+        self.unsubscribe_delay = delay;
         self
     }
 
@@ -191,6 +243,9 @@ pub struct LinkStats {
     pub dropped_down: u64,
     /// Publishes not sent because [`RedisLinkConfig::queue`] were waiting.
     pub dropped_full: u64,
+    /// Messages from Redis not delivered because
+    /// [`RedisLinkConfig::incoming_bytes`] waited already.
+    pub dropped_incoming: u64,
     /// Publishes waiting or in flight when the connection failed: they may
     /// or may not have reached Redis, and are not sent again.
     pub lost: u64,
@@ -199,6 +254,12 @@ pub struct LinkStats {
     pub malformed: u64,
     /// Times the link came up (the first time included).
     pub connects: u64,
+    /// Topic channels subscribed (each time one was).
+    pub subscribes: u64,
+    /// Topic channels unsubscribed (each time one was).
+    pub unsubscribes: u64,
+    /// Topics whose channel Redis confirmed, now.
+    pub live: u64,
 }
 
 /// Why [`Topics::link_redis`] made no link.
@@ -213,37 +274,176 @@ pub enum LinkError {
     NoRuntime,
 }
 
-const UP: u8 = 1;
+/// Bits of [`Shared::state`]: the publishing connection is up, the
+/// subscribing one is; the link is up with both.
+const PUB_UP: u8 = 1;
+const SUB_UP: u8 = 2;
+const UP: u8 = PUB_UP | SUB_UP;
 
-/// What the registry's publishes and the link's task share.
+/// What the registry, the link's tasks and Redis's push messages share.
 #[derive(Debug)]
 struct Shared {
     origin: [u8; 16],
+    prefix: String,
     state: AtomicU8,
-    queue: mpsc::Sender<Bytes>,
+    queue: mpsc::Sender<(String, Bytes)>,
+    /// Topics whose presence here changed, for the subscribing task.
+    interest: Mutex<HashSet<Arc<str>>>,
+    interest_changed: Notify,
+    /// Topics whose channel Redis confirmed this server subscribes to.
+    live: Mutex<HashSet<Arc<str>>>,
+    live_changed: watch::Sender<()>,
+    /// Messages Redis pushed, bounded in bytes, for the delivering task.
+    incoming: Mutex<Pending>,
+    incoming_limit: usize,
+    incoming_ready: Notify,
+    /// The subscribing connection reported it is gone.
+    disconnected: std::sync::atomic::AtomicBool,
+    /// The last failure of each connection, for the status.
+    errors: Mutex<[Option<String>; 2]>,
     sent: AtomicU64,
     received: AtomicU64,
     dropped_down: AtomicU64,
     dropped_full: AtomicU64,
+    dropped_incoming: AtomicU64,
     lost: AtomicU64,
     malformed: AtomicU64,
     connects: AtomicU64,
+    subscribes: AtomicU64,
+    unsubscribes: AtomicU64,
+}
+
+/// Messages from Redis waiting for the delivering task.
+#[derive(Debug, Default)]
+struct Pending {
+    items: VecDeque<(Vec<u8>, Vec<u8>)>,
+    bytes: usize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Shared {
-    fn new(queue: mpsc::Sender<Bytes>) -> Self {
+    fn new(queue: mpsc::Sender<(String, Bytes)>, config: &RedisLinkConfig) -> Self {
         Shared {
             origin: rand::random(),
+            prefix: config.prefix.clone(),
             state: AtomicU8::new(0),
             queue,
+            interest: Mutex::default(),
+            interest_changed: Notify::new(),
+            live: Mutex::default(),
+            live_changed: watch::Sender::new(()),
+            incoming: Mutex::default(),
+            incoming_limit: config.incoming_bytes,
+            incoming_ready: Notify::new(),
+            disconnected: Default::default(),
+            errors: Mutex::default(),
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
             dropped_down: AtomicU64::new(0),
             dropped_full: AtomicU64::new(0),
+            dropped_incoming: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             malformed: AtomicU64::new(0),
             connects: AtomicU64::new(0),
+            subscribes: AtomicU64::new(0),
+            unsubscribes: AtomicU64::new(0),
         }
+    }
+
+    /// The Redis channel of `topic`.
+    fn channel(&self, topic: &str) -> String {
+        format!("{}{topic}", self.prefix)
+    }
+
+    fn set_live(&self, topic: &Arc<str>, live: bool) {
+        let changed = {
+            let mut set = lock(&self.live);
+            if live {
+                set.insert(topic.clone())
+            } else {
+                set.remove(topic)
+            }
+        };
+        if changed {
+            self.live_changed.send_replace(());
+        }
+    }
+
+    fn clear_live(&self) {
+        lock(&self.live).clear();
+        self.live_changed.send_replace(());
+    }
+
+    /// A push message from the subscribing connection (called by
+    /// redis-rs's connection task for each; it must not wait). Messages
+    /// go to the delivering task's queue unless it holds
+    /// [`RedisLinkConfig::incoming_bytes`] already; the rest is dropped
+    /// and counted.
+    fn on_push(&self, push: redis::PushInfo) {
+        match push.kind {
+            redis::PushKind::Message => {
+                let mut data = push.data.into_iter();
+                let (
+                    Some(redis::Value::BulkString(channel)),
+                    Some(redis::Value::BulkString(payload)),
+                ) = (data.next(), data.next())
+                else {
+                    self.malformed.fetch_add(1, Ordering::Relaxed);
+                    return;
+                };
+                let size = channel.len() + payload.len();
+                {
+                    let mut pending = lock(&self.incoming);
+                    if !pending.items.is_empty() && pending.bytes + size > self.incoming_limit {
+                        self.dropped_incoming.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                    pending.bytes += size;
+                    pending.items.push_back((channel, payload));
+                }
+                self.incoming_ready.notify_one();
+            }
+            redis::PushKind::Disconnection => {
+                self.disconnected.store(true, Ordering::Release);
+                self.interest_changed.notify_one();
+            }
+            // Confirmations are the replies of the calls that asked.
+            _ => {}
+        }
+    }
+
+    /// One connection came up or went down (with why): the link's state
+    /// and status follow.
+    fn set_part(&self, part: u8, up: Result<(), String>, status: &watch::Sender<LinkState>) {
+        let index = usize::from(part == SUB_UP);
+        let error = up.err();
+        lock(&self.errors)[index] = error.clone();
+        let before = match error {
+            None => self.state.fetch_or(part, Ordering::AcqRel),
+            Some(_) => self.state.fetch_and(!part, Ordering::AcqRel),
+        };
+        let now = self.state.load(Ordering::Acquire);
+        if now == UP && before != UP {
+            self.connects.fetch_add(1, Ordering::Relaxed);
+        }
+        let errors = lock(&self.errors);
+        let state = if now == UP {
+            LinkState::Up
+        } else if let Some(e) = errors.iter().flatten().next() {
+            LinkState::Down(e.clone())
+        } else {
+            LinkState::Connecting
+        };
+        status.send_if_modified(|s| {
+            let changed = *s != state && *s != LinkState::Stopped;
+            if changed {
+                *s = state;
+            }
+            changed
+        });
     }
 }
 
@@ -257,7 +457,7 @@ impl Link for Arc<Shared> {
             // Only data messages travel; a ping or close is this server's.
             return Remote::NoLink;
         };
-        match self.queue.try_send(wire) {
+        match self.queue.try_send((self.channel(topic), wire)) {
             Ok(()) => Remote::Queued,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.dropped_full.fetch_add(1, Ordering::Relaxed);
@@ -269,6 +469,11 @@ impl Link for Arc<Shared> {
             }
         }
     }
+
+    fn interest(&self, topic: &str) {
+        lock(&self.interest).insert(topic.into());
+        self.interest_changed.notify_one();
+    }
 }
 
 /// A registry's link to Redis, from [`Topics::link_redis`]. Clones share
@@ -279,34 +484,59 @@ impl Link for Arc<Shared> {
 pub struct RedisLink {
     shared: Arc<Shared>,
     status: watch::Receiver<LinkState>,
-    _task: Arc<AbortOnDrop>,
+    _tasks: Arc<AbortOnDrop>,
 }
 
-/// Stops the link's task when the last [`RedisLink`] goes.
+/// Stops the link's tasks when the last [`RedisLink`] goes.
 #[derive(Debug)]
 struct AbortOnDrop(
-    tokio::task::AbortHandle,
+    Vec<tokio::task::AbortHandle>,
     Arc<Shared>,
     watch::Sender<LinkState>,
 );
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
-        self.0.abort();
+        for task in &self.0 {
+            task.abort();
+        }
         self.1.state.store(0, Ordering::Release);
+        self.1.clear_live();
         self.2.send_replace(LinkState::Stopped);
     }
 }
 
 impl RedisLink {
-    /// The link's state, as it changes.
+    /// The link's state as it changes.
     pub fn status(&self) -> watch::Receiver<LinkState> {
         self.status.clone()
     }
 
-    /// Whether the link is up now.
+    /// Whether the link is up: publishes go to Redis.
     pub fn is_up(&self) -> bool {
         self.shared.state.load(Ordering::Acquire) == UP
+    }
+
+    /// Whether Redis confirmed this server's subscription to `topic`'s
+    /// channel: from then on, what other servers publish to it reaches
+    /// this server (until it has no subscriber left, or the link goes
+    /// down).
+    pub fn is_live(&self, topic: &str) -> bool {
+        lock(&self.shared.live).contains(topic)
+    }
+
+    /// Waits until [`is_live`](Self::is_live) holds for `topic` (a local
+    /// subscriber must exist: the link subscribes only to topics with
+    /// subscribers here). Publishes by other servers that Redis took
+    /// before this returns may or may not arrive; every one it takes
+    /// after arrives, once, while the link stays up.
+    pub async fn live(&self, topic: &str) {
+        let mut changed = self.shared.live_changed.subscribe();
+        while !self.is_live(topic) {
+            if changed.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     /// The link's counters.
@@ -318,19 +548,26 @@ impl RedisLink {
             received: get(&s.received),
             dropped_down: get(&s.dropped_down),
             dropped_full: get(&s.dropped_full),
+            dropped_incoming: get(&s.dropped_incoming),
             lost: get(&s.lost),
             malformed: get(&s.malformed),
             connects: get(&s.connects),
+            subscribes: get(&s.subscribes),
+            unsubscribes: get(&s.unsubscribes),
+            live: lock(&s.live).len() as u64,
         }
     }
 }
 
 impl Topics {
-    /// Links this registry to every other linked to the same Redis
-    /// channel; see the [module docs](crate::topics::redis). Starts
-    /// connecting in a task on the current Tokio runtime and returns at
-    /// once: until [`RedisLink::status`] says [`Up`](LinkState::Up),
-    /// publishes reach this process only.
+    /// Links this registry to every other registry linked to the same
+    /// Redis with the same [`RedisLinkConfig::prefix`]; see the
+    /// [module docs](self). Spawns the link's tasks on the current Tokio
+    /// runtime; the link runs until the returned [`RedisLink`] (and its
+    /// clones) is dropped.
+    ///
+    /// The link speaks RESP3 (Redis 6 or later) on its subscribing
+    /// connection, whatever `client`'s URL asks.
     pub fn link_redis(
         &self,
         client: redis::Client,
@@ -338,23 +575,39 @@ impl Topics {
     ) -> Result<RedisLink, LinkError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| LinkError::NoRuntime)?;
         let (queue, rx) = mpsc::channel(config.queue.max(1));
-        let shared = Arc::new(Shared::new(queue));
+        let shared = Arc::new(Shared::new(queue, &config));
         if !self.set_link(Box::new(shared.clone())) {
             return Err(LinkError::AlreadyLinked);
         }
         let (status_tx, status) = watch::channel(LinkState::Connecting);
-        let task = runtime.spawn(run(
-            client,
-            config,
-            self.clone(),
-            shared.clone(),
-            rx,
-            status_tx.clone(),
-        ));
+        let config = Arc::new(config);
+        let tasks = vec![
+            runtime
+                .spawn(publish(
+                    client.clone(),
+                    config.clone(),
+                    shared.clone(),
+                    rx,
+                    status_tx.clone(),
+                ))
+                .abort_handle(),
+            runtime
+                .spawn(subscribe(
+                    client,
+                    config.clone(),
+                    self.clone(),
+                    shared.clone(),
+                    status_tx.clone(),
+                ))
+                .abort_handle(),
+            runtime
+                .spawn(deliver(config, self.clone(), shared.clone()))
+                .abort_handle(),
+        ];
         Ok(RedisLink {
             shared: shared.clone(),
             status,
-            _task: Arc::new(AbortOnDrop(task.abort_handle(), shared, status_tx)),
+            _tasks: Arc::new(AbortOnDrop(tasks, shared, status_tx)),
         })
     }
 }
@@ -416,36 +669,33 @@ fn jittered(d: Duration) -> Duration {
     d.mul_f64(0.5 + rand::random::<f64>() / 2.0)
 }
 
-/// The link's task: connect, carry publishes both ways, and on failure
-/// back off and connect again, until the link is dropped.
-async fn run(
+/// The publishing task: one connection, a pipeline of `PUBLISH` per round
+/// trip, in order; on failure, back off and connect again.
+async fn publish(
     client: redis::Client,
-    config: RedisLinkConfig,
-    topics: Topics,
+    config: Arc<RedisLinkConfig>,
     shared: Arc<Shared>,
-    mut queue: mpsc::Receiver<Bytes>,
+    mut queue: mpsc::Receiver<(String, Bytes)>,
     status: watch::Sender<LinkState>,
 ) {
     let mut backoff = config.backoff_first;
     loop {
-        status.send_replace(LinkState::Connecting);
-        let error = match connect(&client, &config).await {
-            Ok((publisher, subscriber)) => {
+        let connect = client.get_multiplexed_async_connection();
+        let error = match tokio::time::timeout(config.timeout, connect).await {
+            Ok(Ok(conn)) => {
                 backoff = config.backoff_first;
-                shared.connects.fetch_add(1, Ordering::Relaxed);
-                shared.state.store(UP, Ordering::Release);
-                status.send_replace(LinkState::Up);
-                let error =
-                    carry(&config, &topics, &shared, &mut queue, publisher, subscriber).await;
-                shared.state.store(0, Ordering::Release);
+                shared.set_part(PUB_UP, Ok(()), &status);
+                let error = carry_publishes(&config, &shared, &mut queue, conn).await;
+                shared.set_part(PUB_UP, Err(error.clone()), &status);
                 drop_queued(&shared, &mut queue);
                 error
             }
-            Err(e) => e.to_string(),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "connecting to Redis timed out".to_owned(),
         };
+        shared.set_part(PUB_UP, Err(error), &status);
         #[cfg(feature = "tracing")]
-        tracing::warn!(%error, "Redis link down");
-        status.send_replace(LinkState::Down(error));
+        tracing::warn!("Redis link down (publishing)");
         tokio::time::sleep(jittered(backoff)).await;
         // Publishes that raced the state change are not sent either.
         drop_queued(&shared, &mut queue);
@@ -454,37 +704,19 @@ async fn run(
 }
 
 /// Publishes queued for a connection that failed: not sent again.
-fn drop_queued(shared: &Shared, queue: &mut mpsc::Receiver<Bytes>) {
+fn drop_queued(shared: &Shared, queue: &mut mpsc::Receiver<(String, Bytes)>) {
     while queue.try_recv().is_ok() {
         shared.lost.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-type Conns = (redis::aio::MultiplexedConnection, redis::aio::PubSub);
-
-async fn connect(client: &redis::Client, config: &RedisLinkConfig) -> redis::RedisResult<Conns> {
-    let connect = async {
-        let publisher = client.get_multiplexed_async_connection().await?;
-        let mut subscriber = client.get_async_pubsub().await?;
-        subscriber.subscribe(&config.channel).await?;
-        Ok((publisher, subscriber))
-    };
-    match tokio::time::timeout(config.timeout, connect).await {
-        Ok(r) => r,
-        Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
-    }
-}
-
-/// Carries publishes both ways until the connection fails; why it did.
-async fn carry(
+/// Sends publishes until the connection fails; why it did.
+async fn carry_publishes(
     config: &RedisLinkConfig,
-    topics: &Topics,
     shared: &Shared,
-    queue: &mut mpsc::Receiver<Bytes>,
-    mut publisher: redis::aio::MultiplexedConnection,
-    subscriber: redis::aio::PubSub,
+    queue: &mut mpsc::Receiver<(String, Bytes)>,
+    mut conn: redis::aio::MultiplexedConnection,
 ) -> String {
-    let (mut sink, mut incoming) = subscriber.split();
     let mut batch = Vec::with_capacity(config.batch);
     let mut ping = tokio::time::interval(config.ping_interval);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -494,18 +726,14 @@ async fn carry(
             n = queue.recv_many(&mut batch, config.batch) => {
                 if n == 0 {
                     // Every sender is gone: nothing more will be published.
-                    return "stopped".to_owned();
+                    std::future::pending::<()>().await;
                 }
-                // One round trip for the whole batch, in order.
                 let mut pipe = redis::pipe();
-                for wire in &batch {
-                    pipe.publish(&config.channel, wire.as_ref()).ignore();
+                for (channel, wire) in &batch {
+                    pipe.publish(channel, wire.as_ref()).ignore();
                 }
-                let sent = tokio::time::timeout(
-                    config.timeout,
-                    pipe.query_async::<()>(&mut publisher),
-                )
-                .await;
+                let sent =
+                    tokio::time::timeout(config.timeout, pipe.query_async::<()>(&mut conn)).await;
                 let count = batch.len() as u64;
                 batch.clear();
                 match sent {
@@ -523,36 +751,187 @@ async fn carry(
                     }
                 }
             }
-            msg = incoming.next() => {
-                let Some(msg) = msg else {
-                    return "Redis closed the subscription".to_owned();
-                };
-                match decode(msg.get_payload_bytes(), config.max_message_size) {
-                    // This link's own publish, delivered here already.
-                    Some(i) if i.origin == shared.origin => {}
-                    Some(i) => {
-                        let prepared =
-                            PreparedMessage::new(&i.msg).expect("data messages always prepare");
-                        topics.deliver(&i.topic, &prepared, None);
-                        shared.received.fetch_add(1, Ordering::Relaxed);
-                    }
-                    None => {
-                        shared.malformed.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
             _ = ping.tick() => {
-                // Both connections: either may be the one that is gone.
-                let alive = async {
-                    redis::cmd("PING").query_async::<()>(&mut publisher).await?;
-                    sink.ping::<()>().await
-                };
-                match tokio::time::timeout(config.timeout, alive).await {
+                let ping = redis::cmd("PING");
+                match tokio::time::timeout(config.timeout, ping.query_async::<()>(&mut conn)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => return e.to_string(),
                     Err(_) => return "Redis did not answer a ping".to_owned(),
                 }
             }
+        }
+    }
+}
+
+/// The subscribing task: one RESP3 connection whose push messages go to
+/// the bounded incoming queue; subscribes a topic's channel when the topic
+/// gets its first subscriber here, unsubscribes after
+/// [`RedisLinkConfig::unsubscribe_delay`] once it has none (if it still
+/// has none). On failure, back off, connect again and subscribe every
+/// topic with subscribers here.
+async fn subscribe(
+    client: redis::Client,
+    config: Arc<RedisLinkConfig>,
+    topics: Topics,
+    shared: Arc<Shared>,
+    status: watch::Sender<LinkState>,
+) {
+    let mut info = client.get_connection_info().clone();
+    info.redis.protocol = redis::ProtocolVersion::RESP3;
+    let client = match redis::Client::open(info) {
+        Ok(c) => c,
+        Err(e) => {
+            shared.set_part(SUB_UP, Err(e.to_string()), &status);
+            return;
+        }
+    };
+    let mut backoff = config.backoff_first;
+    loop {
+        let push = shared.clone();
+        let conn_config = redis::AsyncConnectionConfig::new().set_push_sender(
+            move |p: redis::PushInfo| -> Result<(), std::convert::Infallible> {
+                push.on_push(p);
+                Ok(())
+            },
+        );
+        shared.disconnected.store(false, Ordering::Release);
+        let connect = client.get_multiplexed_async_connection_with_config(&conn_config);
+        let error = match tokio::time::timeout(config.timeout, connect).await {
+            Ok(Ok(conn)) => {
+                backoff = config.backoff_first;
+                shared.set_part(SUB_UP, Ok(()), &status);
+                let error = carry_subscriptions(&config, &topics, &shared, conn).await;
+                shared.clear_live();
+                error
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "connecting to Redis timed out".to_owned(),
+        };
+        shared.set_part(SUB_UP, Err(error), &status);
+        #[cfg(feature = "tracing")]
+        tracing::warn!("Redis link down (subscribing)");
+        tokio::time::sleep(jittered(backoff)).await;
+        backoff = (backoff * 2).min(config.backoff_max);
+    }
+}
+
+/// Keeps the connection's subscriptions to the topics with subscribers
+/// here until it fails; why it did.
+async fn carry_subscriptions(
+    config: &RedisLinkConfig,
+    topics: &Topics,
+    shared: &Shared,
+    mut conn: redis::aio::MultiplexedConnection,
+) -> String {
+    let mut subscribed: HashSet<Arc<str>> = HashSet::new();
+    // Unsubscribes waiting out their delay, oldest first.
+    let mut leaving: VecDeque<(tokio::time::Instant, Arc<str>)> = VecDeque::new();
+    lock(&shared.interest).extend(topics.names().into_iter().map(Arc::from));
+    let mut ping = tokio::time::interval(config.ping_interval);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ping.reset();
+    // One channel per command: redis-rs takes each confirmation as the
+    // reply of the command in flight.
+    macro_rules! call {
+        ($cmd:expr, $topic:expr) => {
+            let cmd = redis::cmd($cmd).arg(shared.channel($topic)).clone();
+            match tokio::time::timeout(config.timeout, cmd.exec_async(&mut conn)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return e.to_string(),
+                Err(_) => return "a round trip to Redis timed out".to_owned(),
+            }
+        };
+    }
+    loop {
+        if shared.disconnected.load(Ordering::Acquire) {
+            return "Redis closed the connection".to_owned();
+        }
+        let changed: Vec<Arc<str>> = lock(&shared.interest).drain().collect();
+        for topic in changed {
+            if topics.has(&topic) {
+                // Back before its unsubscribe: it stays.
+                leaving.retain(|(_, t)| *t != topic);
+                if !subscribed.contains(&topic) {
+                    call!("SUBSCRIBE", &topic);
+                    subscribed.insert(topic.clone());
+                    shared.subscribes.fetch_add(1, Ordering::Relaxed);
+                    shared.set_live(&topic, true);
+                }
+            } else if subscribed.contains(&topic) && !leaving.iter().any(|(_, t)| *t == topic) {
+                leaving.push_back((
+                    tokio::time::Instant::now() + config.unsubscribe_delay,
+                    topic,
+                ));
+            }
+        }
+        let now = tokio::time::Instant::now();
+        while leaving.front().is_some_and(|(at, _)| *at <= now) {
+            let (_, topic) = leaving.pop_front().expect("checked above");
+            // Not live first, then the check: a subscriber that comes
+            // after the check waits for the subscription that its coming
+            // asks for, never for one about to go.
+            shared.set_live(&topic, false);
+            if topics.has(&topic) {
+                shared.set_live(&topic, true);
+                continue;
+            }
+            call!("UNSUBSCRIBE", &topic);
+            subscribed.remove(&topic);
+            shared.unsubscribes.fetch_add(1, Ordering::Relaxed);
+        }
+        let next = leaving.front().map(|(at, _)| *at);
+        tokio::select! {
+            () = shared.interest_changed.notified() => {}
+            () = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+            _ = ping.tick() => {
+                let ping = redis::cmd("PING");
+                match tokio::time::timeout(config.timeout, ping.query_async::<()>(&mut conn)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return e.to_string(),
+                    Err(_) => return "Redis did not answer a ping".to_owned(),
+                }
+            }
+        }
+    }
+}
+
+/// The delivering task: hands what Redis pushed to this process's
+/// subscribers, apart from both connections, so that neither waits for
+/// the other or for the registry.
+async fn deliver(config: Arc<RedisLinkConfig>, topics: Topics, shared: Arc<Shared>) {
+    loop {
+        shared.incoming_ready.notified().await;
+        loop {
+            let batch = {
+                let mut pending = lock(&shared.incoming);
+                pending.bytes = 0;
+                std::mem::take(&mut pending.items)
+            };
+            if batch.is_empty() {
+                break;
+            }
+            for (channel, payload) in batch {
+                let topic = channel.strip_prefix(shared.prefix.as_bytes());
+                match (topic, decode(&payload, config.max_message_size)) {
+                    // This link's own publish, delivered here already.
+                    (Some(_), Some(i)) if i.origin == shared.origin => {}
+                    (Some(topic), Some(i)) if topic == i.topic.as_bytes() => {
+                        let prepared =
+                            PreparedMessage::new(&i.msg).expect("data messages always prepare");
+                        topics.deliver(&i.topic, &prepared, None);
+                        shared.received.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {
+                        shared.malformed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            tokio::task::yield_now().await;
         }
     }
 }
@@ -623,7 +1002,7 @@ mod tests {
     #[test]
     fn a_link_that_is_not_up_drops_and_counts() {
         let (queue, mut rx) = mpsc::channel(1);
-        let shared = Arc::new(Shared::new(queue));
+        let shared = Arc::new(Shared::new(queue, &RedisLinkConfig::default()));
         let msg = prepared(Message::text("x"));
         assert_eq!(shared.send("t", &msg), Remote::Dropped);
         assert_eq!(shared.dropped_down.load(Ordering::Relaxed), 1);
@@ -635,7 +1014,8 @@ mod tests {
             "queue of 1 is full"
         );
         assert_eq!(shared.dropped_full.load(Ordering::Relaxed), 1);
-        let wire = rx.try_recv().unwrap();
+        let (channel, wire) = rx.try_recv().unwrap();
+        assert_eq!(channel, "wavesock:t:t");
         assert_eq!(decode(&wire, 100).unwrap().topic, "t");
         drop_queued(&shared, &mut rx);
         assert_eq!(shared.lost.load(Ordering::Relaxed), 0, "nothing was left");
