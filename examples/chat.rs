@@ -6,6 +6,7 @@
 //! cargo run --example chat                    # http://127.0.0.1:8080/
 //! cargo run --example chat -- 127.0.0.1:3000  # another address
 //! cargo run --example chat -- 127.0.0.1:8081 --redis redis://127.0.0.1:6379/
+//! cargo run --example chat -- 127.0.0.1:8082 --redis-cluster redis://127.0.0.1:7000,redis://127.0.0.1:7001
 //! ```
 //!
 //! Open the page in two tabs and talk. The HTTP routing is done here, on
@@ -15,7 +16,9 @@
 //!
 //! With `--redis URL`, several chat servers (processes, on one machine or
 //! many) share one room through wavesock's Redis link
-//! (`Topics::link_redis`): a line is shown to the server's own guests at
+//! (`Topics::link_redis`; with `--redis-cluster`, a Redis Cluster's
+//! sharded pub/sub, `Topics::link_redis_cluster`): a line is shown to the
+//! server's own guests at
 //! once and published through Redis to the others, encoded once per
 //! process. While Redis is unreachable the room is split: each server's
 //! guests hear only each other, are told so, and lines said meanwhile do
@@ -34,6 +37,10 @@ use wavesock::handshake::server::{
     accept_response, check_request, error_response, parse_request, write_response,
 };
 use wavesock::topics::redis::{LinkState, RedisLink, RedisLinkConfig};
+
+#[path = "support/redis_args.rs"]
+pub mod redis_args;
+use redis_args::Redis;
 use wavesock::topics::{RecvError, Topics};
 use wavesock::{Config, Message, PreparedMessage, Role, WebSocketStream};
 
@@ -300,10 +307,7 @@ pub async fn serve(listener: TcpListener) -> std::io::Result<()> {
 
 /// Serves the chat on `listener`; with a Redis client, as one server of a
 /// room shared with every server using the same Redis.
-pub async fn serve_with(
-    listener: TcpListener,
-    redis: Option<wavesock::redis::Client>,
-) -> std::io::Result<()> {
+pub async fn serve_with(listener: TcpListener, redis: Option<Redis>) -> std::io::Result<()> {
     let server: Arc<str> = listener.local_addr()?.to_string().into();
     // A registry of this room's own: tests run several rooms in one process.
     let topics = Topics::new();
@@ -312,9 +316,9 @@ pub async fn serve_with(
         topics: topics.clone(),
         linked: redis.is_some(),
     };
-    if let Some(client) = redis {
-        let link = topics
-            .link_redis(client, RedisLinkConfig::default().prefix("wavesock-chat:"))
+    if let Some(redis) = redis {
+        let link = redis
+            .link(&topics, RedisLinkConfig::default().prefix("wavesock-chat:"))
             .map_err(std::io::Error::other)?;
         tokio::spawn(watch_link(link, room.clone()));
     }
@@ -335,15 +339,14 @@ async fn main() -> std::io::Result<()> {
     let mut redis = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        if arg == "--redis" {
-            let Some(url) = args.next() else {
-                eprintln!("usage: chat [ADDR] [--redis redis://HOST:PORT/]");
-                std::process::exit(2);
-            };
-            match wavesock::redis::Client::open(url.as_str()) {
-                Ok(client) => redis = Some(client),
+        if arg == "--redis" || arg == "--redis-cluster" {
+            match Redis::parse(&arg, args.next()) {
+                Ok(r) => redis = Some(r),
                 Err(e) => {
-                    eprintln!("bad Redis URL {url}: {e}");
+                    eprintln!("{e}");
+                    eprintln!(
+                        "usage: chat [ADDR] [--redis redis://HOST:PORT/ | --redis-cluster redis://HOST:PORT[,redis://HOST:PORT...]]"
+                    );
                     std::process::exit(2);
                 }
             }

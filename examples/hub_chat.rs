@@ -5,12 +5,15 @@
 //! ```text
 //! cargo run --example hub_chat -- 127.0.0.1:8080
 //! cargo run --example hub_chat -- 127.0.0.1:8081 --redis redis://127.0.0.1:6379/
+//! cargo run --example hub_chat -- 127.0.0.1:8082 --redis-cluster redis://127.0.0.1:7000,redis://127.0.0.1:7001
 //! ```
 //!
 //! The handler serves the page (`GET /`) and upgrades `GET /ws`; every
 //! guest subscribes to the room's topic as it opens. With `--redis URL`
 //! the process's topics are linked through Redis
-//! ([`Topics::link_redis`]) to every other server given the same URL, and
+//! ([`Topics::link_redis`]) to every other server given the same URL (with
+//! `--redis-cluster`, through a Redis Cluster's sharded pub/sub:
+//! [`Topics::link_redis_cluster`]), and
 //! the guests are told when the room splits (Redis unreachable: lines
 //! reach only this server's guests) and when it is whole again.
 
@@ -23,6 +26,10 @@ use wavesock::http::{Request, Response, StatusCode, header};
 use wavesock::hub::{Closed, Handler, HttpResponse, Hub, HubConfig, HubMessage, Ws, respond};
 use wavesock::topics::Topics;
 use wavesock::topics::redis::{LinkState, RedisLink, RedisLinkConfig};
+
+#[path = "support/redis_args.rs"]
+pub mod redis_args;
+use redis_args::Redis;
 use wavesock::{Config, Message, PreparedMessage};
 
 const PAGE: &str = include_str!("chat.html");
@@ -152,17 +159,15 @@ async fn watch_link(link: RedisLink, topics: Topics, server: Arc<str>) {
 
 /// Serves the chat on `listener`; with a Redis client, as one server of a
 /// room shared with every server using the same Redis.
-pub async fn serve(
-    listener: TcpListener,
-    redis: Option<wavesock::redis::Client>,
-) -> wavesock::Result<()> {
+pub async fn serve(listener: TcpListener, redis: Option<Redis>) -> wavesock::Result<()> {
     let server: Arc<str> = listener.local_addr()?.to_string().into();
     // A registry of this room's own: tests run several rooms in one process.
     let topics = Topics::new();
-    if let Some(client) = &redis {
-        let link = topics
-            .link_redis(
-                client.clone(),
+    let linked = redis.is_some();
+    if let Some(redis) = redis {
+        let link = redis
+            .link(
+                &topics,
                 RedisLinkConfig::default().prefix("wavesock-hub-chat:"),
             )
             .map_err(std::io::Error::other)?;
@@ -171,7 +176,7 @@ pub async fn serve(
     let chat = Chat {
         server,
         topics: topics.clone(),
-        linked: redis.is_some(),
+        linked,
         next_guest: Arc::new(AtomicU64::new(1)),
     };
     let config = HubConfig::default()
@@ -195,15 +200,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut redis = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        if arg == "--redis" {
-            let Some(url) = args.next() else {
-                eprintln!("usage: hub_chat [ADDR] [--redis redis://HOST:PORT/]");
-                std::process::exit(2);
-            };
-            match wavesock::redis::Client::open(url.as_str()) {
-                Ok(client) => redis = Some(client),
+        if arg == "--redis" || arg == "--redis-cluster" {
+            match Redis::parse(&arg, args.next()) {
+                Ok(r) => redis = Some(r),
                 Err(e) => {
-                    eprintln!("bad Redis URL {url}: {e}");
+                    eprintln!("{e}");
+                    eprintln!(
+                        "usage: hub_chat [ADDR] [--redis redis://HOST:PORT/ | --redis-cluster redis://HOST:PORT[,redis://HOST:PORT...]]"
+                    );
                     std::process::exit(2);
                 }
             }

@@ -1,6 +1,9 @@
 //! The chat (on streams and on a hub's topics), hub_async and axum examples, served in-process and driven by wavesock
 //! clients, so that `cargo test` notices when they break. (The chat page
 //! itself is tested in a real browser by tests/browser/run.sh.)
+// chat and hub_chat each include examples/support/redis_args.rs, as
+// their binaries do.
+#![allow(clippy::duplicate_mod)]
 
 use std::time::Duration;
 

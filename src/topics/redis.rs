@@ -107,6 +107,10 @@ use crate::proto::message::{Message, PreparedMessage};
 use crate::proto::text::Utf8Bytes;
 use crate::topics::{Link, Remote, Topics};
 
+mod nodes;
+
+use nodes::{Target, Topology};
+
 /// Settings of a Redis link.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -114,6 +118,9 @@ pub struct RedisLinkConfig {
     /// What a topic's Redis channel starts with: topic `room:42` is
     /// channel `wavesock:t:room:42` by default. Servers of one deployment
     /// use the same prefix; two deployments on one Redis, different ones.
+    /// In a Redis Cluster a channel's slot is the cluster's rule on the
+    /// whole name, so a prefix without `{` lets topics choose their slot
+    /// with a hash tag (`room:{42}:chat`).
     pub prefix: String,
     /// Publishes that may wait for Redis. Default 8 192.
     pub queue: usize,
@@ -272,6 +279,9 @@ pub enum LinkError {
     /// Not called from within a Tokio runtime, where the link's task runs.
     #[error("a Redis link needs a Tokio runtime")]
     NoRuntime,
+    /// A cluster node's address did not parse, or none was given.
+    #[error("bad Redis address: {0}")]
+    Address(String),
 }
 
 /// Bits of [`Shared::state`]: the publishing connection is up, the
@@ -297,8 +307,11 @@ struct Shared {
     incoming: Mutex<Pending>,
     incoming_limit: usize,
     incoming_ready: Notify,
-    /// The subscribing connection reported it is gone.
+    /// A subscribing connection reported it is gone, or a slot moved.
     disconnected: std::sync::atomic::AtomicBool,
+    /// Channels the link is unsubscribing from (their confirmation comes
+    /// as a push, as an unsubscribe it did not ask for would).
+    unsubscribing: Mutex<HashSet<Vec<u8>>>,
     /// The last failure of each connection, for the status.
     errors: Mutex<[Option<String>; 2]>,
     sent: AtomicU64,
@@ -339,6 +352,7 @@ impl Shared {
             incoming_limit: config.incoming_bytes,
             incoming_ready: Notify::new(),
             disconnected: Default::default(),
+            unsubscribing: Mutex::default(),
             errors: Mutex::default(),
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
@@ -384,7 +398,7 @@ impl Shared {
     /// and counted.
     fn on_push(&self, push: redis::PushInfo) {
         match push.kind {
-            redis::PushKind::Message => {
+            redis::PushKind::Message | redis::PushKind::SMessage => {
                 let mut data = push.data.into_iter();
                 let (
                     Some(redis::Value::BulkString(channel)),
@@ -409,6 +423,18 @@ impl Shared {
             redis::PushKind::Disconnection => {
                 self.disconnected.store(true, Ordering::Release);
                 self.interest_changed.notify_one();
+            }
+            // An unsubscribe the link did not ask for: the channel's slot
+            // moved (a failover, a resharding).
+            redis::PushKind::SUnsubscribe | redis::PushKind::Unsubscribe => {
+                let channel = match push.data.first() {
+                    Some(redis::Value::BulkString(c)) => c.clone(),
+                    _ => Vec::new(),
+                };
+                if !lock(&self.unsubscribing).remove(&channel) {
+                    self.disconnected.store(true, Ordering::Release);
+                    self.interest_changed.notify_one();
+                }
             }
             // Confirmations are the replies of the calls that asked.
             _ => {}
@@ -573,6 +599,64 @@ impl Topics {
         client: redis::Client,
         config: RedisLinkConfig,
     ) -> Result<RedisLink, LinkError> {
+        let target = Target::Single(client.get_connection_info().clone());
+        self.link(target, config)
+    }
+
+    /// Links this registry through a Redis Cluster, as
+    /// [`link_redis`](Self::link_redis) does through one Redis: each
+    /// topic's channel lives on the master of its slot, with sharded
+    /// pub/sub (`SPUBLISH`, `SSUBSCRIBE`; Redis 7 or later), so the
+    /// cluster's masters share the traffic.
+    ///
+    /// `nodes` are some of the cluster's nodes (`redis://host:port`, with
+    /// the user and password the cluster wants); the link asks the first
+    /// that answers for the slots' masters (`CLUSTER SLOTS`), and again
+    /// after any failure. A channel's slot is the cluster's rule on the
+    /// whole channel name ([`RedisLinkConfig::prefix`] and the topic):
+    /// topics with the same hash tag (`room:{42}:chat`, `room:{42}:typing`)
+    /// share a slot and a master.
+    ///
+    /// A master that fails is a link outage, as Redis going away is for
+    /// [`link_redis`](Self::link_redis): the link reports
+    /// [`LinkState::Down`], counts what it could not send, and comes back
+    /// once the cluster has a master for every slot again (a replica
+    /// promoted), subscribing again to every topic with subscribers here.
+    /// Nothing is replayed.
+    ///
+    /// ```no_run
+    /// use wavesock::topics::Topics;
+    /// use wavesock::topics::redis::RedisLinkConfig;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let nodes = ["redis://10.0.0.1:7000/", "redis://10.0.0.2:7000/"];
+    /// let link = Topics::global().link_redis_cluster(nodes, RedisLinkConfig::default())?;
+    /// # let _ = link;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn link_redis_cluster<I>(
+        &self,
+        nodes: I,
+        config: RedisLinkConfig,
+    ) -> Result<RedisLink, LinkError>
+    where
+        I: IntoIterator,
+        I::Item: redis::IntoConnectionInfo,
+    {
+        let mut seeds = Vec::new();
+        for node in nodes {
+            let info = redis::IntoConnectionInfo::into_connection_info(node)
+                .map_err(|e| LinkError::Address(e.to_string()))?;
+            seeds.push(info);
+        }
+        if seeds.is_empty() {
+            return Err(LinkError::Address("no cluster node given".to_owned()));
+        }
+        self.link(Target::Cluster(seeds), config)
+    }
+
+    fn link(&self, target: Target, config: RedisLinkConfig) -> Result<RedisLink, LinkError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| LinkError::NoRuntime)?;
         let (queue, rx) = mpsc::channel(config.queue.max(1));
         let shared = Arc::new(Shared::new(queue, &config));
@@ -584,7 +668,7 @@ impl Topics {
         let tasks = vec![
             runtime
                 .spawn(publish(
-                    client.clone(),
+                    target.clone(),
                     config.clone(),
                     shared.clone(),
                     rx,
@@ -593,7 +677,7 @@ impl Topics {
                 .abort_handle(),
             runtime
                 .spawn(subscribe(
-                    client,
+                    target,
                     config.clone(),
                     self.clone(),
                     shared.clone(),
@@ -643,7 +727,14 @@ struct Incoming {
     msg: Message,
 }
 
+#[cfg(test)]
 fn decode(wire: &[u8], max: usize) -> Option<Incoming> {
+    decode_owned(Bytes::copy_from_slice(wire), max)
+}
+
+/// Reads a publish from what Redis pushed; the payload stays where it
+/// came, not copied.
+fn decode_owned(wire: Bytes, max: usize) -> Option<Incoming> {
     if wire.len() < HEAD || wire.len() - HEAD > max || wire[0] != VERSION {
         return None;
     }
@@ -655,7 +746,7 @@ fn decode(wire: &[u8], max: usize) -> Option<Incoming> {
         return None;
     }
     let topic = std::str::from_utf8(&rest[..topic_len]).ok()?.to_owned();
-    let payload = Bytes::copy_from_slice(&rest[topic_len..]);
+    let payload = wire.slice(HEAD + topic_len..);
     let msg = match op {
         1 => Message::Text(Utf8Bytes::try_from(payload).ok()?),
         2 => Message::Binary(payload),
@@ -669,10 +760,41 @@ fn jittered(d: Duration) -> Duration {
     d.mul_f64(0.5 + rand::random::<f64>() / 2.0)
 }
 
-/// The publishing task: one connection, a pipeline of `PUBLISH` per round
-/// trip, in order; on failure, back off and connect again.
+/// Connects to every node of `topology`, with `config` for each (a push
+/// sender for the subscribing task).
+async fn connect_all(
+    topology: &Topology,
+    timeout: Duration,
+    resp3: Option<&redis::AsyncConnectionConfig>,
+) -> Result<Vec<redis::aio::MultiplexedConnection>, String> {
+    let mut conns = Vec::with_capacity(topology.nodes.len());
+    for node in &topology.nodes {
+        let mut info = node.clone();
+        if resp3.is_some() {
+            info.redis.protocol = redis::ProtocolVersion::RESP3;
+        }
+        let client = redis::Client::open(info).map_err(|e| e.to_string())?;
+        let connect = async {
+            match resp3 {
+                Some(c) => client.get_multiplexed_async_connection_with_config(c).await,
+                None => client.get_multiplexed_async_connection().await,
+            }
+        };
+        match tokio::time::timeout(timeout, connect).await {
+            Ok(Ok(conn)) => conns.push(conn),
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err("connecting to Redis timed out".to_owned()),
+        }
+    }
+    Ok(conns)
+}
+
+/// The publishing task: a connection per node (one, or each master of a
+/// cluster), a pipeline of `PUBLISH` (`SPUBLISH`) per node and round trip,
+/// in order; on failure, back off, learn the topology again and connect
+/// again.
 async fn publish(
-    client: redis::Client,
+    target: Target,
     config: Arc<RedisLinkConfig>,
     shared: Arc<Shared>,
     mut queue: mpsc::Receiver<(String, Bytes)>,
@@ -680,18 +802,21 @@ async fn publish(
 ) {
     let mut backoff = config.backoff_first;
     loop {
-        let connect = client.get_multiplexed_async_connection();
-        let error = match tokio::time::timeout(config.timeout, connect).await {
-            Ok(Ok(conn)) => {
+        let up = async {
+            let topology = nodes::discover(&target, config.timeout).await?;
+            let conns = connect_all(&topology, config.timeout, None).await?;
+            Ok::<_, String>((topology, conns))
+        };
+        let error = match up.await {
+            Ok((topology, conns)) => {
                 backoff = config.backoff_first;
                 shared.set_part(PUB_UP, Ok(()), &status);
-                let error = carry_publishes(&config, &shared, &mut queue, conn).await;
+                let error = carry_publishes(&config, &shared, &mut queue, &topology, conns).await;
                 shared.set_part(PUB_UP, Err(error.clone()), &status);
                 drop_queued(&shared, &mut queue);
                 error
             }
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => "connecting to Redis timed out".to_owned(),
+            Err(e) => e,
         };
         shared.set_part(PUB_UP, Err(error), &status);
         #[cfg(feature = "tracing")]
@@ -710,13 +835,15 @@ fn drop_queued(shared: &Shared, queue: &mut mpsc::Receiver<(String, Bytes)>) {
     }
 }
 
-/// Sends publishes until the connection fails; why it did.
+/// Sends publishes until a connection fails; why it did.
 async fn carry_publishes(
     config: &RedisLinkConfig,
     shared: &Shared,
     queue: &mut mpsc::Receiver<(String, Bytes)>,
-    mut conn: redis::aio::MultiplexedConnection,
+    topology: &Topology,
+    conns: Vec<redis::aio::MultiplexedConnection>,
 ) -> String {
+    let (publish, _, _) = topology.commands();
     let mut batch = Vec::with_capacity(config.batch);
     let mut ping = tokio::time::interval(config.ping_interval);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -728,63 +855,89 @@ async fn carry_publishes(
                     // Every sender is gone: nothing more will be published.
                     std::future::pending::<()>().await;
                 }
-                let mut pipe = redis::pipe();
+                // A pipeline per node, in the batch's order; the nodes'
+                // round trips at once.
+                let mut pipes: Vec<(redis::Pipeline, u64)> =
+                    (0..conns.len()).map(|_| (redis::pipe(), 0)).collect();
+                let mut unplaced = 0;
                 for (channel, wire) in &batch {
-                    pipe.publish(channel, wire.as_ref()).ignore();
+                    match topology.node_of(channel) {
+                        Some(node) => {
+                            pipes[node].0.cmd(publish).arg(channel).arg(wire.as_ref()).ignore();
+                            pipes[node].1 += 1;
+                        }
+                        None => unplaced += 1,
+                    }
                 }
-                let sent =
-                    tokio::time::timeout(config.timeout, pipe.query_async::<()>(&mut conn)).await;
-                let count = batch.len() as u64;
                 batch.clear();
-                match sent {
-                    Ok(Ok(())) => {
-                        shared.sent.fetch_add(count, Ordering::Relaxed);
-                        ping.reset();
-                    }
-                    Ok(Err(e)) => {
-                        shared.lost.fetch_add(count, Ordering::Relaxed);
-                        return e.to_string();
-                    }
-                    Err(_) => {
-                        shared.lost.fetch_add(count, Ordering::Relaxed);
-                        return "a round trip to Redis timed out".to_owned();
+                let rounds = pipes.into_iter().zip(conns.iter()).filter(|((_, n), _)| *n > 0).map(
+                    |((pipe, n), conn)| {
+                        let mut conn = conn.clone();
+                        async move {
+                            let sent = tokio::time::timeout(
+                                config.timeout,
+                                pipe.query_async::<()>(&mut conn),
+                            )
+                            .await;
+                            (sent, n)
+                        }
+                    },
+                );
+                let mut failed = None;
+                for (sent, n) in futures_util::future::join_all(rounds).await {
+                    match sent {
+                        Ok(Ok(())) => {
+                            shared.sent.fetch_add(n, Ordering::Relaxed);
+                        }
+                        Ok(Err(e)) => {
+                            shared.lost.fetch_add(n, Ordering::Relaxed);
+                            failed.get_or_insert(e.to_string());
+                        }
+                        Err(_) => {
+                            shared.lost.fetch_add(n, Ordering::Relaxed);
+                            failed.get_or_insert("a round trip to Redis timed out".to_owned());
+                        }
                     }
                 }
+                if unplaced > 0 {
+                    shared.lost.fetch_add(unplaced, Ordering::Relaxed);
+                    failed.get_or_insert("a channel's slot has no master".to_owned());
+                }
+                if let Some(e) = failed {
+                    return e;
+                }
+                ping.reset();
             }
             _ = ping.tick() => {
-                let ping = redis::cmd("PING");
-                match tokio::time::timeout(config.timeout, ping.query_async::<()>(&mut conn)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => return e.to_string(),
-                    Err(_) => return "Redis did not answer a ping".to_owned(),
+                for conn in &conns {
+                    let ping = redis::cmd("PING");
+                    let mut conn = conn.clone();
+                    match tokio::time::timeout(config.timeout, ping.query_async::<()>(&mut conn)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => return e.to_string(),
+                        Err(_) => return "Redis did not answer a ping".to_owned(),
+                    }
                 }
             }
         }
     }
 }
 
-/// The subscribing task: one RESP3 connection whose push messages go to
-/// the bounded incoming queue; subscribes a topic's channel when the topic
-/// gets its first subscriber here, unsubscribes after
+/// The subscribing task: a RESP3 connection per node whose push messages
+/// go to the bounded incoming queue; subscribes a topic's channel (on the
+/// master of its slot, in a cluster) when the topic gets its first
+/// subscriber here, unsubscribes after
 /// [`RedisLinkConfig::unsubscribe_delay`] once it has none (if it still
-/// has none). On failure, back off, connect again and subscribe every
-/// topic with subscribers here.
+/// has none). On failure (of any node, or a slot moving), back off, learn
+/// the topology again, connect again and subscribe every topic with
+/// subscribers here.
 async fn subscribe(
-    client: redis::Client,
+    target: Target,
     config: Arc<RedisLinkConfig>,
     topics: Topics,
     shared: Arc<Shared>,
     status: watch::Sender<LinkState>,
 ) {
-    let mut info = client.get_connection_info().clone();
-    info.redis.protocol = redis::ProtocolVersion::RESP3;
-    let client = match redis::Client::open(info) {
-        Ok(c) => c,
-        Err(e) => {
-            shared.set_part(SUB_UP, Err(e.to_string()), &status);
-            return;
-        }
-    };
     let mut backoff = config.backoff_first;
     loop {
         let push = shared.clone();
@@ -795,17 +948,21 @@ async fn subscribe(
             },
         );
         shared.disconnected.store(false, Ordering::Release);
-        let connect = client.get_multiplexed_async_connection_with_config(&conn_config);
-        let error = match tokio::time::timeout(config.timeout, connect).await {
-            Ok(Ok(conn)) => {
+        lock(&shared.unsubscribing).clear();
+        let up = async {
+            let topology = nodes::discover(&target, config.timeout).await?;
+            let conns = connect_all(&topology, config.timeout, Some(&conn_config)).await?;
+            Ok::<_, String>((topology, conns))
+        };
+        let error = match up.await {
+            Ok((topology, conns)) => {
                 backoff = config.backoff_first;
                 shared.set_part(SUB_UP, Ok(()), &status);
-                let error = carry_subscriptions(&config, &topics, &shared, conn).await;
+                let error = carry_subscriptions(&config, &topics, &shared, &topology, conns).await;
                 shared.clear_live();
                 error
             }
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => "connecting to Redis timed out".to_owned(),
+            Err(e) => e,
         };
         shared.set_part(SUB_UP, Err(error), &status);
         #[cfg(feature = "tracing")]
@@ -815,14 +972,16 @@ async fn subscribe(
     }
 }
 
-/// Keeps the connection's subscriptions to the topics with subscribers
-/// here until it fails; why it did.
+/// Keeps the subscriptions to the topics with subscribers here until a
+/// connection fails; why it did.
 async fn carry_subscriptions(
     config: &RedisLinkConfig,
     topics: &Topics,
     shared: &Shared,
-    mut conn: redis::aio::MultiplexedConnection,
+    topology: &Topology,
+    mut conns: Vec<redis::aio::MultiplexedConnection>,
 ) -> String {
+    let (_, subscribe, unsubscribe) = topology.commands();
     let mut subscribed: HashSet<Arc<str>> = HashSet::new();
     // Unsubscribes waiting out their delay, oldest first.
     let mut leaving: VecDeque<(tokio::time::Instant, Arc<str>)> = VecDeque::new();
@@ -834,8 +993,13 @@ async fn carry_subscriptions(
     // reply of the command in flight.
     macro_rules! call {
         ($cmd:expr, $topic:expr) => {
-            let cmd = redis::cmd($cmd).arg(shared.channel($topic)).clone();
-            match tokio::time::timeout(config.timeout, cmd.exec_async(&mut conn)).await {
+            let channel = shared.channel($topic);
+            let Some(node) = topology.node_of(&channel) else {
+                return "a channel's slot has no master".to_owned();
+            };
+            let cmd = redis::cmd($cmd).arg(&channel).clone();
+            let call = cmd.exec_async(&mut conns[node]);
+            match tokio::time::timeout(config.timeout, call).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return e.to_string(),
                 Err(_) => return "a round trip to Redis timed out".to_owned(),
@@ -844,7 +1008,7 @@ async fn carry_subscriptions(
     }
     loop {
         if shared.disconnected.load(Ordering::Acquire) {
-            return "Redis closed the connection".to_owned();
+            return "Redis closed a connection, or a slot moved".to_owned();
         }
         let changed: Vec<Arc<str>> = lock(&shared.interest).drain().collect();
         for topic in changed {
@@ -852,7 +1016,7 @@ async fn carry_subscriptions(
                 // Back before its unsubscribe: it stays.
                 leaving.retain(|(_, t)| *t != topic);
                 if !subscribed.contains(&topic) {
-                    call!("SUBSCRIBE", &topic);
+                    call!(subscribe, &topic);
                     subscribed.insert(topic.clone());
                     shared.subscribes.fetch_add(1, Ordering::Relaxed);
                     shared.set_live(&topic, true);
@@ -875,7 +1039,9 @@ async fn carry_subscriptions(
                 shared.set_live(&topic, true);
                 continue;
             }
-            call!("UNSUBSCRIBE", &topic);
+            // Its confirmation comes as a push too: not a slot moving.
+            lock(&shared.unsubscribing).insert(shared.channel(&topic).into_bytes());
+            call!(unsubscribe, &topic);
             subscribed.remove(&topic);
             shared.unsubscribes.fetch_add(1, Ordering::Relaxed);
         }
@@ -889,11 +1055,13 @@ async fn carry_subscriptions(
                 }
             } => {}
             _ = ping.tick() => {
-                let ping = redis::cmd("PING");
-                match tokio::time::timeout(config.timeout, ping.query_async::<()>(&mut conn)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => return e.to_string(),
-                    Err(_) => return "Redis did not answer a ping".to_owned(),
+                for conn in conns.iter_mut() {
+                    let ping = redis::cmd("PING");
+                    match tokio::time::timeout(config.timeout, ping.query_async::<()>(conn)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => return e.to_string(),
+                        Err(_) => return "Redis did not answer a ping".to_owned(),
+                    }
                 }
             }
         }
@@ -917,7 +1085,10 @@ async fn deliver(config: Arc<RedisLinkConfig>, topics: Topics, shared: Arc<Share
             }
             for (channel, payload) in batch {
                 let topic = channel.strip_prefix(shared.prefix.as_bytes());
-                match (topic, decode(&payload, config.max_message_size)) {
+                match (
+                    topic,
+                    decode_owned(Bytes::from(payload), config.max_message_size),
+                ) {
                     // This link's own publish, delivered here already.
                     (Some(_), Some(i)) if i.origin == shared.origin => {}
                     (Some(topic), Some(i)) if topic == i.topic.as_bytes() => {
