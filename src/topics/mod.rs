@@ -48,6 +48,7 @@
 
 #[cfg(feature = "redis")]
 pub mod redis;
+mod ring;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -55,16 +56,17 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::Waker;
 
 use futures_util::task::AtomicWaker;
-use tokio::sync::broadcast;
 
 use crate::proto::message::PreparedMessage;
+use crate::topics::ring::{Read, Ring};
 
 /// Settings of a [`Topics`] registry.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct TopicsConfig {
     /// Messages a [`TopicReceiver`] may fall behind before it skips ahead.
-    /// Default 1 024.
+    /// Default 1 024. Kept only while unread: a topic whose receivers keep
+    /// up holds none.
     pub stream_capacity: usize,
     /// Publishes an engine may have waiting before it misses more. Default
     /// 65 536.
@@ -208,7 +210,7 @@ impl Inbox {
 #[derive(Debug)]
 struct Streams {
     order: Mutex<()>,
-    tx: broadcast::Sender<PreparedMessage>,
+    ring: Ring,
 }
 
 #[derive(Debug)]
@@ -402,8 +404,7 @@ impl Topics {
             .map(|s| s.order.lock().unwrap_or_else(PoisonError::into_inner));
         drop(shard);
         if let Some(s) = &streams {
-            // Err: no receiver left (the last one is being dropped).
-            reached += s.tx.send(msg.clone()).unwrap_or(0);
+            reached += s.ring.send(msg);
         }
         drop(order);
         for inbox in wake {
@@ -418,18 +419,19 @@ impl Topics {
         let mut shard = self.inner.shard(topic);
         let entry = entry(&self.inner, &mut shard, topic);
         let capacity = self.inner.config.stream_capacity;
-        let rx = entry
+        let streams = entry
             .streams
             .get_or_insert_with(|| {
                 Arc::new(Streams {
                     order: Mutex::new(()),
-                    tx: broadcast::channel(capacity).0,
+                    ring: Ring::new(capacity),
                 })
             })
-            .tx
-            .subscribe();
+            .clone();
+        let next = streams.ring.join();
         TopicReceiver {
-            rx,
+            streams,
+            next,
             topic: entry.name.clone(),
             registry: self.inner.clone(),
         }
@@ -444,7 +446,7 @@ impl Topics {
                 .iter()
                 .map(|(_, n)| n.load(Ordering::Relaxed))
                 .sum::<usize>()
-                + e.streams.as_ref().map_or(0, |s| s.tx.receiver_count())
+                + e.streams.as_ref().map_or(0, |s| s.ring.receivers())
         })
     }
 
@@ -542,24 +544,22 @@ fn entry<'a>(inner: &Inner, shard: &'a mut HashMap<Arc<str>, Entry>, topic: &str
 /// and the topic's entry if no hub connection subscribes.
 #[derive(Debug)]
 pub struct TopicReceiver {
-    rx: broadcast::Receiver<PreparedMessage>,
+    streams: Arc<Streams>,
+    /// The place of the next message it reads.
+    next: u64,
     topic: Arc<str>,
     registry: Arc<Inner>,
 }
 
 impl Drop for TopicReceiver {
     fn drop(&mut self) {
+        // Under the shard's lock, so no subscribe races the last leaving.
         let mut shard = self.registry.shard(&self.topic);
+        let left = self.streams.ring.leave(self.next);
         let Some(entry) = shard.get_mut(&*self.topic) else {
             return;
         };
-        // This receiver is still counted: the last one sees 1. Under the
-        // shard's lock, so no subscribe races it.
-        if entry
-            .streams
-            .as_ref()
-            .is_some_and(|s| s.tx.receiver_count() <= 1)
-        {
+        if left == 0 {
             entry.streams = None;
             if entry.is_empty() {
                 shard.remove(&*self.topic);
@@ -587,22 +587,22 @@ impl TopicReceiver {
 
     /// The next message published to the topic. Never ends on its own: the
     /// registry lives as long as any receiver.
+    ///
+    /// Cancel safe: a message is taken only when it is returned.
     pub async fn recv(&mut self) -> Result<PreparedMessage, RecvError> {
-        match self.rx.recv().await {
-            Ok(m) => Ok(m),
-            Err(broadcast::error::RecvError::Lagged(n)) => Err(RecvError::Lagged(n)),
-            // The sender lives in the registry's entry, removed only when
-            // this receiver is dropped.
-            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
-        }
+        self.streams
+            .ring
+            .recv(&mut self.next)
+            .await
+            .map_err(RecvError::Lagged)
     }
 
     /// The next message if one is waiting (`Ok(None)` if not).
     pub fn try_recv(&mut self) -> Result<Option<PreparedMessage>, RecvError> {
-        match self.rx.try_recv() {
-            Ok(m) => Ok(Some(m)),
-            Err(broadcast::error::TryRecvError::Lagged(n)) => Err(RecvError::Lagged(n)),
-            Err(_) => Ok(None),
+        match self.streams.ring.read(&mut self.next) {
+            Read::Message(m) => Ok(Some(m)),
+            Read::Lagged(n) => Err(RecvError::Lagged(n)),
+            Read::Empty => Ok(None),
         }
     }
 }
