@@ -76,6 +76,9 @@ pub struct TopicsConfig {
     /// The payload of a publish is shared, not copied, by the engines it
     /// waits for: this bounds what one engine keeps alive. Default 64 MiB.
     pub inbox_bytes: usize,
+    /// Locks the registry's map is split over, by topic. Default 64; 1
+    /// is one lock for all topics.
+    pub shards: usize,
 }
 
 impl Default for TopicsConfig {
@@ -84,6 +87,7 @@ impl Default for TopicsConfig {
             stream_capacity: 1024,
             inbox_capacity: 1 << 16,
             inbox_bytes: 64 << 20,
+            shards: SHARDS,
         }
     }
 }
@@ -98,6 +102,12 @@ impl TopicsConfig {
     /// Sets [`inbox_capacity`](Self::inbox_capacity) (at least 1).
     pub fn inbox_capacity(mut self, messages: usize) -> Self {
         self.inbox_capacity = messages.max(1);
+        self
+    }
+
+    /// Sets [`shards`](Self::shards) (1 to 4 096).
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards.clamp(1, 4096);
         self
     }
 
@@ -231,9 +241,10 @@ impl Entry {
     }
 }
 
-/// Shards of the registry's map: a topic's entry is in the shard its name
-/// hashes to, so that publishes and subscriptions of different topics
-/// seldom meet on one lock, while one topic's keep one order.
+/// Shards of the registry's map by default: a topic's entry is in the
+/// shard its name hashes to, so that publishes and subscriptions of
+/// different topics seldom meet on one lock, while one topic's keep one
+/// order.
 const SHARDS: usize = 64;
 
 type Shard = Mutex<HashMap<Arc<str>, Entry>>;
@@ -267,7 +278,7 @@ impl Inner {
         self.locks.fetch_add(1, Ordering::Relaxed);
         let hash = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
             .hash_one(topic);
-        self.shards[hash as usize % SHARDS]
+        self.shards[hash as usize % self.shards.len()]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
@@ -298,8 +309,10 @@ impl Topics {
     pub fn with_config(config: TopicsConfig) -> Topics {
         Topics {
             inner: Arc::new(Inner {
+                shards: (0..config.shards.max(1))
+                    .map(|_| Shard::default())
+                    .collect(),
                 config,
-                shards: (0..SHARDS).map(|_| Shard::default()).collect(),
                 link: OnceLock::new(),
                 published: AtomicU64::new(0),
                 inbox_dropped: AtomicU64::new(0),
@@ -763,6 +776,28 @@ mod tests {
     fn entries(topics: &Topics) -> usize {
         let shards = topics.inner.shards.iter();
         shards.map(|s| s.lock().unwrap().len()).sum()
+    }
+
+    #[test]
+    fn a_registry_on_one_lock_or_many_behaves_the_same() {
+        assert_eq!(TopicsConfig::default().shards(0).shards, 1);
+        assert_eq!(TopicsConfig::default().shards(1 << 20).shards, 4096);
+        for shards in [1, 3, 64] {
+            let topics = Topics::with_config(TopicsConfig::default().shards(shards));
+            assert_eq!(topics.inner.shards.len(), shards);
+            let a = topics.inbox();
+            let mut rxs: Vec<_> = (0..20)
+                .map(|t| topics.subscribe(&format!("t{t}")))
+                .collect();
+            for t in 0..20 {
+                add(&topics, &a, &format!("t{t}"));
+                assert_eq!(topics.publish(&format!("t{t}"), &prepared("x")).local, 2);
+            }
+            assert_eq!(topics.names().len(), 20);
+            for rx in &mut rxs {
+                assert_eq!(rx.try_recv().unwrap().unwrap().payload(), "x");
+            }
+        }
     }
 
     #[test]
