@@ -8,14 +8,22 @@
 # them. The Redis leg alone (redis_rtt: PUBLISH round trip and
 # publish-to-subscriber on plain sockets) is measured first.
 #
+# Then the many-topics rows (topics_routing): S servers holding T topics
+# between them, what each receives from Redis with a channel per topic
+# (wavesock's link) against one channel for all topics, in the same run;
+# publishes/s through the link and publish-to-delivery p50/p99.
+#
 # usage: benches/run-fanout.sh [--clients TOTAL] [--procs "1 2 3"] [--messages K]
 #                              [--size S] [--examples "hub_chat chat"] [--no-build]
+#                              [--topics T] [--topic-servers "2 4 8"]
 #   --clients TOTAL   receiving clients in all (default 200), spread evenly
 #   --procs "N ..."   server counts to run through Redis (default "1 2 3");
 #                     the single process without Redis always runs first
 #   --messages K      lines in the throughput phase (default 2000)
 #   --size S          bytes per line (default 64)
 #   --examples "E"    which chat servers (default "hub_chat chat")
+#   --topics T        topics in the many-topics rows (default 1000; 0 skips them)
+#   --topic-servers "S ..."  server counts for them (default "2 4 8")
 #
 # Prints a markdown table: publish-to-last-receipt latency (p50, p99, max,
 # one line at a time) and lines/s and deliveries/s (lines × clients) with
@@ -25,6 +33,8 @@ set -euo pipefail
 total=200
 procs="1 2 3"
 examples="hub_chat chat"
+topics=1000
+topic_servers="2 4 8"
 messages=2000
 size=64
 build=1
@@ -35,8 +45,10 @@ while [[ $# -gt 0 ]]; do
         --messages) messages=$2; shift 2 ;;
         --size) size=$2; shift 2 ;;
         --examples) examples=$2; shift 2 ;;
+        --topics) topics=$2; shift 2 ;;
+        --topic-servers) topic_servers=$2; shift 2 ;;
         --no-build) build=0; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -44,7 +56,7 @@ done
 cd "$(dirname "$0")/.."
 if [[ $build == 1 ]]; then
     cargo build --profile bench --example chat --example hub_chat
-    cargo build --profile bench -p wavesock-benches --bin fanout --bin redis_rtt
+    cargo build --profile bench -p wavesock-benches --bin fanout --bin redis_rtt --bin topics_routing
 fi
 if ! command -v redis-server >/dev/null; then
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server
@@ -105,3 +117,11 @@ for example in $examples; do
         stop_all
     done
 done
+
+if [[ $topics -gt 0 ]]; then
+    for n in $topic_servers; do
+        echo
+        target/release/topics_routing --redis "redis://127.0.0.1:$REDIS_PORT/" --servers "$n" \
+            --topics "$topics" --messages $((topics * 20)) --size "$size"
+    done
+fi
