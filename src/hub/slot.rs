@@ -58,12 +58,25 @@ impl Transport {
     /// The connection's two ends: asked of the socket for TCP (nothing
     /// kept per connection), as given for other transports.
     pub(crate) fn addresses(&self) -> Addresses {
+        Addresses {
+            remote: self.remote_addr(),
+            local: self.local_addr(),
+        }
+    }
+
+    /// The peer's address alone: one system call for TCP, not two.
+    pub(crate) fn remote_addr(&self) -> Option<std::net::SocketAddr> {
         match self {
-            Transport::Tcp(t) => Addresses {
-                remote: t.peer_addr().ok(),
-                local: t.local_addr().ok(),
-            },
-            Transport::Other(_, addrs) => addrs.as_deref().copied().unwrap_or_default(),
+            Transport::Tcp(t) => t.peer_addr().ok(),
+            Transport::Other(_, addrs) => addrs.as_ref().and_then(|a| a.remote),
+        }
+    }
+
+    /// This end's address alone.
+    pub(crate) fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            Transport::Tcp(t) => t.local_addr().ok(),
+            Transport::Other(_, addrs) => addrs.as_ref().and_then(|a| a.local),
         }
     }
 }
@@ -545,12 +558,12 @@ impl<T> Ws<'_, T> {
     /// }
     /// ```
     pub fn remote_addr(&self) -> Option<std::net::SocketAddr> {
-        self.io.addresses().remote
+        self.io.remote_addr()
     }
 
     /// This end's address, as [`remote_addr`](Self::remote_addr).
     pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
-        self.io.addresses().local
+        self.io.local_addr()
     }
 
     /// The hub's handle: to reach this connection (or others) later, from
