@@ -335,6 +335,16 @@ struct Outstanding {
     error: Option<Error>,
 }
 
+/// The earlier of two deadlines, either of which may be unset.
+#[inline]
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
 impl Connection {
     /// A connection for `role` that starts at `now`.
     pub fn new(role: Role, timers: Timers, now: Instant) -> Self {
@@ -741,6 +751,15 @@ impl Connection {
 
     // Outputs.
 
+    /// Whether [`poll_transmit`](Self::poll_transmit) has a frame to give:
+    /// asked after every message, and answered without building one.
+    #[inline]
+    pub fn owes(&self) -> bool {
+        self.outstanding
+            .as_ref()
+            .is_some_and(|o| !o.owed.is_empty())
+    }
+
     /// The next frame owed to the peer, to encode and write before anything
     /// queued after it.
     #[inline]
@@ -763,10 +782,13 @@ impl Connection {
             Phase::TimedOut => return None,
         };
         let keepalive = self.keepalive.as_ref().filter(|_| open).map(|k| k.check_at);
-        [self.close_deadline(), self.budget_deadline(), keepalive]
-            .into_iter()
-            .flatten()
-            .min()
+        // Asked after every service of a connection: an open one without
+        // a closing handshake or a budget wait answers from its keepalive
+        // alone.
+        let Some(o) = &self.outstanding else {
+            return keepalive;
+        };
+        earliest(earliest(o.close_deadline, o.budget_deadline), keepalive)
     }
 
     /// The error the connection ends with, once (in [`Phase::Failing`] and

@@ -41,6 +41,25 @@ fn take_payload(src: &mut BytesMut, len: usize) -> BytesMut {
     }
 }
 
+/// A whole data message decoded in place
+/// ([`MessageDecoder::decode_borrowed`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Borrowed<'a> {
+    /// The message, borrowed from the buffer.
+    pub data: BorrowedData<'a>,
+    /// The bytes of the buffer the frame took, header included.
+    pub used: usize,
+}
+
+/// The payload of a [`Borrowed`] message, unmasked.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BorrowedData<'a> {
+    /// Validated text.
+    Text(&'a str),
+    /// Binary data.
+    Binary(&'a [u8]),
+}
+
 #[derive(Debug)]
 enum DecodeState {
     /// Waiting for a frame header.
@@ -550,6 +569,72 @@ impl MessageDecoder {
         self.decode_some(src)
     }
 
+    /// Decodes a whole data message that is a single frame at the front
+    /// of `src`, in place: unmasked and checked there, its payload
+    /// borrowed from `src`, nothing split off or counted. `Ok(None)`, with
+    /// nothing consumed and no state changed, for anything else (a
+    /// control frame, a fragment, a compressed or unfinished frame, a
+    /// message in progress, streaming): [`decode`](Self::decode) takes it.
+    ///
+    /// An engine reading many connections into one buffer hands each
+    /// message to its handler as a view of that buffer, as uWebSockets
+    /// does; the small message that fits one read costs no reference count
+    /// and no advance of the buffer. The same rules as `decode`'s apply.
+    #[inline]
+    pub fn decode_borrowed<'a>(
+        &mut self,
+        src: &'a mut [u8],
+    ) -> Result<Option<Borrowed<'a>>, Error> {
+        if !matches!(self.state, DecodeState::Head)
+            || self.stream
+            || self.fragments.is_some()
+            || self.inflating()
+        {
+            return Ok(None);
+        }
+        let (header, header_len) = match FrameHeader::parse(src) {
+            Ok(Some(h)) => h,
+            // Not all here yet, or broken: `decode` finds out and says so.
+            Ok(None) | Err(_) => return Ok(None),
+        };
+        if !header.fin
+            || header.rsv != 0
+            || !matches!(header.opcode, OpCode::Text | OpCode::Binary)
+            || header.payload_len > (src.len() - header_len) as u64
+        {
+            return Ok(None);
+        }
+        self.budget_wait = None;
+        let r = self.borrow_frame(header, header_len, src);
+        if r.is_err() {
+            self.discard();
+        }
+        r.map(Some)
+    }
+
+    fn borrow_frame<'a>(
+        &mut self,
+        header: FrameHeader,
+        header_len: usize,
+        src: &'a mut [u8],
+    ) -> Result<Borrowed<'a>, Error> {
+        let (len, inflate) = self.start_frame(header)?;
+        debug_assert!(!inflate, "no RSV1: not compressed");
+        let used = header_len + len;
+        let payload = &mut src[header_len..used];
+        if let Some(key) = header.mask {
+            apply_mask(payload, key, 0);
+        }
+        let data = if header.opcode == OpCode::Text {
+            self.utf8.feed(payload)?;
+            self.utf8.finish()?;
+            BorrowedData::Text(crate::text::validated_str(payload))
+        } else {
+            BorrowedData::Binary(payload)
+        };
+        Ok(Borrowed { data, used })
+    }
+
     fn decode_some(&mut self, src: &mut BytesMut) -> Result<Option<Message>, Error> {
         let r = self.decode_frames(src);
         if r.is_err() {
@@ -664,6 +749,112 @@ impl MessageDecoder {
 mod tests {
     use super::*;
     use crate::encoder::FrameEncoder;
+
+    fn client_wire(msgs: &[Message]) -> BytesMut {
+        let mut wire = BytesMut::new();
+        let mut enc = FrameEncoder::new(Role::Client);
+        for m in msgs {
+            enc.encode_message(m, &mut wire).unwrap();
+        }
+        wire
+    }
+
+    /// In place, a masked one-frame message decodes to what `decode` gives,
+    /// and the messages after it follow from where it ended.
+    #[test]
+    fn borrowed_decoding_matches_owned_decoding() {
+        let msgs = [
+            Message::text("héllo"),
+            Message::binary(vec![0u8, 1, 2, 255]),
+            Message::text(""),
+            Message::binary(vec![9u8; 70_000]),
+        ];
+        let mut wire = client_wire(&msgs);
+        let mut owned = wire.clone();
+        let mut dec = MessageDecoder::new(Role::Server, Limits::default());
+        let mut reference = MessageDecoder::new(Role::Server, Limits::default());
+        let mut at = 0;
+        for m in &msgs {
+            let b = dec
+                .decode_borrowed(&mut wire[at..])
+                .unwrap()
+                .expect("whole");
+            let expected = reference.decode(&mut owned).unwrap().unwrap();
+            assert_eq!(&expected, m);
+            match (b.data, m) {
+                (BorrowedData::Text(t), Message::Text(e)) => assert_eq!(t, e.as_str()),
+                (BorrowedData::Binary(p), Message::Binary(e)) => assert_eq!(p, &e[..]),
+                other => panic!("{other:?}"),
+            }
+            at += b.used;
+        }
+        assert_eq!(at, wire.len());
+        assert!(owned.is_empty());
+    }
+
+    /// Anything but a whole one-frame data message is left, untouched,
+    /// for `decode`, which then decodes it as ever.
+    #[test]
+    fn borrowed_decoding_leaves_everything_else_to_decode() {
+        let ping = client_wire(&[Message::Ping(bytes::Bytes::from_static(b"p"))]);
+        let whole = client_wire(&[Message::binary(vec![5u8; 300])]);
+        let cut = BytesMut::from(&whole[..whole.len() - 1]);
+        // A first fragment: FIN clear.
+        let mut fragment = whole.clone();
+        fragment[0] &= 0x7F;
+        // RSV1 without compression negotiated: `decode` refuses it.
+        let mut rsv = whole.clone();
+        rsv[0] |= 0x40;
+        for (what, wire) in [
+            ("ping", ping),
+            ("unfinished", cut),
+            ("fragment", fragment),
+            ("rsv", rsv),
+        ] {
+            let mut dec = MessageDecoder::new(Role::Server, Limits::default());
+            let mut buf = wire.clone();
+            assert_eq!(dec.decode_borrowed(&mut buf).unwrap(), None, "{what}");
+            assert_eq!(buf, wire, "{what}: nothing consumed or unmasked");
+            let mut reference = MessageDecoder::new(Role::Server, Limits::default());
+            let mut wire2 = wire.clone();
+            assert_eq!(
+                dec.decode(&mut buf).map_err(|e| e.to_string()),
+                reference.decode(&mut wire2).map_err(|e| e.to_string()),
+                "{what}"
+            );
+        }
+        // After a first fragment the decoder is in a message: the next
+        // whole frame (a continuation) is `decode`'s too.
+        let mut dec = MessageDecoder::new(Role::Server, Limits::default());
+        let mut first = client_wire(&[Message::binary(vec![1u8; 3])]);
+        first[0] &= 0x7F;
+        assert_eq!(dec.decode(&mut first).unwrap(), None);
+        let mut text = client_wire(&[Message::text("x")]);
+        assert_eq!(dec.decode_borrowed(&mut text).unwrap(), None);
+    }
+
+    /// The rules hold in place: bad UTF-8 and an oversized frame are errors,
+    /// and an unmasked client frame is refused by `decode` as ever.
+    #[test]
+    fn borrowed_decoding_keeps_the_rules() {
+        let mut bad = client_wire(&[Message::binary(vec![0xC3, 0x28])]);
+        bad[0] = 0x81; // the same bytes as text
+        let mut dec = MessageDecoder::new(Role::Server, Limits::default());
+        assert!(dec.decode_borrowed(&mut bad).is_err());
+        let limits = Limits {
+            max_frame_size: 10,
+            ..Limits::default()
+        };
+        let mut big = client_wire(&[Message::binary(vec![0u8; 11])]);
+        let mut dec = MessageDecoder::new(Role::Server, limits);
+        assert!(matches!(
+            dec.decode_borrowed(&mut big),
+            Err(Error::FrameTooLarge { size: 11, max: 10 })
+        ));
+        let mut unmasked = BytesMut::from(&[0x82u8, 0x01, 0x07][..]);
+        let mut dec = MessageDecoder::new(Role::Server, Limits::default());
+        assert!(dec.decode_borrowed(&mut unmasked).is_err());
+    }
 
     /// A client's frame of `len` bytes in a buffer of exactly its size.
     fn exact_frame(len: usize) -> BytesMut {

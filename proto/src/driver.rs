@@ -234,6 +234,9 @@ impl Driver {
     pub fn transmit(&mut self, lender: &mut impl Lender) -> Result<bool, Error> {
         // Asked after every message: nothing owed is the case to keep
         // cheap, so the loop stays out of line.
+        if !self.conn.owes() {
+            return Ok(false);
+        }
         match self.conn.poll_transmit() {
             None => Ok(false),
             Some(first) => self.transmit_from(first, lender).map(|()| true),

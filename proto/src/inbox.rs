@@ -363,6 +363,18 @@ impl Inbox {
         self.decoder.decode(scratch)
     }
 
+    /// [`MessageDecoder::decode_borrowed`] on `scratch`, the engine's read
+    /// buffer: a whole single-frame data message decoded in place, or
+    /// `Ok(None)` for [`decode_in`](Self::decode_in) to take (after the
+    /// bytes used so far are advanced past).
+    #[inline]
+    pub fn decode_borrowed<'a>(
+        &mut self,
+        scratch: &'a mut [u8],
+    ) -> Result<Option<crate::decoder::Borrowed<'a>>, Error> {
+        self.decoder.decode_borrowed(scratch)
+    }
+
     /// After decoding from `scratch`: what is left there (an unfinished
     /// frame) becomes the connection's own, and `scratch` is emptied for
     /// the next connection. `open`: the connection still takes input; if

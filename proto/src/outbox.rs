@@ -30,6 +30,9 @@ pub struct WriteQueue {
     len: usize,
     /// Room given to `tail` when it has none and something is copied in.
     buffer_len: usize,
+    /// `tail` was written from in part, so its start moved on: the pool
+    /// moves it back when the queue is returned.
+    advanced: bool,
 }
 
 #[derive(Debug)]
@@ -172,6 +175,7 @@ impl WriteQueue {
 
     fn consume_part(&mut self, mut n: usize) {
         self.len -= n;
+        self.advanced = true;
         if self.segs.is_empty() {
             self.tail.advance(n);
             return;
@@ -287,8 +291,14 @@ impl QueuePool {
     /// pool not full.
     pub fn give(&mut self, mut q: Box<WriteQueue>) {
         q.clear();
-        // Moves a buffer written from back to its start; never allocates.
-        let _ = q.tail.try_reclaim(self.limits.buffer_len);
+        // Moves a buffer written from in part back to its start; never
+        // allocates. Only then: a queue written whole was cleared at its
+        // start already, and one whose buffer is smaller than
+        // `buffer_len` (the handshake's answer made it) would try, and
+        // fail, on every return.
+        if std::mem::take(&mut q.advanced) {
+            let _ = q.tail.try_reclaim(self.limits.buffer_len);
+        }
         let cap = q.capacity();
         if cap <= self.limits.buffer_max
             && self.bytes + cap <= self.limits.bytes_max

@@ -9,6 +9,18 @@ use std::ops::Deref;
 
 use bytes::Bytes;
 
+/// Text the caller has just validated (a message decoded in place), as
+/// `&str` without a second pass over it.
+#[inline]
+pub(crate) fn validated_str(bytes: &[u8]) -> &str {
+    debug_assert!(std::str::from_utf8(bytes).is_ok());
+    // SAFETY: the one caller, `MessageDecoder::borrow_frame`, passes a
+    // payload its `Utf8Validator` accepted whole (fed and finished) just
+    // before, and nothing writes to it in between; the decoder's tests
+    // compare the text with `std::str::from_utf8`'s.
+    unsafe { std::str::from_utf8_unchecked(bytes) }
+}
+
 /// Immutable UTF-8 text backed by [`Bytes`]: cloning and slicing share the
 /// buffer, and received text reaches you without a copy.
 ///
