@@ -51,6 +51,13 @@ pub struct HubConfig {
     /// The registry of topics the hub's connections subscribe and publish
     /// to. Default [`Topics::global`]: shared by every hub of the process.
     pub topics: Topics,
+    /// How an engine learns that its TCP sockets are ready. Default
+    /// [`Readiness::Owned`] where the platform has a poller to own (Unix),
+    /// [`Readiness::Tokio`] elsewhere; the environment variable
+    /// `WAVESOCK_HUB_READINESS` (`owned` or `tokio`), when set, chooses
+    /// the default instead, so that a whole program or test suite can be
+    /// run under each without a change to its code.
+    pub readiness: Readiness,
 }
 
 impl Default for HubConfig {
@@ -64,6 +71,7 @@ impl Default for HubConfig {
             handle_capacity: 1024,
             shutdown_timeout: Duration::from_secs(5),
             topics: Topics::global(),
+            readiness: Readiness::from_env().unwrap_or_default(),
         }
     }
 }
@@ -118,6 +126,12 @@ impl HubConfig {
         self
     }
 
+    /// Sets [`readiness`](Self::readiness).
+    pub fn readiness(mut self, readiness: Readiness) -> Self {
+        self.readiness = readiness;
+        self
+    }
+
     /// Checks the settings, the connections' [`Config`] included.
     pub fn validate(&self) -> Result<()> {
         self.config.validate()?;
@@ -152,4 +166,59 @@ pub enum BackpressurePolicy {
     /// Drop the message ([`SendStatus::Dropped`](crate::hub::SendStatus::Dropped)); the connection goes on,
     /// and [`Handler::drain`](crate::hub::Handler::drain) says when its peer caught up.
     Drop,
+}
+
+/// How a hub's engine learns which of its TCP sockets are ready to read or
+/// write ([`HubConfig::readiness`]). Transports other than TCP (TLS, Unix
+/// sockets, connections handed over with
+/// [`HubHandle::accept`](crate::hub::HubHandle::accept)) are always polled
+/// through their own wakers, under either.
+///
+/// ```
+/// use wavesock::hub::{HubConfig, Readiness};
+///
+/// // The portable path, as every Tokio socket has it.
+/// let config = HubConfig::default().readiness(Readiness::Tokio);
+/// assert_eq!(config.readiness, Readiness::Tokio);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Readiness {
+    /// The engine owns a poller (epoll, kqueue, through mio) whose own
+    /// descriptor is registered with Tokio's reactor: the engine is still
+    /// a task of the runtime, and it reads the readiness of all its
+    /// sockets in one call per turn. A socket has no Tokio registration
+    /// (256 bytes each, and the reactor's work per event). On Unix only;
+    /// elsewhere it means [`Tokio`](Self::Tokio). If the poller cannot be
+    /// made (out of file descriptors), the engine uses `Tokio`.
+    Owned,
+    /// Each socket is a Tokio `TcpStream`, registered with the reactor,
+    /// and wakes its connection through a waker of its own.
+    Tokio,
+}
+
+impl Default for Readiness {
+    fn default() -> Self {
+        if cfg!(unix) {
+            Readiness::Owned
+        } else {
+            Readiness::Tokio
+        }
+    }
+}
+
+impl Readiness {
+    /// `WAVESOCK_HUB_READINESS`, when set to a known value.
+    fn from_env() -> Option<Self> {
+        match std::env::var("WAVESOCK_HUB_READINESS").ok()?.as_str() {
+            "owned" => Some(Readiness::Owned),
+            "tokio" => Some(Readiness::Tokio),
+            _ => None,
+        }
+    }
+
+    /// Whether an engine owns a poller on this platform.
+    pub(crate) fn owned(self) -> bool {
+        cfg!(unix) && self == Readiness::Owned
+    }
 }

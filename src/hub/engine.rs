@@ -30,6 +30,8 @@ use crate::hub::event::{
 };
 use crate::hub::handle::{Adopted, Adopter, Command, HubHandle};
 use crate::hub::handler::Handler;
+#[cfg(unix)]
+use crate::hub::poller::{LISTENER, Polled, Poller};
 use crate::hub::slot::{Conn, POOL_LIMITS, Slot, Stage, Transport, Turn, Ws};
 use crate::hub::subs::{Subs, token};
 use crate::hub::timers::Timers;
@@ -40,7 +42,7 @@ use crate::proto::budget::Grant;
 use crate::proto::buffer::CORK;
 use crate::proto::close::CloseCode;
 use crate::proto::conn::{Connection, Phase, later};
-use crate::proto::decoder::MessageDecoder;
+use crate::proto::decoder::{BorrowedData, MessageDecoder};
 use crate::proto::inbox::{Inbox, OwnMemory, Plan};
 use crate::proto::message::Message;
 use crate::proto::outbox::QueuePool;
@@ -217,7 +219,7 @@ impl<H: Handler> Hub<H> {
         if engines.len() == 1 {
             // On this task: a panic goes up as any other would.
             let mut engine = engines.pop().expect("one engine");
-            engine.listener = listener;
+            engine.listener = listener.map(Listener::Tokio);
             drop(handle);
             tokio::task::unconstrained(engine).await;
             return None;
@@ -290,6 +292,19 @@ impl<H: Handler> Hub<H> {
     }
 }
 
+/// What an engine accepts connections from.
+#[derive(Debug)]
+enum Listener {
+    Tokio(TcpListener),
+    /// Registered with the engine's poller: `ready` from its event until
+    /// an accept finds no connection waiting.
+    #[cfg(unix)]
+    Owned {
+        listener: mio::net::TcpListener,
+        ready: bool,
+    },
+}
+
 /// A slot of the table: its generation, and its connection if in use.
 type Entry<T> = (u32, Option<Box<Slot<T>>>);
 
@@ -314,6 +329,12 @@ struct Engine<H: Handler> {
     live: usize,
     queue: Arc<ReadyQueue>,
     keys: Vec<Key>,
+    /// The engine's own poller ([`Readiness::Owned`](crate::hub::Readiness)),
+    /// made on the first turn (it needs the runtime's reactor).
+    #[cfg(unix)]
+    poller: Option<Poller>,
+    /// A poller is wanted and not known to be out of reach.
+    owned: bool,
     /// The read buffer every connection reads into in turn.
     shared: BytesMut,
     /// Reading state for connections between messages.
@@ -323,7 +344,7 @@ struct Engine<H: Handler> {
     /// Armed only while a deadline is pending: a registered timer costs
     /// Tokio's time driver work at every park.
     sleep: Option<(Instant, Pin<Box<Sleep>>)>,
-    listener: Option<TcpListener>,
+    listener: Option<Listener>,
     accept_paused_until: Option<Instant>,
     commands: Option<mpsc::Receiver<Command>>,
     /// Connections handed to this engine (see `ACCEPT_QUEUE`).
@@ -355,6 +376,8 @@ impl<H: Handler> Engine<H> {
         commands: mpsc::Receiver<Command>,
         handle: HubHandle,
     ) -> Self {
+        let queue = Arc::new(ReadyQueue::default());
+        let owned = config.readiness.owned();
         let turn = Turn {
             handle,
             hub: 0,
@@ -367,6 +390,9 @@ impl<H: Handler> Engine<H> {
             policy: config.backpressure_policy,
             subs: Subs::new(config.topics.clone()),
             closing: Vec::new(),
+            again: Vec::new(),
+            again_now: false,
+            queue: queue.clone(),
         };
         Engine {
             index,
@@ -376,8 +402,11 @@ impl<H: Handler> Engine<H> {
             slots: Vec::new(),
             free: Default::default(),
             live: 0,
-            queue: Arc::new(ReadyQueue::default()),
+            queue,
             keys: Vec::new(),
+            #[cfg(unix)]
+            poller: None,
+            owned,
             readers: Vec::new(),
             turn,
             timers: Timers::default(),
@@ -438,11 +467,29 @@ impl<H: Handler> Engine<H> {
         let key = Key { slot, generation };
         let now = self.turn.now();
         let c = &self.config.config;
-        let waker = ConnWaker::new(key, self.queue.clone());
+        let mut io = io;
+        let waker = match &mut io {
+            #[cfg(unix)]
+            Transport::Polled(p) => {
+                let registered = self
+                    .poller
+                    .as_ref()
+                    .map(|poller| poller.register(p.source(), mio::Token(slot as usize)));
+                if !matches!(registered, Some(Ok(()))) {
+                    // No room in the kernel for it: refused, as past the
+                    // slot limit.
+                    self.free.push_front(slot);
+                    return None;
+                }
+                None
+            }
+            _ => Some(ConnWaker::new(key, self.queue.clone())),
+        };
         let deadline = c.handshake_timeout.map(|t| later(now, t));
         let s = Slot {
             io,
-            waker: waker.clone(),
+            waker,
+            queued: false,
             reading: None,
             parked: None,
             timer_at: deadline,
@@ -452,14 +499,14 @@ impl<H: Handler> Engine<H> {
             // the request is refused.
             c: Conn::new(key, Connection::handshaking(Role::Server, deadline)),
         };
-        self.slots[slot as usize].1 = Some(Box::new(s));
+        let s = self.slots[slot as usize].1.insert(Box::new(s));
+        // Served at once: the request may be there already, and the first
+        // read registers the waker.
+        s.requeue(&mut self.turn);
         if let Some(at) = deadline {
             self.timers.push(at, key);
         }
         self.live += 1;
-        // Served at once: the request may be there already, and the first
-        // read registers the waker.
-        waker.requeue();
         Some(key)
     }
 
@@ -494,9 +541,17 @@ impl<H: Handler> Engine<H> {
         if *generation != key.generation {
             return;
         }
-        slot.waker.serving();
-        let waker = Waker::from(slot.waker.clone());
-        let mut cx = Context::from_waker(&waker);
+        slot.serving();
+        let own;
+        let waker = match &slot.waker {
+            Some(w) => {
+                own = Waker::from(w.clone());
+                &own
+            }
+            // The poller's: it tells the engine, no waker needed.
+            None => Waker::noop(),
+        };
+        let mut cx = Context::from_waker(waker);
         match slot.stage {
             Stage::Handshake => read_handshake(slot, &mut cx, handler, config, readers, turn),
             Stage::Open => {
@@ -513,8 +568,10 @@ impl<H: Handler> Engine<H> {
     /// After anything happened to a connection: ends it if it is over,
     /// moves it to `Ending` when only writing is left, and keeps its timer.
     fn settle(&mut self, key: Key) {
-        let Some(slot) = self.slot_mut(key) else {
-            return;
+        let Engine { slots, turn, .. } = self;
+        let slot = match slots.get_mut(key.slot as usize) {
+            Some((generation, Some(s))) if *generation == key.generation => s,
+            _ => return,
         };
         if slot.c.abandoned {
             self.end(key);
@@ -529,7 +586,7 @@ impl<H: Handler> Engine<H> {
                 slot.stage = Stage::Ending;
                 if !slot.c.dirty {
                     // Nothing corked to write: finish now.
-                    slot.waker.requeue();
+                    slot.requeue(turn);
                 }
             }
             _ => {}
@@ -602,7 +659,8 @@ impl<H: Handler> Engine<H> {
         match cmd {
             Command::Accept(tcp) => {
                 let _ = tcp.set_nodelay(true);
-                self.admit(Transport::Tcp(tcp));
+                let io = self.tcp_transport(tcp);
+                self.admit(io);
             }
             Command::AcceptIo(io, addresses) => {
                 self.admit(Transport::Other(io, addresses));
@@ -767,8 +825,21 @@ impl<H: Handler> Engine<H> {
                 continue;
             };
             s.c.dirty = false;
-            let waker = Waker::from(s.waker.clone());
-            let mut cx = Context::from_waker(&waker);
+            if s.c.buffered() == 0 && s.stage == Stage::Open && !s.c.wants_drain && !s.c.abandoned {
+                // Written out already, by the read that corked it (the
+                // usual echo): nothing left to do, and its service
+                // settled it.
+                continue;
+            }
+            let own;
+            let waker = match &s.waker {
+                Some(w) => {
+                    own = Waker::from(w.clone());
+                    &own
+                }
+                None => Waker::noop(),
+            };
+            let mut cx = Context::from_waker(waker);
             flush(s, &mut cx, handler, turn);
             self.settle(key);
         }
@@ -783,11 +854,78 @@ impl<H: Handler> Engine<H> {
     }
 
     fn queue_dirty_again(&mut self) {
-        for &slot in &self.turn.dirty {
-            if let Some((_, Some(s))) = self.slots.get(slot as usize) {
-                s.waker.requeue();
+        let dirty = std::mem::take(&mut self.turn.dirty);
+        for &slot in &dirty {
+            if let Some((_, Some(s))) = self.slots.get_mut(slot as usize) {
+                s.requeue(&mut self.turn);
             }
         }
+        self.turn.dirty = dirty;
+    }
+
+    /// A TCP connection as this engine reads it: on its poller if it has
+    /// one (taken off Tokio's reactor), else as it is.
+    fn tcp_transport(&mut self, tcp: TcpStream) -> Transport {
+        #[cfg(unix)]
+        if self.ensure_poller() {
+            if let Ok(std) = tcp.into_std() {
+                return Transport::Polled(Polled::new(mio::net::TcpStream::from_std(std)));
+            }
+            // `into_std` fails only where it gives nothing back.
+            return Transport::Other(Box::pin(tokio::io::empty()), None);
+        }
+        Transport::Tcp(tcp)
+    }
+
+    /// Makes the engine's poller when first needed, if it is to have one:
+    /// with the first TCP socket, so on a runtime that has I/O (a Tokio
+    /// socket needs it too). Whether it has one.
+    #[cfg(unix)]
+    fn ensure_poller(&mut self) -> bool {
+        if self.owned && self.poller.is_none() {
+            match Poller::new() {
+                Ok(p) => {
+                    self.poller = Some(p);
+                    // Its first harvest, next turn, registers the task
+                    // with the reactor for its events.
+                    self.turn.again_now = true;
+                }
+                // Out of descriptors: the sockets register with Tokio one
+                // by one instead.
+                Err(_) => self.owned = false,
+            }
+        }
+        self.poller.is_some()
+    }
+
+    /// Moves a Tokio listener onto the engine's poller.
+    #[cfg(unix)]
+    fn own_listener(&mut self) {
+        if !matches!(self.listener, Some(Listener::Tokio(_))) || !self.ensure_poller() {
+            return;
+        }
+        let Some(poller) = &self.poller else {
+            return;
+        };
+        let Some(Listener::Tokio(l)) = self.listener.take() else {
+            return;
+        };
+        let std = match l.into_std() {
+            Ok(std) => std,
+            Err(_) => return,
+        };
+        let mut listener = mio::net::TcpListener::from_std(std);
+        self.listener = match poller.register_listener(&mut listener) {
+            Ok(()) => Some(Listener::Owned {
+                listener,
+                ready: true,
+            }),
+            // Back on Tokio's reactor: its connections still come to the
+            // poller, one by one.
+            Err(_) => TcpListener::from_std(listener.into())
+                .ok()
+                .map(Listener::Tokio),
+        };
     }
 
     fn poll_accept(&mut self, cx: &mut Context<'_>) {
@@ -797,24 +935,107 @@ impl<H: Handler> Engine<H> {
             }
             self.accept_paused_until = None;
         }
+        #[cfg(unix)]
+        self.own_listener();
         for _ in 0..ACCEPTS_PER_TURN {
-            let Some(listener) = &self.listener else {
-                return;
-            };
-            match listener.poll_accept(cx) {
-                Poll::Ready(Ok((tcp, _))) => {
-                    let _ = tcp.set_nodelay(true);
-                    self.admit(Transport::Tcp(tcp));
+            let accepted = match &mut self.listener {
+                None => return,
+                Some(Listener::Tokio(listener)) => match listener.poll_accept(cx) {
+                    Poll::Ready(Ok((tcp, _))) => {
+                        let _ = tcp.set_nodelay(true);
+                        Ok(self.tcp_transport(tcp))
+                    }
+                    Poll::Ready(Err(e)) => Err(e),
+                    Poll::Pending => return,
+                },
+                #[cfg(unix)]
+                Some(Listener::Owned { listener, ready }) => {
+                    if !*ready {
+                        return;
+                    }
+                    match listener.accept() {
+                        Ok((tcp, _)) => {
+                            let _ = tcp.set_nodelay(true);
+                            Ok(Transport::Polled(Polled::new(tcp)))
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            *ready = false;
+                            return;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => Err(e),
+                    }
                 }
-                Poll::Ready(Err(_)) => {
+            };
+            match accepted {
+                Ok(io) => {
+                    self.admit(io);
+                }
+                Err(_) => {
                     self.accept_paused_until = Some(later(self.turn.now(), ACCEPT_PAUSE));
                     return;
                 }
-                Poll::Pending => return,
             }
         }
         // More may wait: come back after serving the others.
         cx.waker().wake_by_ref();
+    }
+
+    /// Reads the poller's events: each connection named is served this
+    /// turn, and the listener accepts again.
+    #[cfg(unix)]
+    fn harvest(&mut self, cx: &mut Context<'_>) {
+        let Engine {
+            poller,
+            slots,
+            turn,
+            listener,
+            ..
+        } = self;
+        let Some(poller) = poller else {
+            return;
+        };
+        let harvested = poller.harvest(cx, |token, ready| {
+            if token == LISTENER {
+                if let Some(Listener::Owned { ready, .. }) = listener {
+                    *ready = true;
+                }
+                return;
+            }
+            let Some((generation, Some(s))) = slots.get_mut(token.0) else {
+                return;
+            };
+            if let Transport::Polled(p) = &mut s.io {
+                p.ready(ready);
+            }
+            if !s.queued {
+                s.queued = true;
+                turn.again.push(Key {
+                    slot: token.0 as u32,
+                    generation: *generation,
+                });
+            }
+        });
+        if let Err(e) = harvested {
+            // The poller itself failed (never seen): no socket on it can
+            // be told apart from an idle one any more. Its connections end
+            // with the error, and the engine goes on with Tokio's
+            // readiness for what comes next.
+            self.poller = None;
+            self.owned = false;
+            if matches!(self.listener, Some(Listener::Owned { .. })) {
+                self.listener = None;
+            }
+            for slot in 0..self.slots.len() as u32 {
+                let key = self.key_of(slot);
+                if let Some(s) = self.slot_mut(key) {
+                    if matches!(s.io, Transport::Polled(_)) {
+                        s.c.set_error(Error::Io(io::Error::new(e.kind(), e.to_string())));
+                        self.end(key);
+                    }
+                }
+            }
+        }
     }
 
     /// Takes the connections handed to this engine.
@@ -887,11 +1108,14 @@ impl<H: Handler> Engine<H> {
         // Read from the clock when first needed this turn: an echo
         // without timers needs none.
         self.turn.now = None;
+        #[cfg(unix)]
+        self.harvest(cx);
         self.poll_commands(cx);
         self.poll_handed_over(cx);
         self.poll_accept(cx);
         let mut keys = std::mem::take(&mut self.keys);
         self.queue.take(&mut keys);
+        keys.append(&mut self.turn.again);
         for &key in &keys {
             self.service(key);
         }
@@ -923,7 +1147,12 @@ impl<H: Handler> Engine<H> {
                 return Poll::Ready(());
             }
         }
-        if !self.queue.is_empty() || !self.turn.closing.is_empty() || deliveries_left {
+        if !self.queue.is_empty()
+            || !self.turn.again.is_empty()
+            || std::mem::take(&mut self.turn.again_now)
+            || !self.turn.closing.is_empty()
+            || deliveries_left
+        {
             // Connections that stopped to let others go first, close
             // frames a drain handler asked for as the turn ended, or
             // publishes past this turn's cap.
@@ -1104,7 +1333,7 @@ fn answer<H: Handler>(
         turn,
     });
     // Frames that came with the request are read on the next service.
-    slot.waker.requeue();
+    slot.requeue(turn);
 }
 
 /// Reads and dispatches what the transport has, a few reads at most.
@@ -1143,7 +1372,7 @@ fn read_frames<H: Handler>(
                 if shared.capacity() < config.read_buffer_size / 4 {
                     shared.reserve(config.read_buffer_size);
                 }
-                tokio_util::io::poll_read_buf(Pin::new(&mut slot.io), cx, shared)
+                read_buf(&mut slot.io, cx, shared)
             }
             Plan::Own => {
                 let read =
@@ -1156,7 +1385,7 @@ fn read_frames<H: Handler>(
                 read
             }
             Plan::Refused(grant) => {
-                budget_refused(slot, &r, grant, cx, turn);
+                budget_refused(slot, &r, grant, turn);
                 break;
             }
         };
@@ -1194,7 +1423,7 @@ fn read_frames<H: Handler>(
         }
         if reads == READS_PER_TURN && reading(slot, &r) {
             // Others first; this one comes back next turn.
-            slot.waker.requeue();
+            slot.requeue(turn);
         }
     }
     // What a connection keeps between reads: nothing once its bytes are
@@ -1225,19 +1454,31 @@ fn read_frames<H: Handler>(
 /// rare, and the decode loop stays small enough to inline the handler.
 #[cold]
 #[inline(never)]
-fn budget_refused<T>(
-    slot: &mut Slot<T>,
-    inbox: &Inbox,
-    grant: Grant,
-    cx: &mut Context<'_>,
-    turn: &mut Turn,
-) {
+fn budget_refused<T>(slot: &mut Slot<T>, inbox: &Inbox, grant: Grant, turn: &mut Turn) {
     if let Some(wanted) = slot.c.conn().handle_grant(grant, turn.now()) {
-        if inbox.wait_for_budget(wanted, cx.waker()) {
-            slot.waker.requeue();
+        // The transport's waker, or one made now for a socket of the
+        // engine's poller (which wakes nothing but for the socket).
+        let waker = slot.waker(turn);
+        if inbox.wait_for_budget(wanted, &waker) {
+            slot.requeue(turn);
         }
     }
     slot.c.transmit_owed(turn);
+}
+
+/// Reads into `buf`: straight into its spare capacity for a socket of the
+/// engine's poller, through `AsyncRead` for the others.
+#[inline]
+fn read_buf(
+    io: &mut Transport,
+    cx: &mut Context<'_>,
+    buf: &mut BytesMut,
+) -> Poll<io::Result<usize>> {
+    #[cfg(unix)]
+    if let Transport::Polled(p) = io {
+        return p.read_buf(buf);
+    }
+    tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
 }
 
 /// Whether to read on: the connection is open, its peer takes what it is
@@ -1266,6 +1507,9 @@ fn decode<H: Handler>(
         return;
     }
     let own = scratch.is_none();
+    // Bytes at the front of `scratch` taken by messages decoded in place,
+    // advanced past once (or cleared) rather than per message.
+    let mut used = 0;
     loop {
         if slot.c.conn().phase() != Phase::Open || slot.c.abandoned {
             break;
@@ -1277,6 +1521,51 @@ fn decode<H: Handler>(
             // one brought is handled (its bytes are in the shared buffer).
             flush(slot, cx, handler, turn);
         }
+        if let Some(sc) = scratch.as_deref_mut() {
+            // A whole one-frame data message, the usual case, is handed to
+            // the handler where it lies in the shared buffer. Anything
+            // else, and a connection that is closing or waiting for
+            // budget (whose messages the core hears), goes the general
+            // way below.
+            if !slot.c.is_closing() && !slot.c.conn().state().is_waiting_for_budget() {
+                match inbox.decode_borrowed(&mut sc[used..]) {
+                    Ok(Some(b)) => {
+                        used += b.used;
+                        let Some(data) = slot.data.as_mut() else {
+                            break;
+                        };
+                        let mut ws = Ws {
+                            io: &slot.io,
+                            c: &mut slot.c,
+                            data,
+                            turn,
+                        };
+                        match b.data {
+                            BorrowedData::Text(t) => handler.message(&mut ws, HubMessage::Text(t)),
+                            BorrowedData::Binary(b) => {
+                                handler.message(&mut ws, HubMessage::Binary(b))
+                            }
+                        }
+                        ws.c.transmit_owed(ws.turn);
+                        if used == sc.len() {
+                            // All the read brought is handled.
+                            break;
+                        }
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        slot.c.conn().handle_error(e, turn.now());
+                        break;
+                    }
+                }
+            }
+            // The general way starts where the messages handled in place
+            // end.
+            if used > 0 {
+                sc.advance(std::mem::take(&mut used));
+            }
+        }
         let next = match scratch.as_deref_mut() {
             Some(scratch) => inbox.decode_in(scratch),
             None => inbox.decode(),
@@ -1285,7 +1574,7 @@ fn decode<H: Handler>(
             Ok(Some(msg)) => msg,
             Ok(None) => {
                 if let Some(grant) = inbox.held_back() {
-                    budget_refused(slot, inbox, grant, cx, turn);
+                    budget_refused(slot, inbox, grant, turn);
                 }
                 break;
             }
@@ -1308,7 +1597,7 @@ fn decode<H: Handler>(
             continue;
         }
         let Some(data) = slot.data.as_mut() else {
-            return;
+            break;
         };
         let mut ws = Ws {
             io: &slot.io,
@@ -1334,6 +1623,15 @@ fn decode<H: Handler>(
         }
         ws.turn.current = None;
         ws.c.transmit_owed(ws.turn);
+    }
+    if let Some(sc) = scratch {
+        if used == sc.len() {
+            // All of it handled in place: the buffer is reused from the
+            // same start, its capacity whole.
+            sc.clear();
+        } else if used > 0 {
+            sc.advance(used);
+        }
     }
     slot.c.transmit_owed(turn);
 }
@@ -1362,7 +1660,7 @@ fn flush<H: Handler>(
     }
     if std::mem::replace(&mut slot.c.write_blocked, false) {
         // Reading paused while the peer was behind: go on.
-        slot.waker.requeue();
+        slot.requeue(turn);
     }
     if std::mem::replace(&mut slot.c.wants_drain, false) && !slot.c.is_closing() {
         if let (Stage::Open, Some(data)) = (slot.stage, slot.data.as_mut()) {

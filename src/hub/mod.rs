@@ -106,6 +106,8 @@ mod engine;
 mod event;
 mod handle;
 mod handler;
+#[cfg(unix)]
+mod poller;
 #[cfg(feature = "router")]
 mod router;
 mod slot;
@@ -113,7 +115,7 @@ mod subs;
 mod timers;
 mod wake;
 
-pub use config::{BackpressurePolicy, HubConfig};
+pub use config::{BackpressurePolicy, HubConfig, Readiness};
 pub use engine::Hub;
 pub use event::{
     Addresses, Closed, ConnId, HttpResponse, HubMessage, ParseConnIdError, SendStatus, respond,

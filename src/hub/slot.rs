@@ -16,8 +16,10 @@ use crate::error::{Error, Result};
 use crate::hub::config::BackpressurePolicy;
 use crate::hub::event::{Addresses, ConnId, HubMessage, SendStatus};
 use crate::hub::handle::{HubHandle, Io};
+#[cfg(unix)]
+use crate::hub::poller::Polled;
 use crate::hub::subs::{Subs, token};
-use crate::hub::wake::{ConnWaker, Key};
+use crate::hub::wake::{ConnWaker, Key, ReadyQueue};
 use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
 use crate::proto::conn::{Connection, Outgoing, Phase};
@@ -49,6 +51,9 @@ pub(crate) enum Stage {
 /// `TcpStream` never returns either.
 pub(crate) enum Transport {
     Tcp(TcpStream),
+    /// TCP read by the engine's own poller ([`Readiness::Owned`](crate::hub::Readiness)).
+    #[cfg(unix)]
+    Polled(Polled),
     /// With the addresses its giver told, boxed: most have none, and the
     /// variant stays no larger than a `TcpStream`.
     Other(Pin<Box<dyn Io>>, Option<Box<Addresses>>),
@@ -68,6 +73,8 @@ impl Transport {
     pub(crate) fn remote_addr(&self) -> Option<std::net::SocketAddr> {
         match self {
             Transport::Tcp(t) => t.peer_addr().ok(),
+            #[cfg(unix)]
+            Transport::Polled(t) => t.peer_addr(),
             Transport::Other(_, addrs) => addrs.as_ref().and_then(|a| a.remote),
         }
     }
@@ -76,6 +83,8 @@ impl Transport {
     pub(crate) fn local_addr(&self) -> Option<std::net::SocketAddr> {
         match self {
             Transport::Tcp(t) => t.local_addr().ok(),
+            #[cfg(unix)]
+            Transport::Polled(t) => t.local_addr(),
             Transport::Other(_, addrs) => addrs.as_ref().and_then(|a| a.local),
         }
     }
@@ -85,6 +94,8 @@ impl std::fmt::Debug for Transport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Transport::Tcp(t) => t.fmt(f),
+            #[cfg(unix)]
+            Transport::Polled(t) => t.fmt(f),
             Transport::Other(..) => f.write_str("Transport::Other"),
         }
     }
@@ -98,6 +109,8 @@ impl AsyncRead for Transport {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_read(cx, buf),
+            #[cfg(unix)]
+            Transport::Polled(t) => t.poll_read(buf),
             Transport::Other(t, _) => Pin::new(&mut Retrying(t)).poll_read(cx, buf),
         }
     }
@@ -111,6 +124,8 @@ impl AsyncWrite for Transport {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_write(cx, buf),
+            #[cfg(unix)]
+            Transport::Polled(t) => t.poll_write_vectored(&[IoSlice::new(buf)]),
             Transport::Other(t, _) => Pin::new(&mut Retrying(t)).poll_write(cx, buf),
         }
     }
@@ -122,6 +137,8 @@ impl AsyncWrite for Transport {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_write_vectored(cx, bufs),
+            #[cfg(unix)]
+            Transport::Polled(t) => t.poll_write_vectored(bufs),
             Transport::Other(t, _) => Pin::new(&mut Retrying(t)).poll_write_vectored(cx, bufs),
         }
     }
@@ -129,6 +146,8 @@ impl AsyncWrite for Transport {
     fn is_write_vectored(&self) -> bool {
         match self {
             Transport::Tcp(t) => t.is_write_vectored(),
+            #[cfg(unix)]
+            Transport::Polled(_) => true,
             Transport::Other(t, _) => t.is_write_vectored(),
         }
     }
@@ -136,6 +155,8 @@ impl AsyncWrite for Transport {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_flush(cx),
+            #[cfg(unix)]
+            Transport::Polled(_) => Poll::Ready(Ok(())),
             Transport::Other(t, _) => Pin::new(&mut Retrying(t)).poll_flush(cx),
         }
     }
@@ -143,6 +164,8 @@ impl AsyncWrite for Transport {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_shutdown(cx),
+            #[cfg(unix)]
+            Transport::Polled(t) => Poll::Ready(t.shutdown()),
             Transport::Other(t, _) => Pin::new(&mut Retrying(t)).poll_shutdown(cx),
         }
     }
@@ -150,13 +173,20 @@ impl AsyncWrite for Transport {
 
 /// A connection in a hub's slot table.
 ///
-/// Kept small: an idle connection is this, its waker and its socket's
-/// registration. What only some connections need at a time is boxed
-/// (decoding state, bytes to write, how it ended).
+/// Kept small: an idle connection is this and its socket's registration
+/// (with Tokio's readiness, its waker too). What only some connections
+/// need at a time is boxed (decoding state, bytes to write, how it ended).
 #[derive(Debug)]
 pub(crate) struct Slot<T> {
     pub(crate) io: Transport,
-    pub(crate) waker: Arc<ConnWaker>,
+    /// Queues the connection for its engine when its transport (or the
+    /// memory budget) wakes it. A socket of the engine's own poller has
+    /// none until a budget wait needs one: its engine hears of it from
+    /// the poller.
+    pub(crate) waker: Option<Arc<ConnWaker>>,
+    /// On the turn's list of connections to serve again
+    /// ([`Slot::requeue`] without a waker).
+    pub(crate) queued: bool,
     /// Only while the connection holds reading state of its own (the
     /// handshake's request, an unfinished frame or message, compression, a
     /// memory budget); between messages the engine lends one from its pool.
@@ -170,6 +200,42 @@ pub(crate) struct Slot<T> {
     pub(crate) stage: Stage,
     pub(crate) data: Option<T>,
     pub(crate) c: Conn,
+}
+
+impl<T> Slot<T> {
+    /// Serves the connection again soon (next turn), once however often
+    /// asked before it is served.
+    #[inline]
+    pub(crate) fn requeue(&mut self, turn: &mut Turn) {
+        match &self.waker {
+            Some(w) => w.requeue(),
+            None => {
+                if !self.queued {
+                    self.queued = true;
+                    turn.again.push(self.c.key);
+                }
+            }
+        }
+    }
+
+    /// The connection is being served: from now on, a wake queues it
+    /// again.
+    #[inline]
+    pub(crate) fn serving(&mut self) {
+        self.queued = false;
+        if let Some(w) = &self.waker {
+            w.serving();
+        }
+    }
+
+    /// A waker that queues this connection, made when first needed for a
+    /// connection of the engine's own poller.
+    pub(crate) fn waker(&mut self, turn: &Turn) -> std::task::Waker {
+        let w = self
+            .waker
+            .get_or_insert_with(|| ConnWaker::new(self.c.key, turn.queue.clone()));
+        std::task::Waker::from(w.clone())
+    }
 }
 
 /// How a connection ended, beyond what its core knows.
@@ -232,6 +298,13 @@ pub(crate) struct Turn {
     pub(crate) subs: Subs,
     /// Connections whose close frame is to go out at the end of the turn.
     pub(crate) closing: Vec<Key>,
+    /// Connections the engine itself queued to serve again (those without
+    /// a waker), served next turn.
+    pub(crate) again: Vec<Key>,
+    /// The engine is to take another turn at once.
+    pub(crate) again_now: bool,
+    /// The queue connections' wakers push to.
+    pub(crate) queue: Arc<ReadyQueue>,
 }
 
 impl Turn {
@@ -357,6 +430,7 @@ impl Conn {
 
     /// Encodes the frames the core owes the peer (pongs, the close echo,
     /// keepalive pings); the backpressure limit does not hold them back.
+    #[inline]
     pub(crate) fn transmit_owed(&mut self, turn: &mut Turn) {
         match self.d.transmit(&mut turn.pool) {
             Ok(false) => {}
@@ -726,6 +800,9 @@ mod tests {
             policy: BackpressurePolicy::Close,
             subs: Subs::new(crate::topics::Topics::new()),
             closing: Vec::new(),
+            again: Vec::new(),
+            again_now: false,
+            queue: Default::default(),
         }
     }
 
