@@ -17,6 +17,9 @@
 # Example, old and new builds of the hub at 1 024 x 5 B:
 #   bash benches/run-callgrind.sh --conns 1024 --size 5 \
 #       old=/tmp/old/hub_echo new=target/release/examples/hub_echo
+# and the hub's two readiness paths:
+#   bash benches/run-callgrind.sh owned=target/release/examples/hub_echo \
+#       "tokio=env WAVESOCK_HUB_READINESS=tokio target/release/examples/hub_echo"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,7 +32,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --conns) conns=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
-    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
     *=*) servers+=("$1"); shift ;;
     *) echo "run-callgrind: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -54,7 +57,9 @@ run() {
     port=$(free_port)
     out="$work/$label.$secs.out"
     # shellcheck disable=SC2086 # SERVER may carry arguments
-    valgrind --tool=callgrind --callgrind-out-file="$out" $server "127.0.0.1:$port" \
+    # --trace-children: a SERVER of the form `env VAR=VALUE BINARY` is
+    # measured as BINARY (exec keeps the output file).
+    valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$out" $server "127.0.0.1:$port" \
         > "$work/$label.log" 2>&1 &
     pid=$!
     for _ in $(seq 600); do

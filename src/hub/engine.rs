@@ -659,8 +659,9 @@ impl<H: Handler> Engine<H> {
         match cmd {
             Command::Accept(tcp) => {
                 let _ = tcp.set_nodelay(true);
-                let io = self.tcp_transport(tcp);
-                self.admit(io);
+                if let Some(io) = self.tcp_transport(tcp) {
+                    self.admit(io);
+                }
             }
             Command::AcceptIo(io, addresses) => {
                 self.admit(Transport::Other(io, addresses));
@@ -865,16 +866,17 @@ impl<H: Handler> Engine<H> {
 
     /// A TCP connection as this engine reads it: on its poller if it has
     /// one (taken off Tokio's reactor), else as it is.
-    fn tcp_transport(&mut self, tcp: TcpStream) -> Transport {
+    /// `None` if the socket could not be taken off Tokio's reactor (it is
+    /// gone then, as a connection refused past the slot limit).
+    fn tcp_transport(&mut self, tcp: TcpStream) -> Option<Transport> {
         #[cfg(unix)]
         if self.ensure_poller() {
-            if let Ok(std) = tcp.into_std() {
-                return Transport::Polled(Polled::new(mio::net::TcpStream::from_std(std)));
-            }
-            // `into_std` fails only where it gives nothing back.
-            return Transport::Other(Box::pin(tokio::io::empty()), None);
+            let std = tcp.into_std().ok()?;
+            return Some(Transport::Polled(Polled::new(
+                mio::net::TcpStream::from_std(std),
+            )));
         }
-        Transport::Tcp(tcp)
+        Some(Transport::Tcp(tcp))
     }
 
     /// Makes the engine's poller when first needed, if it is to have one:
@@ -943,7 +945,10 @@ impl<H: Handler> Engine<H> {
                 Some(Listener::Tokio(listener)) => match listener.poll_accept(cx) {
                     Poll::Ready(Ok((tcp, _))) => {
                         let _ = tcp.set_nodelay(true);
-                        Ok(self.tcp_transport(tcp))
+                        match self.tcp_transport(tcp) {
+                            Some(io) => Ok(io),
+                            None => continue,
+                        }
                     }
                     Poll::Ready(Err(e)) => Err(e),
                     Poll::Pending => return,

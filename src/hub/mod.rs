@@ -9,10 +9,13 @@
 //! connections through the same protocol core, [`Config`](crate::Config), limits,
 //! permessage-deflate, memory budget, keepalive and close timers:
 //!
-//! - **No task per connection.** A connection's transport is polled with a
-//!   small waker that queues the connection for its engine when the
-//!   transport is ready. An idle connection is its socket registration and
-//!   a few hundred bytes of state: no buffer, no task.
+//! - **No task per connection.** On Unix an engine owns a poller (epoll,
+//!   kqueue) registered with Tokio's reactor, and reads which of its TCP
+//!   sockets are ready with one call per turn ([`Readiness::Owned`]); other
+//!   transports, and TCP under [`Readiness::Tokio`], are polled with a
+//!   small waker that queues the connection for its engine. An idle TCP
+//!   connection is about 200 bytes of state and the kernel's socket: no
+//!   buffer, no task, no Tokio registration.
 //! - **Borrowed messages.** Reads land in one buffer per engine; whole
 //!   messages are unmasked and checked there and handed to
 //!   [`Handler::message`] as `&str` or `&[u8]`, valid for the call. A

@@ -62,6 +62,11 @@ impl Poller {
     /// A poller on the current runtime's reactor (which must have I/O
     /// enabled).
     pub(crate) fn new() -> io::Result<Self> {
+        Self::with_events(EVENTS)
+    }
+
+    /// A poller reading at most `events` events per call.
+    fn with_events(events: usize) -> io::Result<Self> {
         let poll = mio::Poll::new()?;
         // SAFETY: a `mio::Poll` owns its descriptor from `new` to its
         // drop and always answers `as_raw_fd` with it; the `AsyncFd` owns
@@ -69,7 +74,7 @@ impl Poller {
         let poll = unsafe { AsyncFd::register_with_interest(poll, tokio::io::Interest::READABLE)? };
         Ok(Poller {
             poll,
-            events: Events::with_capacity(EVENTS),
+            events: Events::with_capacity(events),
         })
     }
 
@@ -129,7 +134,7 @@ impl Poller {
                     },
                 );
             }
-            if count < EVENTS {
+            if count < self.events.capacity() {
                 // All read: the reactor reports the next ones. (A readiness
                 // it saw meanwhile is kept by `clear_ready`.)
                 guard.clear_ready();
@@ -292,6 +297,9 @@ impl Polled {
 mod tests {
     use super::*;
     use std::io::Read;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::Waker;
 
     fn pair() -> (std::net::TcpStream, Polled) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -423,6 +431,45 @@ mod tests {
             p.poll_write_vectored(&[IoSlice::new(b"x")]).is_pending(),
             "not tried until the poller says so"
         );
+    }
+
+    /// More sockets ready than one call reads: the same harvest calls
+    /// again until all are read, and past its rounds it leaves the rest
+    /// for the next turn and wakes the task for it.
+    #[tokio::test]
+    async fn a_harvest_reads_past_one_calls_worth() {
+        let mut poller = Poller::with_events(2).unwrap();
+        let mut pairs: Vec<_> = (0..2 * ROUNDS + 3).map(|_| pair()).collect();
+        for (i, (a, p)) in pairs.iter_mut().enumerate() {
+            poller.register(p.source(), Token(i)).unwrap();
+            a.write_all(b"x").unwrap();
+        }
+        // Let the reactor see the poller readable.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let woken = Arc::new(AtomicBool::new(false));
+        let waker = Waker::from(Arc::new(Flag(woken.clone())));
+        let mut cx = Context::from_waker(&waker);
+        let mut seen = std::collections::BTreeSet::new();
+        poller
+            .harvest(&mut cx, |t, r| {
+                assert!(r.readable);
+                seen.insert(t.0);
+            })
+            .unwrap();
+        assert_eq!(seen.len(), 2 * ROUNDS, "{ROUNDS} calls of 2 events");
+        assert!(woken.load(Ordering::SeqCst), "more left: woken again");
+        poller
+            .harvest(&mut cx, |t, _| drop(seen.insert(t.0)))
+            .unwrap();
+        assert_eq!(seen.len(), pairs.len(), "the rest on the next turn");
+    }
+
+    struct Flag(Arc<AtomicBool>);
+
+    impl std::task::Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
     }
 
     #[tokio::test]

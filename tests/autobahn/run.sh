@@ -4,7 +4,11 @@
 #   bash tests/autobahn/run.sh [server] [hub] [client]   (default: all three)
 #
 #   server  examples/echo_server (the Stream) under kosoku's fuzzingclient
-#   hub     examples/hub_echo (the hub) under kosoku's fuzzingclient
+#   hub     examples/hub_echo (the hub) under kosoku's fuzzingclient, its
+#           engine reading readiness from a poller of its own
+#   hub-tokio
+#           the same with a Tokio registration per socket
+#           (WAVESOCK_HUB_READINESS=tokio), the portable readiness path
 #   client  examples/autobahn_client against kosoku's fuzzingserver
 #   server@POLICY, hub@POLICY, client@POLICY
 #           the same server or client with `--deflate POLICY` (shared, dedicated:4k,
@@ -35,7 +39,7 @@ sides=("$@")
 [ ${#sides[@]} -gt 0 ] || sides=(server hub client)
 for s in "${sides[@]}"; do
     case $s in
-    server | hub | client | server@?* | hub@?* | client@?*) ;;
+    server | hub | hub-tokio | client | server@?* | hub@?* | client@?*) ;;
     *)
         echo "unknown side $s (server, hub or client)" >&2
         exit 2
@@ -88,19 +92,20 @@ expect() {
         echo "$CASES"
     fi
 }
-# drive SIDE SERVER PORT: starts the example SERVER on PORT and kosoku's
+# drive SIDE SERVER PORT [VAR=VALUE]: starts the example SERVER on PORT
+# (with VAR=VALUE in its environment) and kosoku's
 # fuzzingclient against it, in the background. kosoku exits non-zero on
 # any case that is not OK (INFORMATIONAL and UNIMPLEMENTED included): the
 # verdict is check.py's, not its status.
 drive() {
-    local side=$1 server=$2 port=$3 d
+    local side=$1 server=$2 port=$3 environment=${4:-WAVESOCK_AUTOBAHN=1} d
     d=$(dir "$side")
     local args=() cases=()
     [[ $side != *@* ]] || args=(--deflate "${side#*@}")
     [[ $(expect "$side") == "$CASES" ]] || cases=(-i '12.*' -i '13.*')
     rm -rf "reports/$d"
     # The servers log every protocol violation the fuzzer commits.
-    "$bin/$server" "127.0.0.1:$port" "${args[@]}" 2> "reports/$d-$server.log" &
+    env "$environment" "$bin/$server" "127.0.0.1:$port" "${args[@]}" 2> "reports/$d-$server.log" &
     PIDS+=($!)
     wait_port "$port"
     ("$KOSOKU" -m fuzzingclient "${cases[@]}" "127.0.0.1:$port" -o "reports/$d" > "reports/$d.log" 2>&1 || true) &
@@ -109,6 +114,7 @@ drive() {
 }
 want server && drive server echo_server 9001
 want hub && drive hub hub_echo 9003
+want hub-tokio && drive hub-tokio hub_echo 9004 WAVESOCK_HUB_READINESS=tokio
 port=9010
 for s in "${sides[@]}"; do
     case $s in
@@ -151,7 +157,7 @@ judge() {
     echo "== autobahn: $1"
     python3 "$HERE/check.py" "reports/$(dir "$1")" --expect "$(expect "$1")" || status=1
 }
-for s in server hub client; do
+for s in server hub hub-tokio client; do
     if want "$s"; then judge "$s"; fi
 done
 for s in "${sides[@]}"; do
