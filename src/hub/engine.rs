@@ -334,6 +334,7 @@ struct Engine<H: Handler> {
     #[cfg(unix)]
     poller: Option<Poller>,
     /// A poller is wanted and not known to be out of reach.
+    #[cfg_attr(not(unix), allow(dead_code))]
     owned: bool,
     /// The read buffer every connection reads into in turn.
     shared: BytesMut,
@@ -1630,11 +1631,13 @@ fn decode<H: Handler>(
         ws.c.transmit_owed(ws.turn);
     }
     if let Some(sc) = scratch {
-        if used == sc.len() {
-            // All of it handled in place: the buffer is reused from the
-            // same start, its capacity whole.
-            sc.clear();
-        } else if used > 0 {
+        // Advanced past, not cleared, even when all of it was handled, as
+        // the general way does. Cleared, the buffer's start never moved
+        // and every read was offered its whole capacity: 16 connections
+        // echoing 64 KiB fell from 2.5 GiB/s at 3.5 us of user time per
+        // message to 1.2 GiB/s at 25 us (alternated runs of both
+        // builds). The engine reclaims the buffer once a quarter is left.
+        if used > 0 {
             sc.advance(used);
         }
     }
