@@ -83,6 +83,10 @@ fn wake_later(waker: &Waker) {
     }
 }
 
+/// Inlined into every transport call of the Stream (two reads and a write
+/// per echoed message): out of line, its prologue and epilogue alone cost
+/// more than the checks. The "not now" path stays out of line.
+#[inline]
 fn retry<T>(
     cx: &mut Context<'_>,
     mut f: impl FnMut(&mut Context<'_>) -> Poll<io::Result<T>>,
@@ -93,11 +97,23 @@ fn retry<T>(
             Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
             Poll::Pending => return Poll::Pending,
             other => {
-                NOT_NOW.with(|n| n.set(0));
+                NOT_NOW.with(|n| {
+                    if n.get() != 0 {
+                        n.set(0);
+                    }
+                });
                 return other;
             }
         }
     }
+    not_now(cx)
+}
+
+/// The transport said "not now" without a waker: wake the task to ask
+/// again, at once or, past a streak, after a pause.
+#[cold]
+#[inline(never)]
+fn not_now<T>(cx: &mut Context<'_>) -> Poll<io::Result<T>> {
     let streak = NOT_NOW.with(|n| {
         let streak = n.get().saturating_add(1);
         n.set(streak);
@@ -116,6 +132,7 @@ fn retry<T>(
 pub(crate) struct Retrying<'a, S: ?Sized>(pub(crate) &'a mut S);
 
 impl<S: AsyncRead + Unpin + ?Sized> AsyncRead for Retrying<'_, S> {
+    #[inline]
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -127,6 +144,7 @@ impl<S: AsyncRead + Unpin + ?Sized> AsyncRead for Retrying<'_, S> {
 }
 
 impl<S: AsyncWrite + Unpin + ?Sized> AsyncWrite for Retrying<'_, S> {
+    #[inline]
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -136,6 +154,7 @@ impl<S: AsyncWrite + Unpin + ?Sized> AsyncWrite for Retrying<'_, S> {
         retry(cx, |cx| Pin::new(&mut *io).poll_write(cx, data))
     }
 
+    #[inline]
     fn poll_write_vectored(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -149,6 +168,7 @@ impl<S: AsyncWrite + Unpin + ?Sized> AsyncWrite for Retrying<'_, S> {
         self.0.is_write_vectored()
     }
 
+    #[inline]
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let io = &mut *self.get_mut().0;
         retry(cx, |cx| Pin::new(&mut *io).poll_flush(cx))

@@ -147,6 +147,11 @@ impl WriteState {
                 w.wake();
             }
         }
+        // After every write that moved bytes: nobody parked is the case
+        // to keep cheap.
+        if wakers.write.is_empty() {
+            return;
+        }
         let current = cx.waker();
         wakers
             .write
