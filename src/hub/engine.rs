@@ -330,7 +330,7 @@ struct Engine<H: Handler> {
     queue: Arc<ReadyQueue>,
     keys: Vec<Key>,
     /// The engine's own poller ([`Readiness::Owned`](crate::hub::Readiness)),
-    /// made on the first turn (it needs the runtime's reactor).
+    /// made with the first TCP socket (it needs the runtime's reactor).
     #[cfg(unix)]
     poller: Option<Poller>,
     /// A poller is wanted and not known to be out of reach.
@@ -866,9 +866,9 @@ impl<H: Handler> Engine<H> {
     }
 
     /// A TCP connection as this engine reads it: on its poller if it has
-    /// one (taken off Tokio's reactor), else as it is.
-    /// `None` if the socket could not be taken off Tokio's reactor (it is
-    /// gone then, as a connection refused past the slot limit).
+    /// one (taken off Tokio's reactor), else as it is. `None` if the socket
+    /// could not be taken off Tokio's reactor (it is gone then, as a
+    /// connection refused past the slot limit).
     fn tcp_transport(&mut self, tcp: TcpStream) -> Option<Transport> {
         #[cfg(unix)]
         if self.ensure_poller() {
