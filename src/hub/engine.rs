@@ -543,16 +543,8 @@ impl<H: Handler> Engine<H> {
             return;
         }
         slot.serving();
-        let own;
-        let waker = match &slot.waker {
-            Some(w) => {
-                own = Waker::from(w.clone());
-                &own
-            }
-            // The poller's: it tells the engine, no waker needed.
-            None => Waker::noop(),
-        };
-        let mut cx = Context::from_waker(waker);
+        let waker = slot.io_waker();
+        let mut cx = Context::from_waker(waker.as_ref().unwrap_or(Waker::noop()));
         match slot.stage {
             Stage::Handshake => read_handshake(slot, &mut cx, handler, config, readers, turn),
             Stage::Open => {
@@ -833,15 +825,8 @@ impl<H: Handler> Engine<H> {
                 // settled it.
                 continue;
             }
-            let own;
-            let waker = match &s.waker {
-                Some(w) => {
-                    own = Waker::from(w.clone());
-                    &own
-                }
-                None => Waker::noop(),
-            };
-            let mut cx = Context::from_waker(waker);
+            let waker = s.io_waker();
+            let mut cx = Context::from_waker(waker.as_ref().unwrap_or(Waker::noop()));
             flush(s, &mut cx, handler, turn);
             self.settle(key);
         }

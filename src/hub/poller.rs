@@ -23,7 +23,7 @@
 
 use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, SocketAddr};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -188,38 +188,17 @@ impl Polled {
     /// Reads into `buf`'s unfilled part; `Pending` once the socket is
     /// empty, until the poller reports it readable.
     pub(crate) fn poll_read(&mut self, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        if !self.readable {
-            return Poll::Pending;
-        }
-        let want = buf.remaining();
-        let sock = socket2::SockRef::from(&self.io);
-        loop {
-            // SAFETY: `recv` writes only initialized bytes into the slice
-            // and never reads it, so handing it uninitialized memory is
-            // sound; nothing in it is marked initialized before `recv`
-            // says how much it wrote.
-            let dst = unsafe { buf.unfilled_mut() };
-            match sock.recv(dst) {
-                Ok(n) => {
-                    // SAFETY: `recv` initialized the first `n` bytes of
-                    // the unfilled part.
-                    unsafe { buf.assume_init(n) };
-                    buf.advance(n);
-                    if n < want {
-                        // Short: the socket is empty now (as Tokio takes
-                        // it); a new edge comes with new data.
-                        self.readable = false;
-                    }
-                    return Poll::Ready(Ok(()));
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.readable = false;
-                    return Poll::Pending;
-                }
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        // SAFETY: `recv` writes only initialized bytes into the slice and
+        // never reads it, so handing it uninitialized memory is sound;
+        // nothing in it is marked initialized before `recv` says how much
+        // it wrote.
+        let dst = unsafe { buf.unfilled_mut() };
+        let n = ready!(self.recv(dst))?;
+        // SAFETY: `recv` initialized the first `n` bytes of the unfilled
+        // part.
+        unsafe { buf.assume_init(n) };
+        buf.advance(n);
+        Poll::Ready(Ok(()))
     }
 
     /// Reads into `buf`'s spare capacity (64 bytes made if it has none),
@@ -233,15 +212,28 @@ impl Polled {
         if buf.capacity() == buf.len() {
             buf.reserve(64);
         }
-        let want = buf.capacity() - buf.len();
+        let n = ready!(self.recv(buf.spare_capacity_mut()))?;
+        // SAFETY: `recv` initialized the first `n` bytes of the spare
+        // capacity (it writes, never reads, and says how much it wrote),
+        // so they are the buffer's now.
+        unsafe { buf.set_len(buf.len() + n) };
+        Poll::Ready(Ok(n))
+    }
+
+    /// One `recv` into `dst`, as the two reads above share it: `Pending`
+    /// (without asking the kernel) while the socket is known empty; a
+    /// short read marks it empty, as Tokio takes it, and a new edge comes
+    /// with new data.
+    #[inline]
+    fn recv(&mut self, dst: &mut [std::mem::MaybeUninit<u8>]) -> Poll<io::Result<usize>> {
+        if !self.readable {
+            return Poll::Pending;
+        }
+        let want = dst.len();
         let sock = socket2::SockRef::from(&self.io);
         loop {
-            match sock.recv(buf.spare_capacity_mut()) {
+            match sock.recv(&mut *dst) {
                 Ok(n) => {
-                    // SAFETY: `recv` initialized the first `n` bytes of
-                    // the spare capacity (it writes, never reads, and says
-                    // how much it wrote), so they are the buffer's now.
-                    unsafe { buf.set_len(buf.len() + n) };
                     if n < want {
                         self.readable = false;
                     }

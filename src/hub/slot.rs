@@ -228,6 +228,19 @@ impl<T> Slot<T> {
         }
     }
 
+    /// The waker the transport is polled with: the connection's own, or
+    /// none for a socket of the engine's poller (the poller reports it,
+    /// even after a budget wait gave it a waker). Poll with
+    /// [`Waker::noop`](std::task::Waker::noop) when `None`.
+    #[inline]
+    pub(crate) fn io_waker(&self) -> Option<std::task::Waker> {
+        match (&self.io, &self.waker) {
+            #[cfg(unix)]
+            (Transport::Polled(_), _) => None,
+            (_, w) => w.as_ref().map(|w| std::task::Waker::from(w.clone())),
+        }
+    }
+
     /// A waker that queues this connection, made when first needed for a
     /// connection of the engine's own poller.
     pub(crate) fn waker(&mut self, turn: &Turn) -> std::task::Waker {
