@@ -39,14 +39,17 @@ static GLOBAL: counting::Counting = counting::Counting;
 static HEAP: RwLock<()> = RwLock::const_new(());
 
 use raw::{close_code, frame, read_frame, until, upgrade_raw, within};
-use wavesock::hub::{Closed, Handler, Hub, HubConfig, HubMessage, Ws};
+use wavesock::hub::{Closed, Handler, Hub, HubConfig, HubMessage, Readiness, Ws};
 use wavesock::{CloseCode, CloseFrame, Config, MemoryBudget, Message, OpCode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Engine {
     Stream,
     Split,
+    /// The hub with its own poller (`Readiness::Owned`, the default).
     Hub,
+    /// The hub with a Tokio registration per socket.
+    HubTokio,
 }
 
 /// An engine, and whether the server's socket misbehaves.
@@ -56,7 +59,7 @@ struct Case {
     faults: bool,
 }
 
-const ENGINES: [Case; 6] = {
+const ENGINES: [Case; 7] = {
     const fn case(engine: Engine, faults: bool) -> Case {
         Case { engine, faults }
     }
@@ -64,6 +67,7 @@ const ENGINES: [Case; 6] = {
         case(Engine::Stream, false),
         case(Engine::Split, false),
         case(Engine::Hub, false),
+        case(Engine::HubTokio, false),
         case(Engine::Stream, true),
         case(Engine::Split, true),
         case(Engine::Hub, true),
@@ -144,12 +148,20 @@ async fn start(case: Case, config: Config) -> Server {
     let addr = listener.local_addr().unwrap();
     let (tx, ended) = mpsc::unbounded_channel();
     match (case.engine, case.faults) {
-        (Engine::Hub, false) => {
-            let config = HubConfig::default().engines(Some(1)).config(config);
+        (Engine::Hub | Engine::HubTokio, false) => {
+            let readiness = if case.engine == Engine::Hub {
+                Readiness::Owned
+            } else {
+                Readiness::Tokio
+            };
+            let config = HubConfig::default()
+                .engines(Some(1))
+                .readiness(readiness)
+                .config(config);
             let hub = Hub::new(HubEcho(tx), config).unwrap();
             tokio::spawn(hub.serve(listener));
         }
-        (Engine::Hub, true) => {
+        (Engine::Hub | Engine::HubTokio, true) => {
             let config = HubConfig::default().engines(Some(1)).config(config);
             let hub = Hub::new(HubEcho(tx), config).unwrap();
             let handle = hub.handle();
@@ -370,7 +382,7 @@ async fn a_close_reason_over_the_limit_never_goes_out_whole() {
         }
         drop(tcp);
         let ended = server.ended().await;
-        if engine.engine == Engine::Hub {
+        if matches!(engine.engine, Engine::Hub | Engine::HubTokio) {
             let payload = close.expect("the hub closes");
             assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 4000);
             let reason = std::str::from_utf8(&payload[2..]).expect("UTF-8");
@@ -444,6 +456,98 @@ async fn a_hang_up_without_closing_is_reported() {
         drop(tcp);
         let ended = server.ended().await;
         assert!(ended.is_some(), "{engine:?}: an end without a close");
+    }
+}
+
+/// The last bytes a peer sends, then its FIN in the same segment burst:
+/// the server must read the bytes, answer them, and then see the end,
+/// with no further readiness edge to wake it (issue: the owned poller took
+/// a short read as "empty" and never read the FIN).
+#[tokio::test]
+async fn data_then_fin_is_answered_and_ends_the_connection() {
+    let _heap = HEAP.read().await;
+    let lasts: [(&str, Vec<u8>, Option<u8>); 3] = [
+        ("text", frame(true, OpCode::Text, b"hi".to_vec()), Some(0x1)),
+        ("ping", frame(true, OpCode::Ping, b"p".to_vec()), Some(0xA)),
+        ("pong", frame(true, OpCode::Pong, b"p".to_vec()), None),
+    ];
+    for engine in ENGINES {
+        for (what, bytes, answer) in &lasts {
+            eprintln!("engine {engine:?}, {what} then FIN");
+            let mut server = start(engine, Config::default()).await;
+            let mut tcp = upgrade_raw(server.addr).await;
+            tcp.write_all(bytes).await.unwrap();
+            tcp.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            within(10, tcp.read_to_end(&mut got))
+                .await
+                .expect("the server lets go of the socket");
+            let ended = server.ended().await;
+            assert!(ended.is_some(), "{engine:?}, {what}: ended without a close");
+            // The split server's echo is sent by another task, which the
+            // end read meanwhile may beat: sends after the end are refused
+            // (the guide's "Closing"). The core's own answer, a pong, and
+            // every other engine's echo come before the end.
+            let raced = engine.engine == Engine::Split && *what == "text";
+            match answer {
+                Some(op) if !(raced && got.is_empty()) => {
+                    assert_eq!(
+                        got.first().map(|b| b & 0x0f),
+                        Some(*op),
+                        "{engine:?}, {what}"
+                    );
+                }
+                Some(_) => {}
+                None => assert_eq!(got, b"", "{engine:?}, {what}: nothing to answer"),
+            }
+        }
+    }
+}
+
+/// The upgrade request and the FIN together: the server answers, and the
+/// end that came with the request ends the connection.
+#[tokio::test]
+async fn a_handshake_then_fin_is_answered_and_ends_the_connection() {
+    let _heap = HEAP.read().await;
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+        let mut request = raw::REQUEST.to_vec();
+        request.extend_from_slice(&frame(true, OpCode::Text, b"hi".to_vec()));
+        tcp.write_all(&request).await.unwrap();
+        tcp.shutdown().await.unwrap();
+        let mut answer = Vec::new();
+        within(10, tcp.read_to_end(&mut answer))
+            .await
+            .expect("the server lets go of the socket");
+        assert!(answer.starts_with(b"HTTP/1.1 101"), "{engine:?}");
+        let ended = server.ended().await;
+        assert!(ended.is_some(), "{engine:?}: ended without a close");
+    }
+}
+
+/// A reset (`SO_LINGER` 0) after a message: the server's side ends and
+/// reports it, on every engine.
+#[tokio::test]
+async fn a_reset_ends_the_connection() {
+    let _heap = HEAP.read().await;
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let mut tcp = upgrade_raw(server.addr).await;
+        tcp.write_all(&frame(true, OpCode::Text, b"hi".to_vec()))
+            .await
+            .unwrap();
+        let (op, _) = read_frame(&mut tcp).await;
+        assert_eq!(op, 0x1, "{engine:?}: the echo");
+        tcp.write_all(&frame(true, OpCode::Pong, Vec::new()))
+            .await
+            .unwrap();
+        tcp.set_linger(Some(Duration::ZERO)).unwrap();
+        drop(tcp);
+        let ended = server.ended().await;
+        assert!(ended.is_some(), "{engine:?}: ended without a close");
     }
 }
 

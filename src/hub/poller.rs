@@ -11,7 +11,11 @@
 //!
 //! Ready is edge-triggered: a socket is read or written until it says
 //! "not now" (or a read comes back short, as Tokio also takes it), and is
-//! not tried again until the poller reports it ready.
+//! not tried again until the poller reports it ready. The peer's end
+//! (FIN), a reset or an error is different: it comes as one edge, often
+//! the same edge as the last data, and no edge follows it; so, as Tokio's
+//! `READ_CLOSED`, it is kept until a read has found it, and a short read
+//! does not hide it.
 //!
 //! This is the one module of the crate with `unsafe` code: reading into a
 //! read buffer's spare capacity without zeroing it first, as Tokio's own
@@ -56,6 +60,10 @@ impl std::fmt::Debug for Poller {
 pub(crate) struct Ready {
     pub(crate) readable: bool,
     pub(crate) writable: bool,
+    /// The peer's end, a reset or an error: the next read finds it.
+    pub(crate) read_closed: bool,
+    /// The socket can take no more writes: the next write finds out.
+    pub(crate) write_closed: bool,
 }
 
 impl Poller {
@@ -124,13 +132,15 @@ impl Poller {
             for event in self.events.iter() {
                 count += 1;
                 // Errors and hang-ups are for the next read or write to
-                // find.
-                let broken = event.is_error() || event.is_read_closed() || event.is_write_closed();
+                // find: kept by the socket until then (see `Polled`).
+                let error = event.is_error();
                 f(
                     event.token(),
                     Ready {
-                        readable: event.is_readable() || broken,
-                        writable: event.is_writable() || broken,
+                        readable: event.is_readable(),
+                        writable: event.is_writable(),
+                        read_closed: error || event.is_read_closed(),
+                        write_closed: error || event.is_write_closed(),
                     },
                 );
             }
@@ -152,6 +162,12 @@ pub(crate) struct Polled {
     /// The poller said so and no read has since found the socket empty.
     readable: bool,
     writable: bool,
+    /// The poller reported the end of the input (or an error): sticky, as
+    /// no edge follows it; a read returns it (0 bytes, or the error) after
+    /// whatever data came before it.
+    read_closed: bool,
+    /// The same for the output.
+    write_closed: bool,
 }
 
 impl Polled {
@@ -163,6 +179,8 @@ impl Polled {
             io,
             readable: true,
             writable: true,
+            read_closed: false,
+            write_closed: false,
         }
     }
 
@@ -173,8 +191,10 @@ impl Polled {
     /// Takes what the poller reported.
     #[inline]
     pub(crate) fn ready(&mut self, r: Ready) {
-        self.readable |= r.readable;
-        self.writable |= r.writable;
+        self.read_closed |= r.read_closed;
+        self.write_closed |= r.write_closed;
+        self.readable |= r.readable || r.read_closed;
+        self.writable |= r.writable || r.write_closed;
     }
 
     pub(crate) fn peer_addr(&self) -> Option<SocketAddr> {
@@ -223,7 +243,8 @@ impl Polled {
     /// One `recv` into `dst`, as the two reads above share it: `Pending`
     /// (without asking the kernel) while the socket is known empty; a
     /// short read marks it empty, as Tokio takes it, and a new edge comes
-    /// with new data.
+    /// with new data. Not once the end was reported: the read after the
+    /// last data returns it.
     #[inline]
     fn recv(&mut self, dst: &mut [std::mem::MaybeUninit<u8>]) -> Poll<io::Result<usize>> {
         if !self.readable {
@@ -234,14 +255,18 @@ impl Polled {
         loop {
             match sock.recv(&mut *dst) {
                 Ok(n) => {
-                    if n < want {
+                    if n < want && !self.read_closed {
                         self.readable = false;
                     }
                     return Poll::Ready(Ok(n));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Reported closed, and still nothing: an event that
+                    // went stale (never seen with a FIN or a reset, which
+                    // read as 0 or an error for ever).
                     self.readable = false;
+                    self.read_closed = false;
                     return Poll::Pending;
                 }
                 Err(e) => return Poll::Ready(Err(e)),
@@ -265,7 +290,7 @@ impl Polled {
             };
             match r {
                 Ok(n) => {
-                    if n < want {
+                    if n < want && !self.write_closed {
                         self.writable = false;
                     }
                     return Poll::Ready(Ok(n));
@@ -273,6 +298,7 @@ impl Polled {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.writable = false;
+                    self.write_closed = false;
                     return Poll::Pending;
                 }
                 Err(e) => return Poll::Ready(Err(e)),
@@ -292,6 +318,13 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::task::Waker;
+
+    const READABLE: Ready = Ready {
+        readable: true,
+        writable: false,
+        read_closed: false,
+        write_closed: false,
+    };
 
     fn pair() -> (std::net::TcpStream, Polled) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -327,10 +360,7 @@ mod tests {
                 // Short read: wait as the poller would, then say ready.
                 Poll::Pending => {
                     std::thread::sleep(Duration::from_millis(5));
-                    p.ready(Ready {
-                        readable: true,
-                        writable: false,
-                    });
+                    p.ready(READABLE);
                 }
             }
         }
@@ -346,10 +376,7 @@ mod tests {
         a.write_all(b"more").unwrap();
         std::thread::sleep(Duration::from_millis(20));
         assert!(p.poll_read(&mut buf).is_pending(), "not ready until told");
-        p.ready(Ready {
-            readable: true,
-            writable: false,
-        });
+        p.ready(READABLE);
         match p.poll_read(&mut buf) {
             Poll::Ready(Ok(())) => assert_eq!(buf.filled(), b"more"),
             other => panic!("{other:?}"),
@@ -375,10 +402,7 @@ mod tests {
                 Poll::Ready(Err(e)) => panic!("{e}"),
                 Poll::Pending => {
                     std::thread::sleep(Duration::from_millis(1));
-                    p.ready(Ready {
-                        readable: true,
-                        writable: false,
-                    });
+                    p.ready(READABLE);
                 }
             }
         }
@@ -386,23 +410,56 @@ mod tests {
         assert_eq!(&buf[4..], &data[..]);
         // The peer closes: the end reads as 0 bytes.
         drop(writer.join().unwrap().unwrap());
-        p.ready(Ready {
-            readable: true,
-            writable: false,
-        });
+        p.ready(READABLE);
         let end = loop {
             match p.read_buf(&mut buf) {
                 Poll::Ready(r) => break r.unwrap(),
                 Poll::Pending => {
                     std::thread::sleep(Duration::from_millis(1));
-                    p.ready(Ready {
-                        readable: true,
-                        writable: false,
-                    });
+                    p.ready(READABLE);
                 }
             }
         };
         assert_eq!(end, 0);
+    }
+
+    /// The last data and the peer's FIN in one edge: the short read that
+    /// takes the data must not hide the end, which no later edge reports.
+    /// A reset the same way: its error comes after the data.
+    #[test]
+    fn the_end_that_came_with_the_last_data_is_read_after_it() {
+        for reset in [false, true] {
+            let (a, mut p) = pair();
+            (&a).write_all(b"last").unwrap();
+            if reset {
+                socket2::SockRef::from(&a)
+                    .set_linger(Some(Duration::ZERO))
+                    .unwrap();
+                drop(a);
+            } else {
+                a.shutdown(Shutdown::Write).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            p.ready(Ready {
+                readable: true,
+                writable: false,
+                read_closed: true,
+                write_closed: reset,
+            });
+            let mut buf = BytesMut::with_capacity(64);
+            let first = p.read_buf(&mut buf);
+            if reset && matches!(first, Poll::Ready(Err(_))) {
+                // Linux drops unread data on a reset: the error is all.
+                continue;
+            }
+            assert!(matches!(first, Poll::Ready(Ok(4))), "{reset}: {first:?}");
+            assert_eq!(&buf[..], b"last");
+            match p.read_buf(&mut buf) {
+                Poll::Ready(Ok(0)) => assert!(!reset, "a reset reads as an error"),
+                Poll::Ready(Err(_)) => assert!(reset, "a FIN reads as 0"),
+                other => panic!("reset {reset}: the end is not seen: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -19,15 +19,15 @@ pub async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T 
         .expect("in time")
 }
 
+/// The upgrade request `upgrade_raw` sends.
+pub const REQUEST: &[u8] =
+    b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+    Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+
 /// A raw client connection, upgraded.
 pub async fn upgrade_raw(addr: SocketAddr) -> TcpStream {
     let mut tcp = TcpStream::connect(addr).await.unwrap();
-    tcp.write_all(
-        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-    )
-    .await
-    .unwrap();
+    tcp.write_all(REQUEST).await.unwrap();
     let mut head = Vec::new();
     while !head.ends_with(b"\r\n\r\n") {
         head.push(tcp.read_u8().await.unwrap());
