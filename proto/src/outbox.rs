@@ -291,13 +291,17 @@ impl QueuePool {
     /// pool not full.
     pub fn give(&mut self, mut q: Box<WriteQueue>) {
         q.clear();
-        // Moves a buffer written from in part back to its start; never
-        // allocates. Only then: a queue written whole was cleared at its
-        // start already, and one whose buffer is smaller than
-        // `buffer_len` (the handshake's answer made it) would try, and
-        // fail, on every return.
+        // Moves a buffer written from in part back to its start (empty, so
+        // nothing is copied; never allocates), so that `capacity` is the
+        // whole allocation's. Asking for one byte more than the view has
+        // is what makes `try_reclaim` move: asked for less, it answers
+        // from the view alone, and a view near the end of a large
+        // message's buffer (the last write of it took under
+        // `buffer_max`) was kept as a small queue holding the whole
+        // message. Only when advanced: a queue written whole was cleared
+        // at its start already.
         if std::mem::take(&mut q.advanced) {
-            let _ = q.tail.try_reclaim(self.limits.buffer_len);
+            let _ = q.tail.try_reclaim(q.tail.capacity() + 1);
         }
         let cap = q.capacity();
         if cap <= self.limits.buffer_max
@@ -543,6 +547,29 @@ mod tests {
         let unused: Vec<_> = (0..5).map(|_| pool.take()).collect();
         unused.into_iter().for_each(|q| pool.give(q));
         assert_eq!(pool.len(), 3, "count bound");
+    }
+
+    #[test]
+    fn a_large_buffer_written_in_parts_is_not_kept_behind_a_small_view() {
+        let limits = PoolLimits {
+            buffer_len: 1000,
+            buffer_max: 4000,
+            count_max: 3,
+            bytes_max: 1 << 20,
+        };
+        // The last write takes `last` bytes: what a view of the buffer
+        // reports after it. Under `buffer_max`, the pool must still see
+        // the 100 000-byte buffer behind it, and drop it.
+        for last in [1, 999, 1000, 2500, 4000] {
+            let mut pool = QueuePool::new(limits);
+            let mut q = pool.take();
+            copied(&mut q, &[5; 100_000]);
+            assert!(!q.consume(100_000 - last));
+            assert!(q.consume(last));
+            pool.give(q);
+            assert_eq!(pool.len(), 0, "last write of {last}: the buffer kept");
+            assert_eq!(pool.bytes(), 0);
+        }
     }
 
     #[test]
