@@ -551,6 +551,59 @@ async fn a_reset_ends_the_connection() {
     }
 }
 
+/// A flood of pings behind a message the server closes on: the pings read
+/// before the close goes out owe a bounded number of pongs (the hub holds
+/// its close until the end of the turn; the Stream sends it first), so
+/// one peer costs its engine time linear in what it sent, not quadratic.
+#[tokio::test]
+async fn a_ping_flood_behind_a_close_owes_a_bounded_number_of_pongs() {
+    const PINGS: usize = 54_567;
+    let _heap = HEAP.read().await;
+    let ping = frame(true, OpCode::Ping, Vec::new());
+    let mut burst = frame(true, OpCode::Text, b"close".to_vec());
+    for _ in 0..PINGS {
+        burst.extend_from_slice(&ping);
+    }
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let mut tcp = upgrade_raw(server.addr).await;
+        let (mut rd, mut wr) = tcp.split();
+        let write = async {
+            // The server may close before it has read the whole burst.
+            let _ = wr.write_all(&burst).await;
+        };
+        let read = async {
+            let mut pongs = 0;
+            loop {
+                let mut head = [0u8; 2];
+                rd.read_exact(&mut head).await.unwrap();
+                let mut payload = vec![0; usize::from(head[1] & 0x7f)];
+                rd.read_exact(&mut payload).await.unwrap();
+                match head[0] & 0x0f {
+                    0xA => pongs += 1,
+                    0x8 => return (pongs, u16::from_be_bytes([payload[0], payload[1]])),
+                    op => panic!("{engine:?}: opcode {op}"),
+                }
+            }
+        };
+        let ((), (pongs, code)) = within(30, futures_util::future::join(write, read)).await;
+        assert_eq!(code, 4000, "{engine:?}");
+        eprintln!("{pongs} pongs");
+        // The split server's close goes out from its sending task: until
+        // that runs, its receiver answers each ping as it reads it, with
+        // nothing held back, so no bound but the scheduler's applies.
+        if engine.engine != Engine::Split {
+            assert!(
+                pongs <= wavesock::proto::conn::OWED_PONGS_MAX,
+                "{engine:?}: {pongs} pongs before the close"
+            );
+        }
+        drop(tcp);
+        server.ended().await;
+    }
+}
+
 #[tokio::test]
 async fn a_protocol_violation_gets_1002() {
     let _heap = HEAP.read().await;

@@ -38,6 +38,7 @@
 //! assert_eq!(conn.phase(), Phase::Open);
 //! ```
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -317,6 +318,15 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
 }
 
+/// Pongs owed at most: past that, a ping's pong takes the place of the
+/// newest one owed (RFC 6455 §5.5.3 lets an endpoint answer only the most
+/// recent of the pings it has not answered yet). A peer that sends pings
+/// faster than it reads, or while the caller holds back what is owed
+/// (a close asked for and not yet sent), so costs a bounded queue and
+/// constant time per ping. Enough that a burst of pings read at once is
+/// answered one by one, as peers that check each payload expect.
+pub const OWED_PONGS_MAX: usize = 16;
+
 /// `Connection::budget_wait` when there is none.
 const NO_BUDGET_WAIT: u64 = u64::MAX;
 
@@ -325,8 +335,9 @@ const NO_BUDGET_WAIT: u64 = u64::MAX;
 #[derive(Debug, Default)]
 struct Outstanding {
     /// Frames owed, oldest first; the caller drains them after each input,
-    /// so there are rarely more than two.
-    owed: Vec<Message>,
+    /// so there are rarely more than two. Bounded: at most
+    /// [`OWED_PONGS_MAX`] pongs, a keepalive ping and a close.
+    owed: VecDeque<Message>,
     /// When the closing handshake must be over.
     close_deadline: Option<Instant>,
     /// When the memory budget's wait runs out.
@@ -468,7 +479,7 @@ impl Connection {
     pub fn handle_frame(&mut self, msg: &Message, now: Instant) {
         match msg {
             Message::Ping(payload) if !self.is_close_sent() => {
-                self.owe(Message::Pong(payload.clone()));
+                self.owe_pong(payload);
             }
             Message::Close(frame) if self.phase() == Phase::Open => {
                 self.state.set(State::CLOSE_RECEIVED, true);
@@ -764,12 +775,7 @@ impl Connection {
     /// queued after it.
     #[inline]
     pub fn poll_transmit(&mut self) -> Option<Message> {
-        let owed = &mut self.outstanding.as_mut()?.owed;
-        if owed.is_empty() {
-            None
-        } else {
-            Some(owed.remove(0))
-        }
+        self.outstanding.as_mut()?.owed.pop_front()
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) is next needed: the
@@ -802,7 +808,22 @@ impl Connection {
     }
 
     fn owe(&mut self, msg: Message) {
-        self.outstanding().owed.push(msg);
+        self.outstanding().owed.push_back(msg);
+    }
+
+    /// Owes a pong for a ping with `payload`; past [`OWED_PONGS_MAX`], in
+    /// place of the newest pong owed (only a few frames of other kinds
+    /// can follow it).
+    fn owe_pong(&mut self, payload: &bytes::Bytes) {
+        let owed = &mut self.outstanding().owed;
+        let pongs = owed.iter().rev().filter(|m| m.is_pong()).count();
+        if pongs >= OWED_PONGS_MAX {
+            if let Some(last) = owed.iter_mut().rev().find(|m| m.is_pong()) {
+                *last = Message::Pong(payload.clone());
+                return;
+            }
+        }
+        owed.push_back(Message::Pong(payload.clone()));
     }
 
     /// When the closing handshake (or a refused handshake's answer) must

@@ -40,6 +40,38 @@ fn each_ping_is_owed_a_pong_in_order() {
     assert_eq!(c.poll_timeout(), None, "no keepalive, nothing to wake for");
 }
 
+/// A flood of pings while nothing is drained (the caller holds back what
+/// is owed, as a hub does while a close it was asked for waits for the
+/// end of the turn) owes a bounded number of pongs: the first ones in
+/// order, the last answering the newest ping.
+#[test]
+fn owed_pongs_are_bounded_and_the_newest_ping_is_answered() {
+    let t0 = Instant::now();
+    let timers = Timers::default().ping_interval(Some(SEC));
+    let mut c = Connection::new(Role::Server, timers, t0);
+    // A keepalive ping owed among them keeps its place.
+    c.handle_frame(&Message::Ping("0".into()), t0);
+    c.handle_timeout(t0 + 2 * SEC);
+    for i in 1..100_000u32 {
+        c.handle_frame(&Message::Ping(i.to_string().into()), t0);
+    }
+    let owed = drain(&mut c);
+    assert_eq!(owed.len(), OWED_PONGS_MAX + 1, "{owed:?}");
+    assert_eq!(owed[0], Message::Pong("0".into()));
+    assert!(owed[1].is_ping(), "the keepalive ping, in its place");
+    for (i, m) in owed[2..OWED_PONGS_MAX].iter().enumerate() {
+        assert_eq!(*m, Message::Pong((i + 1).to_string().into()));
+    }
+    assert_eq!(owed[OWED_PONGS_MAX], Message::Pong("99999".into()));
+    // Drained, the next pings are answered one by one again.
+    c.handle_frame(&Message::Ping("a".into()), t0);
+    c.handle_frame(&Message::Ping("b".into()), t0);
+    assert_eq!(
+        drain(&mut c),
+        [Message::Pong("a".into()), Message::Pong("b".into())]
+    );
+}
+
 #[test]
 fn no_pong_after_our_close() {
     let t0 = Instant::now();
