@@ -544,7 +544,7 @@ async fn a_reset_ends_the_connection() {
         tcp.write_all(&frame(true, OpCode::Pong, Vec::new()))
             .await
             .unwrap();
-        tcp.set_linger(Some(Duration::ZERO)).unwrap();
+        tcp.set_zero_linger().unwrap();
         drop(tcp);
         let ended = server.ended().await;
         assert!(ended.is_some(), "{engine:?}: ended without a close");
@@ -765,6 +765,122 @@ async fn a_client_holding_budget_while_silent_gets_1013_and_the_waiting_one_resu
         drop(b);
         until(|| budget.in_use() == 0).await;
         assert!(budget.peak() <= budget.limit(), "{engine:?}");
+    }
+}
+
+/// A message that fits in the whole budget, but not beside what another
+/// connection holds, waits on every engine (1009 means it could never
+/// fit, even in an empty budget), and goes through once the other's wait
+/// runs out; the budget's peak never passes its limit meanwhile.
+#[tokio::test]
+async fn a_message_that_fits_the_empty_budget_waits_rather_than_1009() {
+    let wait = Duration::from_millis(1000);
+    let _heap = HEAP.read().await;
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let budget = MemoryBudget::new(32 << 20).allowance(0).wait_timeout(wait);
+        let mut server = start(engine, budget_config(&budget)).await;
+        let mut a = upgrade_raw(server.addr).await;
+        a.write_all(&frame(false, OpCode::Binary, vec![1; 14 << 20]))
+            .await
+            .unwrap();
+        until(|| budget.in_use() >= 14 << 20).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let mut b = upgrade_raw(server.addr).await;
+        let (mut rd, mut wr) = b.split();
+        let big = frame(true, OpCode::Binary, vec![2; 20 << 20]);
+        let send = async {
+            let _ = wr.write_all(&big).await;
+        };
+        let echo = async { read_frame_from(&mut rd).await };
+        let ((), (op, echo)) = within(30, futures_util::future::join(send, echo)).await;
+        assert_eq!(
+            op,
+            0x2,
+            "{engine:?}: not refused ({:?})",
+            close_of(op, &echo)
+        );
+        assert_eq!(echo.len(), 20 << 20, "{engine:?}");
+        assert_eq!(close_code(&mut a).await, 1013, "{engine:?}");
+        drop(b);
+        until(|| budget.in_use() == 0).await;
+        assert!(
+            budget.peak() <= budget.limit(),
+            "{engine:?}: peak {} over {}",
+            budget.peak(),
+            budget.limit()
+        );
+        let _ = server.ended().await;
+    }
+}
+
+/// Reads one server frame from a read half: its opcode and payload.
+async fn read_frame_from(rd: &mut (impl AsyncRead + Unpin)) -> (u8, Vec<u8>) {
+    let mut head = [0u8; 2];
+    rd.read_exact(&mut head).await.unwrap();
+    let len = match head[1] & 0x7f {
+        126 => rd.read_u16().await.unwrap() as usize,
+        127 => rd.read_u64().await.unwrap() as usize,
+        n => n as usize,
+    };
+    let mut payload = vec![0u8; len];
+    rd.read_exact(&mut payload).await.unwrap();
+    (head[0] & 0x0f, payload)
+}
+
+/// A close frame's code and reason, for a message.
+fn close_of(op: u8, payload: &[u8]) -> Option<(u16, String)> {
+    (op == 0x8 && payload.len() >= 2).then(|| {
+        (
+            u16::from_be_bytes([payload[0], payload[1]]),
+            String::from_utf8_lossy(&payload[2..]).into_owned(),
+        )
+    })
+}
+
+/// The hub reads into a buffer its connections share and keeps what is
+/// left of a frame; the Stream reads into the stack and keeps what came.
+/// Under a budget nearly full, what a connection keeps of such a read must
+/// fit in the budget, never push it past its limit: the read takes no more
+/// than the budget has room for, and waits when it has none.
+#[tokio::test]
+async fn a_read_into_shared_memory_never_pushes_the_budget_past_its_limit() {
+    let wait = Duration::from_millis(1000);
+    let _heap = HEAP.read().await;
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let budget = MemoryBudget::new(4 << 20).allowance(0).wait_timeout(wait);
+        let mut server = start(engine, budget_config(&budget)).await;
+        let mut a = upgrade_raw(server.addr).await;
+        let held = (4 << 20) - (100 << 10);
+        a.write_all(&frame(false, OpCode::Binary, vec![1; held]))
+            .await
+            .unwrap();
+        until(|| budget.in_use() >= held).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let mut b = upgrade_raw(server.addr).await;
+        let (mut rd, mut wr) = b.split();
+        let big = frame(true, OpCode::Binary, vec![2; 1 << 20]);
+        let send = async {
+            let _ = wr.write_all(&big).await;
+        };
+        let ((), (op, echo)) = within(
+            30,
+            futures_util::future::join(send, read_frame_from(&mut rd)),
+        )
+        .await;
+        assert_eq!(op, 0x2, "{engine:?}: {:?}", close_of(op, &echo));
+        assert_eq!(echo.len(), 1 << 20, "{engine:?}");
+        assert_eq!(close_code(&mut a).await, 1013, "{engine:?}");
+        assert!(
+            budget.peak() <= budget.limit(),
+            "{engine:?}: peak {} over {}",
+            budget.peak(),
+            budget.limit()
+        );
+        drop(b);
+        until(|| budget.in_use() == 0).await;
+        let _ = server.ended().await;
     }
 }
 

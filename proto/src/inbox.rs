@@ -57,6 +57,13 @@ pub trait ReadMemory {
         0
     }
 
+    /// The most one read into the engine's scratch memory takes (its
+    /// stack buffer, or the buffer its connections share): under a memory
+    /// budget, what [`Inbox::plan`] sets aside before such a read.
+    fn scratch_len(&self) -> usize {
+        usize::MAX
+    }
+
     /// `bytes` copied into memory shared with other small reads (an arena),
     /// if the engine has room for them there: a small message then costs a
     /// reference count rather than an allocation of its own.
@@ -79,7 +86,10 @@ pub enum Plan {
     /// `limit` bytes (past the end of the frame being received by little),
     /// then pass what came to [`Inbox::received`], or decode it where it
     /// is with [`Inbox::decode_in`] and keep the rest with
-    /// [`Inbox::keep_rest`].
+    /// [`Inbox::keep_rest`]. Under a memory budget `limit` bytes are set
+    /// aside for the read (whatever of it the connection keeps must fit):
+    /// if nothing is read, [`Inbox::read_done`] with `None` gives them
+    /// back.
     Scratch {
         /// The most worth reading.
         limit: usize,
@@ -232,9 +242,42 @@ impl Inbox {
             // memory: see `decode`): nothing to drop or reclaim.
             let frame_left = self.decoder.payload_remaining(0);
             let limit = frame_left.map_or(usize::MAX, |want| want.saturating_add(READ_CHUNK));
-            return Plan::Scratch { limit };
+            return self.scratch(limit, mem);
         }
         self.plan_with(mem)
+    }
+
+    /// A read into the engine's scratch memory of at most `limit` bytes.
+    /// Under a budget, room for it is set aside first: the bytes a
+    /// connection keeps of such a read (an unfinished frame) are already
+    /// in hand when it is known how many they are, so they must fit in
+    /// what was set aside, never push the budget past its limit. Less when
+    /// the budget has less room; none at all, and the read waits.
+    #[inline]
+    fn scratch(&mut self, limit: usize, mem: &mut impl ReadMemory) -> Plan {
+        if !self.decoder.account().is_on() {
+            return Plan::Scratch { limit };
+        }
+        self.scratch_budgeted(limit.min(mem.scratch_len()))
+    }
+
+    #[cold]
+    fn scratch_budgeted(&mut self, limit: usize) -> Plan {
+        let account = self.decoder.account_mut();
+        if account.try_set(Held::ReadBuffer, limit) == Grant::Granted {
+            return Plan::Scratch { limit };
+        }
+        // What the allowance and the budget have left, if anything.
+        let room = account.room().min(limit);
+        if room == 0 {
+            return Plan::Refused(Grant::Wait {
+                wanted: limit.min(READ_CHUNK),
+            });
+        }
+        match account.try_set(Held::ReadBuffer, room) {
+            Grant::Granted => Plan::Scratch { limit: room },
+            refused => Plan::Refused(refused),
+        }
     }
 
     fn plan_with(&mut self, mem: &mut impl ReadMemory) -> Plan {
@@ -251,7 +294,7 @@ impl Inbox {
                     self.sync();
                     let limit =
                         frame_left.map_or(usize::MAX, |want| want.saturating_add(READ_CHUNK));
-                    return Plan::Scratch { limit };
+                    return self.scratch(limit, mem);
                 }
                 // Drops our share of the last burst; messages handed out
                 // keep theirs.
@@ -285,7 +328,9 @@ impl Inbox {
     }
 
     /// A [`Plan::Own`] read ended: `Some(n)` bytes came (`n > 0`), or
-    /// `None` (it waits, or the transport ended or failed).
+    /// `None` (it waits, or the transport ended or failed). Also for a
+    /// [`Plan::Scratch`] read that brought nothing, so that what was set
+    /// aside for it under a budget is given back.
     pub fn read_done(&mut self, got: Option<usize>, mem: &mut impl ReadMemory) {
         match got {
             Some(n) if n > 0 => {
@@ -383,6 +428,9 @@ impl Inbox {
     pub fn keep_rest(&mut self, scratch: &mut BytesMut, open: bool) {
         if open && !scratch.is_empty() {
             self.keep(scratch);
+        } else {
+            // Gives back what `plan` set aside for the read.
+            self.sync();
         }
         scratch.clear();
         self.decoder.detach();
@@ -546,6 +594,14 @@ impl Inbox {
                 additional = smaller;
                 grant = account.try_set(Held::ReadBuffer, old_cap + len + additional);
             }
+        }
+        if let Grant::Never { .. } = grant {
+            // Only the copy does not fit: the old buffer and the new one
+            // live together for the length of one copy, and a frame that
+            // fits the budget once must not be refused for that (1009
+            // means it could never fit, on every engine). The copy's
+            // moment is not counted then; what is held after it is.
+            grant = account.try_set(Held::ReadBuffer, len + additional);
         }
         if grant != Grant::Granted {
             return Err(grant);

@@ -375,3 +375,60 @@ fn a_message_over_the_whole_budget_is_refused_for_good() {
     }
     assert!(matches!(refused, Some(Grant::Never { .. })), "{refused:?}");
 }
+
+/// A frame that fits in the budget is never refused for good (`Never`,
+/// 1009): not while its buffer grows (the old buffer and the new one
+/// live together while bytes are copied), and not beside what another
+/// connection holds, when it waits instead and goes on once that is given
+/// back. The budget's limit is never passed.
+#[test]
+fn a_frame_that_fits_the_empty_budget_is_never_refused_for_good() {
+    let limits = Limits::default()
+        .max_message_size(8 << 20)
+        .max_frame_size(8 << 20);
+    for (size, held) in [
+        (20 << 17, 0),
+        (20 << 17, 14 << 17),
+        (31 << 17, 0),
+        (3 << 17, 0),
+    ] {
+        let budget = MemoryBudget::new(32 << 17).allowance(0);
+        let mut other = crate::budget::BudgetAccount::new(Some(budget.clone()));
+        assert_eq!(other.try_set(Held::Fragments, held), Grant::Granted);
+        let mut inbox = inbox_with(limits.clone().budget(budget.clone()));
+        let mut mem = Pool::default();
+        let wire = frame(size);
+        let mut at = 0;
+        let mut waited = false;
+        while at < wire.len() {
+            let step = (wire.len() - at).min(64 << 10);
+            match inbox.plan(&mut mem) {
+                Plan::Scratch { limit } => {
+                    let n = step.min(limit).min(SCRATCH);
+                    inbox.received(&wire[at..at + n], n == SCRATCH, &mut mem);
+                    at += n;
+                }
+                Plan::Own => {
+                    let mut target = inbox.target();
+                    let n = step.min(target.chunk_mut().len());
+                    target.put_slice(&wire[at..at + n]);
+                    inbox.read_done(Some(n), &mut mem);
+                    at += n;
+                }
+                Plan::Refused(Grant::Wait { .. }) if held > 0 && !waited => {
+                    // The other connection gives its budget back.
+                    waited = true;
+                    other.release_all();
+                }
+                Plan::Refused(grant) => {
+                    panic!("{size} beside {held}, {at} read: refused {grant:?}")
+                }
+            }
+            assert!(budget.in_use() <= budget.limit(), "{}", budget.in_use());
+        }
+        assert_eq!(waited, held > 0, "{size} beside {held}");
+        let msg = inbox.decode().unwrap().expect("the whole message");
+        assert_eq!(msg.len(), size);
+        assert!(budget.peak() <= budget.limit(), "peak {}", budget.peak());
+    }
+}

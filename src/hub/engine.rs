@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use tokio::io::AsyncWrite;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -43,7 +43,7 @@ use crate::proto::buffer::CORK;
 use crate::proto::close::CloseCode;
 use crate::proto::conn::{Connection, Phase, later};
 use crate::proto::decoder::{BorrowedData, MessageDecoder};
-use crate::proto::inbox::{Inbox, OwnMemory, Plan};
+use crate::proto::inbox::{Inbox, OwnMemory, Plan, ReadMemory};
 use crate::proto::message::Message;
 use crate::proto::outbox::QueuePool;
 use crate::topics::Delivery;
@@ -1355,15 +1355,20 @@ fn read_frames<H: Handler>(
         reads += 1;
         // Nothing buffered: into the engine's shared buffer, decoded where
         // it is; the connection keeps only an unfinished frame.
-        let plan = r.plan(&mut OwnMemory);
+        let plan = r.plan(&mut SharedRead(config.read_buffer_size));
         let read = match plan {
-            Plan::Scratch { .. } => {
+            Plan::Scratch { limit } => {
                 // Reclaimed only when a quarter is left: reading into what
                 // remains saves the bookkeeping on most reads.
                 if shared.capacity() < config.read_buffer_size / 4 {
                     shared.reserve(config.read_buffer_size);
                 }
-                read_buf(&mut slot.io, cx, shared)
+                let read = read_buf(&mut slot.io, cx, shared, limit);
+                if !matches!(read, Poll::Ready(Ok(1..))) {
+                    // Gives back what the plan set aside under a budget.
+                    r.read_done(None, &mut OwnMemory);
+                }
+                read
             }
             Plan::Own => {
                 let read =
@@ -1464,12 +1469,23 @@ fn read_buf(
     io: &mut Transport,
     cx: &mut Context<'_>,
     buf: &mut BytesMut,
+    limit: usize,
 ) -> Poll<io::Result<usize>> {
     #[cfg(unix)]
     if let Transport::Polled(p) = io {
-        return p.read_buf(buf);
+        return p.read_buf(buf, limit);
     }
-    tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
+    tokio_util::io::poll_read_buf(Pin::new(io), cx, &mut buf.limit(limit))
+}
+
+/// The engine's shared read buffer as the core's plan sees it: reads into
+/// it take at most `.0` bytes (what a budget sets aside for one).
+struct SharedRead(usize);
+
+impl ReadMemory for SharedRead {
+    fn scratch_len(&self) -> usize {
+        self.0
+    }
 }
 
 /// Whether to read on: the connection is open, its peer takes what it is

@@ -221,18 +221,21 @@ impl Polled {
         Poll::Ready(Ok(()))
     }
 
-    /// Reads into `buf`'s spare capacity (64 bytes made if it has none),
-    /// as `poll_read` does, without a `ReadBuf` in between: the engine's
-    /// read into its shared buffer, once per message in a ping-pong.
+    /// Reads at most `limit` bytes into `buf`'s spare capacity (64 bytes
+    /// made if it has none), as `poll_read` does, without a `ReadBuf` in
+    /// between: the engine's read into its shared buffer, once per message
+    /// in a ping-pong.
     #[inline]
-    pub(crate) fn read_buf(&mut self, buf: &mut BytesMut) -> Poll<io::Result<usize>> {
+    pub(crate) fn read_buf(&mut self, buf: &mut BytesMut, limit: usize) -> Poll<io::Result<usize>> {
         if !self.readable {
             return Poll::Pending;
         }
         if buf.capacity() == buf.len() {
             buf.reserve(64);
         }
-        let n = ready!(self.recv(buf.spare_capacity_mut()))?;
+        let spare = buf.spare_capacity_mut();
+        let room = spare.len().min(limit.max(1));
+        let n = ready!(self.recv(&mut spare[..room]))?;
         // SAFETY: `recv` initialized the first `n` bytes of the spare
         // capacity (it writes, never reads, and says how much it wrote),
         // so they are the buffer's now.
@@ -397,7 +400,7 @@ mod tests {
         let mut buf = BytesMut::from(&b"kept"[..]);
         assert_eq!(buf.capacity(), buf.len());
         while buf.len() < 4 + data.len() {
-            match p.read_buf(&mut buf) {
+            match p.read_buf(&mut buf, usize::MAX) {
                 Poll::Ready(Ok(n)) => assert!(n > 0, "not at the end yet"),
                 Poll::Ready(Err(e)) => panic!("{e}"),
                 Poll::Pending => {
@@ -412,7 +415,7 @@ mod tests {
         drop(writer.join().unwrap().unwrap());
         p.ready(READABLE);
         let end = loop {
-            match p.read_buf(&mut buf) {
+            match p.read_buf(&mut buf, usize::MAX) {
                 Poll::Ready(r) => break r.unwrap(),
                 Poll::Pending => {
                     std::thread::sleep(Duration::from_millis(1));
@@ -447,14 +450,14 @@ mod tests {
                 write_closed: reset,
             });
             let mut buf = BytesMut::with_capacity(64);
-            let first = p.read_buf(&mut buf);
+            let first = p.read_buf(&mut buf, usize::MAX);
             if reset && matches!(first, Poll::Ready(Err(_))) {
                 // Linux drops unread data on a reset: the error is all.
                 continue;
             }
             assert!(matches!(first, Poll::Ready(Ok(4))), "{reset}: {first:?}");
             assert_eq!(&buf[..], b"last");
-            match p.read_buf(&mut buf) {
+            match p.read_buf(&mut buf, usize::MAX) {
                 Poll::Ready(Ok(0)) => assert!(!reset, "a reset reads as an error"),
                 Poll::Ready(Err(_)) => assert!(reset, "a FIN reads as 0"),
                 other => panic!("reset {reset}: the end is not seen: {other:?}"),

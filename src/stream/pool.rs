@@ -14,6 +14,11 @@ use crate::proto::inbox::ReadMemory;
 /// header and what follows it, so that messages of the common 64 KiB size
 /// are read in place instead of outgrowing their buffer by a header.
 pub(crate) const BUF_LEN: usize = 96 << 10;
+
+/// A read into an empty buffer goes to the stack first, this large: the
+/// inbox keeps what came in memory of its size (which is what a small
+/// message needs anyway), and a read that finds nothing costs no buffer.
+pub(crate) const STACK_READ: usize = 4 << 10;
 /// Items kept per thread and per kind: one connection is polled at a time
 /// and needs at most one buffer to read into and one to write from; the
 /// rest are freed.
@@ -116,6 +121,11 @@ impl ReadMemory for ThreadMemory {
     #[inline]
     fn spare_len(&self) -> usize {
         BUF_LEN
+    }
+
+    #[inline]
+    fn scratch_len(&self) -> usize {
+        STACK_READ
     }
 
     #[inline]

@@ -80,10 +80,7 @@ impl CoreTimer {
     }
 }
 
-/// A read into an empty buffer goes to the stack first, this large: the
-/// inbox keeps what came in memory of its size (which is what a small
-/// message needs anyway), and a read that finds nothing costs no buffer.
-const STACK_READ: usize = 4 << 10;
+use super::pool::STACK_READ;
 
 /// How a read ended.
 enum Read {
@@ -267,7 +264,12 @@ impl ReadState {
             Plan::Scratch { limit } => {
                 let mut stack = [MaybeUninit::<u8>::uninit(); STACK_READ];
                 let mut into = tokio::io::ReadBuf::uninit(&mut stack[..limit.min(STACK_READ)]);
-                if let Err(e) = ready!(io.poll_read(cx, &mut into)) {
+                let read = io.poll_read(cx, &mut into);
+                if !matches!(read, Poll::Ready(Ok(()))) || into.filled().is_empty() {
+                    // Gives back what the plan set aside under a budget.
+                    self.inbox.read_done(None, &mut mem);
+                }
+                if let Err(e) = ready!(read) {
                     return Poll::Ready(Read::Io(Err(e)));
                 }
                 let got = into.filled();
