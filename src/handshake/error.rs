@@ -43,7 +43,8 @@ pub enum HandshakeError {
     ConnectionClosed,
     /// The URL could not be used to open a WebSocket connection: it does not
     /// parse, its scheme is not `ws` or `wss`, it has no host, or its port
-    /// is invalid.
+    /// is invalid. The text shows the URL without its userinfo
+    /// (`user:password@`) and its query, so that it can be logged.
     InvalidUrl(String),
     /// A client request could not be built from the parts given: a header
     /// name or value that is not valid HTTP, or a subprotocol name that is

@@ -7,7 +7,7 @@ use http::{Method, Version};
 
 use super::answer::{agreed, with_body};
 use super::request::Request;
-use super::target::{Handshake, check};
+use super::target::{Handshake, check, shown};
 use crate::handshake::HandshakeError;
 
 /// Turns a WebSocket request (a `ws://` or `wss://` URL, as
@@ -44,7 +44,7 @@ pub fn prepare_extended_connect(mut request: Request) -> Result<Request, Handsha
     let scheme = if secure { "https" } else { "http" };
     let new_uri: http::Uri = format!("{scheme}://{authority}{path}")
         .parse()
-        .map_err(|e| HandshakeError::InvalidUrl(format!("{uri}: {e}")))?;
+        .map_err(|e| HandshakeError::InvalidUrl(format!("{}: {e}", shown(uri))))?;
     *request.uri_mut() = new_uri;
     *request.method_mut() = Method::CONNECT;
     *request.version_mut() = Version::HTTP_2;

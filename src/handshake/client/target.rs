@@ -4,6 +4,8 @@
 //! extended CONNECT) and for the code that opens the connection and picks
 //! a proxy, so that the port connected to is the one the request names.
 
+use std::fmt;
+
 use http::{Method, Uri};
 
 use crate::handshake::HandshakeError;
@@ -29,6 +31,37 @@ pub(crate) fn ws_scheme_is_secure(scheme: &str) -> Option<bool> {
 /// written: 443 with TLS (`wss`, `https`), 80 without (`ws`, `http`).
 pub(crate) fn default_port(secure: bool) -> u16 {
     if secure { 443 } else { 80 }
+}
+
+/// `uri` as errors and log events show it: scheme, host, port and path.
+///
+/// Applications log connect errors, and a credential must never reach a
+/// log: the userinfo (`user:password@`), which `Uri`'s `Display` keeps, is
+/// left out, and so is the query, where WebSocket URLs often carry a token
+/// (a browser cannot set headers on one). Neither is what an error about a
+/// URL is about.
+pub(crate) fn shown(uri: &Uri) -> Shown<'_> {
+    Shown(uri)
+}
+
+/// What [`shown`] returns.
+pub(crate) struct Shown<'a>(&'a Uri);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let uri = self.0;
+        if let Some(scheme) = uri.scheme_str() {
+            write!(f, "{scheme}://")?;
+        }
+        if let Some(authority) = uri.authority() {
+            let authority = authority.as_str();
+            // Userinfo may hold '@'s of its own (`Uri` does not decode them);
+            // the host and port follow the last one.
+            let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+            f.write_str(host_port)?;
+        }
+        f.write_str(uri.path())
+    }
 }
 
 /// The port the URI's authority names, checked: `None` when it names none
@@ -63,7 +96,8 @@ pub(crate) fn explicit_port(uri: &Uri) -> Result<Option<u16>, HandshakeError> {
     match port {
         Some(p) if p != 0 => Ok(Some(p)),
         _ => Err(HandshakeError::InvalidUrl(format!(
-            "{uri}: bad port {digits:?} (a port is a number from 1 to 65535)"
+            "{}: bad port {digits:?} (a port is a number from 1 to 65535)",
+            shown(uri)
         ))),
     }
 }
@@ -127,7 +161,8 @@ pub(crate) fn check(
         }
         (_, None, Handshake::ExtendedConnect) => {
             return Err(HandshakeError::InvalidUrl(format!(
-                "{uri}: an HTTP/2 WebSocket needs a ws:// or wss:// URL"
+                "{}: an HTTP/2 WebSocket needs a ws:// or wss:// URL",
+                shown(uri)
             )));
         }
     }
@@ -140,7 +175,10 @@ pub(crate) fn check(
             _ => auth.host().to_owned(),
         }),
         _ if secure.is_some() => {
-            return Err(HandshakeError::InvalidUrl(format!("{uri}: no host")));
+            return Err(HandshakeError::InvalidUrl(format!(
+                "{}: no host",
+                shown(uri)
+            )));
         }
         _ => None,
     };
@@ -268,6 +306,41 @@ mod tests {
             prepare_request(req),
             Err(HandshakeError::InvalidUrl(_))
         ));
+    }
+
+    #[test]
+    fn errors_never_show_the_urls_userinfo() {
+        use crate::handshake::client::prepare_extended_connect;
+
+        let upgrade = |url: &str| {
+            let req = Request::builder().uri(url).body(()).unwrap();
+            prepare_request(req).unwrap_err()
+        };
+        let extended = |url: &str| {
+            let req = Request::builder().uri(url).body(()).unwrap();
+            prepare_extended_connect(req).unwrap_err()
+        };
+        let errors = [
+            // A bad port, from each way in.
+            "ws://alice:s3cret@127.0.0.1:99999/"
+                .into_client_request()
+                .unwrap_err(),
+            upgrade("ws://alice:s3cret@127.0.0.1:99999/"),
+            extended("wss://alice:s3cret@h:x/"),
+            // A scheme extended CONNECT does not take.
+            extended("https://alice:s3cret@h/chat"),
+        ];
+        for err in errors {
+            let shown = err.to_string();
+            assert!(matches!(err, HandshakeError::InvalidUrl(_)), "{shown}");
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(!shown.contains("alice"), "{shown}");
+        }
+        // What is shown still says which URL it was, without the query,
+        // where a token often rides.
+        let shown = upgrade("ws://alice:s3cret@127.0.0.1:99999/chat?token=t0k").to_string();
+        assert!(shown.contains("ws://127.0.0.1:99999/chat:"), "{shown}");
+        assert!(!shown.contains("t0k"), "{shown}");
     }
 
     #[test]
