@@ -84,7 +84,19 @@ pub(crate) fn explicit_port(uri: &Uri) -> Result<Option<u16>, HandshakeError> {
         Some(literal) => literal.split_once(']').map_or("", |(_, rest)| rest),
         None => host_port.find(':').map_or("", |at| &host_port[at..]),
     };
-    let digits = after_host.strip_prefix(':').unwrap_or_default();
+    // After the host comes nothing or ':' and the port. `Uri` lets other
+    // text follow an IPv6 literal (`[::1]x:9001`), and reads a port in it
+    // that `port_u16` reports; taking that for no port would connect to
+    // the default one instead.
+    let Some(digits) = after_host.strip_prefix(':') else {
+        return match after_host {
+            "" => Ok(None),
+            junk => Err(HandshakeError::InvalidUrl(format!(
+                "{}: {junk:?} after the host where only a port may follow",
+                shown(uri)
+            ))),
+        };
+    };
     if digits.is_empty() {
         return Ok(None);
     }
@@ -341,6 +353,31 @@ mod tests {
         let shown = upgrade("ws://alice:s3cret@127.0.0.1:99999/chat?token=t0k").to_string();
         assert!(shown.contains("ws://127.0.0.1:99999/chat:"), "{shown}");
         assert!(!shown.contains("t0k"), "{shown}");
+    }
+
+    #[test]
+    fn text_after_an_ipv6_literal_must_be_a_port() {
+        // `http::Uri` parses these, and for some reads a port (`[::1]x:9001`
+        // gives 9001); connecting to the default port instead would be the
+        // replaced port the rules forbid.
+        for url in ["ws://[::1]x:9001/", "ws://[::1]x/", "wss://u:p@[::1].:443/"] {
+            let uri: Uri = url.parse().unwrap();
+            match explicit_port(&uri) {
+                Err(HandshakeError::InvalidUrl(why)) => {
+                    assert!(why.contains("port"), "{url}: {why}")
+                }
+                other => panic!("{url}: {other:?}"),
+            }
+            let req = Request::builder().uri(url).body(()).unwrap();
+            assert!(
+                matches!(prepare_request(req), Err(HandshakeError::InvalidUrl(_))),
+                "{url}"
+            );
+        }
+        assert_eq!(
+            "ws://[::1]x:9001/".parse::<Uri>().unwrap().port_u16(),
+            Some(9001)
+        );
     }
 
     #[test]
