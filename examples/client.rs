@@ -12,8 +12,8 @@
 //!
 //! `wss://` URLs need a TLS feature (`rustls-webpki-roots` or
 //! `rustls-native-roots`). Like curl, the client goes through the proxy
-//! named by `https_proxy` / `http_proxy` / `all_proxy` (either case) unless
-//! `no_proxy` exempts the host.
+//! named by `https_proxy` / `http_proxy` / `all_proxy` (either case; under
+//! CGI, not `HTTP_PROXY`) unless `no_proxy` exempts the host.
 //!
 //! With `--http2` the WebSocket is opened over HTTP/2 when the server
 //! supports it (RFC 8441: TLS with ALPN `h2`, or h2c for `ws://`) and over

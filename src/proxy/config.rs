@@ -78,8 +78,9 @@ impl Proxy {
     /// Choose at connect time from the environment, for each URL:
     /// `https_proxy` / `HTTPS_PROXY` for `wss://`, `http_proxy` /
     /// `HTTP_PROXY` for `ws://`, then `all_proxy` / `ALL_PROXY`; none when
-    /// the host matches `no_proxy` / `NO_PROXY`. See
-    /// [`Proxy::from_env_vars`] for the rules.
+    /// the host matches `no_proxy` / `NO_PROXY`. Under CGI (`REQUEST_METHOD`
+    /// set) uppercase `HTTP_PROXY` is ignored, as a request's `Proxy:`
+    /// header sets it. See [`Proxy::from_env_vars`] for the rules.
     pub fn from_env() -> Proxy {
         Proxy(Kind::FromEnv)
     }
@@ -159,6 +160,12 @@ impl Proxy {
     ///   `http_proxy`, then `HTTP_PROXY`; both fall back to `all_proxy`, then
     ///   `ALL_PROXY`. Empty values count as unset. A value without a scheme
     ///   is an HTTP proxy; `socks5://` and `socks5h://` are SOCKS5.
+    /// - When `REQUEST_METHOD` is set, as it is for a CGI program, uppercase
+    ///   `HTTP_PROXY` is ignored: CGI passes each request header `X` as
+    ///   `HTTP_X`, so a request carrying `Proxy: http://attacker` would set
+    ///   it ("httpoxy", CVE-2016-5385). reqwest and Go's net/http do the
+    ///   same; curl never reads `HTTP_PROXY` in upper case. Use
+    ///   `http_proxy` or `all_proxy` there.
     /// - `no_proxy` (else `NO_PROXY`) is a list separated by commas or
     ///   spaces: `*` matches every host; `example.com` and `.example.com`
     ///   match that domain and its subdomains; `host:port` matches only that

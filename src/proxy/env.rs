@@ -19,12 +19,20 @@ fn first<F: Fn(&str) -> Option<String>>(var: &F, names: &[&str]) -> Option<Strin
 /// The proxy URL the environment names for `target`, if any: the scheme's
 /// variable (`https_proxy` for `wss://`, `http_proxy` for `ws://`) or
 /// `all_proxy`, lowercase first, unless `no_proxy` matches the target.
+/// Uppercase `HTTP_PROXY` is skipped when `REQUEST_METHOD` is set.
 pub(super) fn select<F: Fn(&str) -> Option<String>>(target: &Uri, var: F) -> Option<String> {
     let secure = is_secure(target);
-    let names: &[&str] = if secure {
-        &["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
-    } else {
-        &["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
+    // Under CGI (RFC 3875 §4.1.18) each request header `X` reaches the
+    // program as `HTTP_X`, so a request's `Proxy:` header sets HTTP_PROXY
+    // and would choose the proxy the server connects through ("httpoxy",
+    // CVE-2016-5385). REQUEST_METHOD is set for every CGI request. No
+    // header can set the other names. reqwest and Go's net/http do not use
+    // HTTP_PROXY under CGI either; curl never reads it in upper case.
+    let cgi = var("REQUEST_METHOD").is_some();
+    let names: &[&str] = match (secure, cgi) {
+        (true, _) => &["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"],
+        (false, false) => &["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"],
+        (false, true) => &["http_proxy", "all_proxy", "ALL_PROXY"],
     };
     let url = first(&var, names)?;
     let host = target.host()?;
@@ -159,6 +167,36 @@ mod tests {
         assert_eq!(pick(&vars, "wss://x/"), Proxy::http("up:2"));
         let vars = [("all_proxy", ""), ("ALL_PROXY", "")];
         assert!(pick(&vars, "ws://x/").is_none());
+    }
+
+    #[test]
+    fn upper_case_http_proxy_is_ignored_under_cgi() {
+        // Under CGI a request's `Proxy:` header becomes HTTP_PROXY
+        // ("httpoxy"): a client could pick the server's proxy.
+        let attacker = ("HTTP_PROXY", "http://attacker:8080");
+        let cgi = ("REQUEST_METHOD", "GET");
+        assert!(pick(&[attacker, cgi], "ws://x/").is_none());
+        // What a header cannot set is still followed.
+        let fallback = ("ALL_PROXY", "http://all:3");
+        assert_eq!(
+            pick(&[attacker, cgi, fallback], "ws://x/"),
+            Proxy::http("http://all:3")
+        );
+        let lower = ("http_proxy", "http://mine:1");
+        assert_eq!(
+            pick(&[attacker, cgi, lower], "ws://x/"),
+            Proxy::http("http://mine:1")
+        );
+        let secure = ("HTTPS_PROXY", "http://secure:2");
+        assert_eq!(
+            pick(&[cgi, secure], "wss://x/"),
+            Proxy::http("http://secure:2")
+        );
+        // Outside CGI, HTTP_PROXY is followed as before.
+        assert_eq!(
+            pick(&[attacker], "ws://x/"),
+            Proxy::http("http://attacker:8080")
+        );
     }
 
     #[test]

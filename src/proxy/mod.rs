@@ -17,7 +17,8 @@
 //! let config = Config::default().proxy(Proxy::http("http://user:secret@proxy.corp:3128"));
 //! let (ws, _) = wavesock::connect_async_with_config("ws://example.com/chat", config).await?;
 //!
-//! // Or follow HTTPS_PROXY / HTTP_PROXY / ALL_PROXY / NO_PROXY:
+//! // Or follow HTTPS_PROXY / HTTP_PROXY / ALL_PROXY / NO_PROXY (HTTP_PROXY
+//! // in upper case only outside CGI, where a request header sets it):
 //! let config = Config::default().proxy(Proxy::from_env());
 //! # Ok(()) }
 //! ```
