@@ -6,7 +6,7 @@ use http::header::{self, HeaderValue};
 use http::{Method, Version};
 
 use super::answer::{agreed, with_body};
-use super::request::Request;
+use super::request::{Request, mark_sensitive};
 use super::target::{Handshake, check, shown};
 use crate::handshake::HandshakeError;
 
@@ -16,8 +16,10 @@ use crate::handshake::HandshakeError;
 /// whose authority and path become `:authority` and `:path`, and
 /// `Sec-WebSocket-Version: 13`. The headers HTTP/2 forbids or has no use for
 /// (`Host`, `Upgrade`, `Connection`, `Sec-WebSocket-Key`) are removed; the
-/// rest (subprotocols, cookies, `Origin`) are kept. The `:protocol`
-/// pseudo-header is the HTTP/2 library's to set.
+/// rest (subprotocols, cookies, `Origin`) are kept, with the values of
+/// `Authorization`, `Cookie` and `Proxy-Authorization` marked sensitive
+/// (HPACK never indexes them). The `:protocol` pseudo-header is the HTTP/2
+/// library's to set.
 ///
 /// ```
 /// use wavesock::IntoClientRequest;
@@ -57,6 +59,7 @@ pub fn prepare_extended_connect(mut request: Request) -> Result<Request, Handsha
     ] {
         headers.remove(name);
     }
+    mark_sensitive(headers);
     headers.insert(
         header::SEC_WEBSOCKET_VERSION,
         HeaderValue::from_static("13"),

@@ -6,7 +6,7 @@ use http::header::{self, HeaderValue};
 use http::{StatusCode, Version};
 
 use super::answer::{agreed, with_body};
-use super::request::Request;
+use super::request::{Request, mark_sensitive};
 use super::target::{Handshake, check};
 use crate::handshake::HandshakeError;
 use crate::handshake::{derive_accept_key, generate_key, is_valid_key};
@@ -21,7 +21,10 @@ use crate::handshake::{derive_accept_key, generate_key, is_valid_key};
 /// empty port (`ws://host:/`) means the default, as in RFC 3986. `Upgrade`,
 /// `Connection` and `Sec-WebSocket-Version` are set; `Host` is derived from
 /// the URI unless present; a fresh random `Sec-WebSocket-Key` is added unless
-/// the request already carries a valid one. Everything else you set is kept.
+/// the request already carries a valid one. Everything else you set is kept;
+/// the values of `Authorization`, `Cookie` and `Proxy-Authorization` are
+/// marked sensitive ([`HeaderValue::set_sensitive`]), so that printing the
+/// request does not show them.
 ///
 /// ```
 /// use wavesock::handshake::client::prepare_request;
@@ -49,6 +52,7 @@ pub fn prepare_request(mut request: Request) -> Result<Request, HandshakeError> 
             .map_err(|_| HandshakeError::InvalidUrl(format!("bad host {host:?}")))?;
         headers.insert(header::HOST, value);
     }
+    mark_sensitive(headers);
     headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     headers.insert(
@@ -304,6 +308,32 @@ mod tests {
         assert_eq!(req.headers()["authorization"], "Bearer t");
         assert_eq!(req.headers()["connection"], "Upgrade");
         assert_eq!(req.headers()["host"], "custom:1");
+    }
+
+    #[test]
+    fn credential_headers_are_marked_sensitive() {
+        // Given as a hand-built request, not through ClientRequestBuilder.
+        let req = request(&[
+            ("Authorization", "Bearer t"),
+            ("Cookie", "a=1"),
+            ("Cookie", "b=2"),
+            ("Proxy-Authorization", "Basic x"),
+            ("Origin", "http://h"),
+        ]);
+        for name in ["authorization", "cookie", "proxy-authorization"] {
+            let values = req.headers().get_all(name);
+            assert!(values.iter().all(|v| v.is_sensitive()), "{name}");
+        }
+        assert!(!req.headers()["origin"].is_sensitive());
+        assert!(!req.headers()["sec-websocket-key"].is_sensitive());
+        // The same over HTTP/2.
+        let req = Request::builder()
+            .uri("wss://h/")
+            .header("Authorization", "Bearer t")
+            .body(())
+            .unwrap();
+        let req = crate::handshake::client::prepare_extended_connect(req).unwrap();
+        assert!(req.headers()["authorization"].is_sensitive());
     }
 
     #[test]

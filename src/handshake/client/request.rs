@@ -3,11 +3,41 @@
 //! [`ClientRequestBuilder`]. A request is only taken here; the handshake
 //! headers are added when it is prepared for a handshake.
 
-use http::Uri;
-use http::header::{self, HeaderValue};
+use std::fmt;
 
-use super::target::explicit_port;
+use http::Uri;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+use super::target::{explicit_port, shown};
 use crate::handshake::HandshakeError;
+
+/// The request headers that carry credentials.
+const CREDENTIALS: [HeaderName; 3] = [
+    header::AUTHORIZATION,
+    header::COOKIE,
+    header::PROXY_AUTHORIZATION,
+];
+
+/// Marks the values of the headers that carry credentials as sensitive:
+/// HTTP/2's HPACK then never adds them to its compression table (RFC 7541
+/// §7.1.3, where a compressed size could reveal them), and their `Debug`
+/// shows `Sensitive`, not the value, wherever the request is printed.
+pub(crate) fn mark_sensitive(headers: &mut HeaderMap) {
+    for name in CREDENTIALS {
+        if let header::Entry::Occupied(mut entry) = headers.entry(name) {
+            for value in entry.iter_mut() {
+                value.set_sensitive(true);
+            }
+        }
+    }
+}
+
+/// Whether a header named `name` (in any case) carries credentials.
+fn is_credential(name: &str) -> bool {
+    CREDENTIALS
+        .iter()
+        .any(|c| c.as_str().eq_ignore_ascii_case(name))
+}
 
 /// The request a client sends: method `GET`, the URL, headers; no body.
 /// What [`IntoClientRequest`] produces. The same type as tungstenite's
@@ -218,7 +248,7 @@ impl IntoClientRequest for Request {
 /// # server?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientRequestBuilder {
     /// The parsed URI, or why it did not parse.
     uri: Result<Uri, String>,
@@ -267,6 +297,42 @@ impl ClientRequestBuilder {
     }
 }
 
+/// Shows the URL without its userinfo or query and the values of
+/// `Authorization`, `Cookie` and `Proxy-Authorization` as `<redacted>`: a
+/// builder may well be logged, and credentials must not be.
+impl fmt::Debug for ClientRequestBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Url<'a>(&'a Result<Uri, String>);
+        impl fmt::Debug for Url<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                match self.0 {
+                    Ok(uri) => write!(f, "Ok({})", shown(uri)),
+                    // Why it did not parse, which does not repeat the URL.
+                    Err(why) => write!(f, "Err({why:?})"),
+                }
+            }
+        }
+        struct Headers<'a>(&'a [(String, String)]);
+        impl fmt::Debug for Headers<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let shown = self.0.iter().map(|(name, value)| {
+                    let value = match is_credential(name) {
+                        true => "<redacted>",
+                        false => value.as_str(),
+                    };
+                    (name, value)
+                });
+                f.debug_list().entries(shown).finish()
+            }
+        }
+        f.debug_struct("ClientRequestBuilder")
+            .field("uri", &Url(&self.uri))
+            .field("headers", &Headers(&self.headers))
+            .field("subprotocols", &self.subprotocols)
+            .finish()
+    }
+}
+
 impl IntoClientRequest for ClientRequestBuilder {
     fn into_client_request(self) -> Result<Request, HandshakeError> {
         let uri = self.uri.map_err(HandshakeError::InvalidUrl)?;
@@ -282,6 +348,7 @@ impl IntoClientRequest for ClientRequestBuilder {
             })?;
             headers.append(name, value);
         }
+        mark_sensitive(headers);
         if !self.subprotocols.is_empty() {
             for (i, p) in self.subprotocols.iter().enumerate() {
                 if !crate::handshake::is_token(p) {
@@ -336,6 +403,32 @@ mod tests {
             .into_client_request()
             .unwrap();
         assert!(plain.headers().is_empty());
+    }
+
+    #[test]
+    fn credentials_are_sensitive_and_kept_out_of_debug() {
+        let builder = ClientRequestBuilder::new("ws://alice:pw0rd@h/chat")
+            .with_header("Authorization", "Bearer s3cret")
+            .with_header("cookie", "sid=c00kie")
+            .with_header("PROXY-AUTHORIZATION", "Basic pr0xy")
+            .with_header("Origin", "http://h")
+            .with_sub_protocol("v1");
+        let shown = format!("{builder:?}");
+        for secret in ["s3cret", "c00kie", "pr0xy", "pw0rd"] {
+            assert!(!shown.contains(secret), "{secret}: {shown}");
+        }
+        // The rest is still there to debug with.
+        for kept in ["Authorization", "cookie", "ws://h/chat", "http://h", "v1"] {
+            assert!(shown.contains(kept), "{kept}: {shown}");
+        }
+        // The request it builds marks them sensitive, so that HPACK never
+        // indexes them and `Debug` of the request hides them too.
+        let request = builder.into_client_request().unwrap();
+        for name in ["authorization", "cookie", "proxy-authorization"] {
+            assert!(request.headers()[name].is_sensitive(), "{name}");
+        }
+        assert!(!request.headers()["origin"].is_sensitive());
+        assert!(!format!("{request:?}").contains("s3cret"));
     }
 
     #[test]
