@@ -28,6 +28,8 @@ const LIMIT: Duration = Duration::from_secs(20);
 #[derive(Default)]
 struct Seen {
     connections: AtomicUsize,
+    /// Requests that reached the service, WebSocket or not.
+    requests: AtomicUsize,
     http2_websockets: AtomicUsize,
     http1_websockets: AtomicUsize,
     /// How each server-side WebSocket ended: `Ok` or the error's text.
@@ -53,6 +55,7 @@ fn config() -> Config {
 }
 
 async fn handle(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<Body>, Infallible> {
+    seen.requests.fetch_add(1, Ordering::SeqCst);
     let path = req.uri().path().to_owned();
     let protocols = Subprotocols::new(["echo"]).required(path == "/required");
     let (response, websocket) =
@@ -253,6 +256,47 @@ async fn without_the_setting_the_client_refuses_and_falls_back() {
         "h2c tried, then HTTP/1.1"
     );
     assert_eq!(seen.http1_websockets.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_websocket_must_name_the_connections_scheme_and_server() {
+    let (addr, seen) = server(Serve::Http2).await;
+    let conn = h2c(addr).await;
+    let port = addr.port();
+    for url in [
+        // wss:// would be carried in clear text.
+        format!("wss://{addr}/echo"),
+        "wss://bank.example/ws".to_owned(),
+        // Another server than the one connected to.
+        "ws://bank.example/ws".to_owned(),
+        format!("ws://localhost:{port}/echo"),
+        format!("ws://127.0.0.1:{}/echo", port.wrapping_add(1).max(1)),
+    ] {
+        let err = conn.websocket(url.as_str()).await.unwrap_err();
+        match &err {
+            Error::Handshake(HandshakeError::InvalidUrl(why)) => {
+                assert!(why.contains("this HTTP/2 connection"), "{url}: {why}")
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+    // Refused before anything was sent.
+    assert_eq!(seen.requests.load(Ordering::SeqCst), 0);
+    // The connection's own origin is still served, its host in any case
+    // and its port given with leading zeros.
+    for url in [
+        format!("ws://{addr}/echo"),
+        format!("WS://127.0.0.1:0{port}/echo"),
+    ] {
+        let (mut ws, response) = conn.websocket(url.as_str()).await.unwrap();
+        assert_eq!(response.status(), 200);
+        ws.send(Message::text("same origin")).await.unwrap();
+        assert_eq!(
+            ws.next().await.unwrap().unwrap(),
+            Message::text("same origin")
+        );
+    }
+    assert_eq!(seen.http2_websockets.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]

@@ -196,6 +196,35 @@ async fn alpn_h2_with_rfc8441_carries_the_websocket_over_http2() {
 
 #[cfg(feature = "rustls")]
 #[tokio::test]
+async fn a_tls_connection_refuses_ws_urls_and_other_hosts() {
+    let (addr, cert, seen) = server(&["h2"], true).await;
+    let port = addr.port();
+    let url = format!("wss://localhost:{port}/echo");
+    let conn = Http2Connection::connect_tls(&url, Config::default(), trust(&cert))
+        .await
+        .unwrap();
+    // ws:// asks for no TLS; another host is another server.
+    for other in [
+        format!("ws://localhost:{port}/echo"),
+        format!("wss://127.0.0.1:{port}/echo"),
+    ] {
+        let err = conn.websocket(other.as_str()).await.unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                Error::Handshake(wavesock::HandshakeError::InvalidUrl(why))
+                    if why.contains("this HTTP/2 connection")
+            ),
+            "{other}: {err:?}"
+        );
+    }
+    assert_eq!(seen.http2_websockets.load(Ordering::SeqCst), 0);
+    let (mut ws, _) = conn.websocket(&url).await.unwrap();
+    echo_once(&mut ws, "same origin").await;
+}
+
+#[cfg(feature = "rustls")]
+#[tokio::test]
 async fn a_server_choosing_http1_in_alpn_upgrades_the_same_connection() {
     let (addr, cert, seen) = server(&["http/1.1"], true).await;
     let url = format!("wss://localhost:{}/echo", addr.port());

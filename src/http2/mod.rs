@@ -47,7 +47,7 @@ use crate::config::Config;
 use crate::deadline::{after, within};
 use crate::error::{ConnectError, Error, HandshakeError, Result};
 use crate::handshake::client::answer::with_body;
-use crate::handshake::client::target::is_secure;
+use crate::handshake::client::target::{Handshake, Target, check_uri, is_secure};
 use crate::handshake::client::{
     IntoClientRequest, check_extended_connect_response, prepare_extended_connect,
 };
@@ -72,6 +72,62 @@ pub struct Http2Connection {
     send: SendRequest<Bytes>,
     config: Config,
     websockets: bool,
+    /// What the connection was opened to; `None` on a stream the caller
+    /// opened ([`Http2Connection::handshake`]), of which it knows neither.
+    origin: Option<Origin>,
+}
+
+/// The scheme and server an HTTP/2 connection was opened to, which every
+/// WebSocket on it must name: a `wss://` request on a cleartext connection
+/// would go out unencrypted, and one naming another server would be sent to
+/// this one, which is not the server it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Origin {
+    /// TLS (`wss://`), or h2c (`ws://`).
+    secure: bool,
+    /// The host and port as `:authority` carries them (the port left out
+    /// when it is the scheme's default).
+    authority: String,
+}
+
+impl Origin {
+    /// The origin of a `ws://` or `wss://` URL.
+    fn of(uri: &http::Uri) -> Result<Origin, HandshakeError> {
+        match check_uri(uri, Handshake::ExtendedConnect)? {
+            Target {
+                secure: Some(secure),
+                authority: Some(authority),
+            } => Ok(Origin { secure, authority }),
+            // check_uri gives both for every ws:// and wss:// URL, the only
+            // ones it lets through for extended CONNECT.
+            _ => Err(HandshakeError::InvalidUrl(
+                "an HTTP/2 connection needs a ws:// or wss:// URL with a host".into(),
+            )),
+        }
+    }
+
+    /// Refuses an extended CONNECT request (its URI `http://` or
+    /// `https://`, as `prepare_extended_connect` makes it) for another
+    /// origin. Hosts compare in any case, as DNS names do.
+    fn admit(&self, request: &http::Uri) -> Result<(), HandshakeError> {
+        let secure = request.scheme_str() == Some("https");
+        let authority = request.authority().map_or("", |a| a.as_str());
+        if secure == self.secure && authority.eq_ignore_ascii_case(&self.authority) {
+            return Ok(());
+        }
+        let ws = |secure| if secure { "wss" } else { "ws" };
+        let how = match self.secure {
+            true => "over TLS",
+            false => "in cleartext (h2c)",
+        };
+        Err(HandshakeError::InvalidUrl(format!(
+            "{}://{authority}{}: this HTTP/2 connection is to {}://{} {how}; a WebSocket on it must name the same scheme, host and port",
+            ws(secure),
+            request.path(),
+            ws(self.secure),
+            self.authority,
+        )))
+    }
 }
 
 impl std::fmt::Debug for Http2Connection {
@@ -118,11 +174,14 @@ impl Http2Connection {
         config.validate()?;
         let request = url.into_client_request()?;
         crate::client::connect::check_scheme(request.uri())?;
+        let origin = Origin::of(request.uri())?;
         let io = crate::client::connect::open(request.uri(), &config, tls, Alpn::H2Only).await?;
         if is_secure(request.uri()) && !io.is_h2() {
             return Err(ConnectError::Http2NotNegotiated.into());
         }
-        Self::handshake(io, config).await
+        let mut connection = Self::handshake(io, config).await?;
+        connection.origin = Some(origin);
+        Ok(connection)
     }
 
     /// Speaks HTTP/2 over a stream you opened: h2c over TCP or a Unix
@@ -130,6 +189,11 @@ impl Http2Connection {
     /// [`Config::handshake_timeout`]) until the server's settings have
     /// arrived, so that [`supports_websockets`](Self::supports_websockets)
     /// is known.
+    ///
+    /// Such a connection knows neither the server's name nor whether the
+    /// stream is encrypted, so [`websocket`](Self::websocket) sends each
+    /// request's scheme and authority as given: name the server at the
+    /// other end of `io`, and `wss://` only over TLS.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -181,6 +245,7 @@ impl Http2Connection {
             send,
             config,
             websockets,
+            origin: None,
         })
     }
 
@@ -194,7 +259,18 @@ impl Http2Connection {
     /// Opens a WebSocket as a new stream on this connection, with the
     /// connection's [`Config`]. `request` is a `ws://` or `wss://` URL or an
     /// [`http::Request`] with one (headers such as `Sec-WebSocket-Protocol`
-    /// or cookies are sent along); its authority should name this server.
+    /// or cookies are sent along).
+    ///
+    /// On a connection from [`connect`](Self::connect) or `connect_tls`
+    /// (with a TLS feature), the URL must name what was
+    /// connected to: `wss://` on a TLS connection and `ws://` on an h2c one,
+    /// and the same host (in any case) and port (an omitted default port
+    /// and the port written out are the same). Any other URL is refused
+    /// with [`HandshakeError::InvalidUrl`] before anything is sent: a
+    /// `wss://` URL on a cleartext connection would be sent unencrypted,
+    /// and another host's to a server that is not that host. On a
+    /// connection from [`handshake`](Self::handshake), the URL's scheme and
+    /// authority are sent as given.
     ///
     /// Refused with [`ConnectError::Http2WebSocketsDisabled`] if the server
     /// did not advertise support; a status other than 2xx is
@@ -227,6 +303,9 @@ impl Http2Connection {
         config: &Config,
     ) -> Result<(Http2Stream, ClientResponse, Negotiated)> {
         let mut request = prepare_extended_connect(request.into_client_request()?)?;
+        if let Some(origin) = &self.origin {
+            origin.admit(request.uri())?;
+        }
         if !self.supports_websockets() {
             return Err(ConnectError::Http2WebSocketsDisabled.into());
         }

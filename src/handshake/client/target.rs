@@ -162,7 +162,11 @@ pub(crate) fn check(
             request.method().to_string(),
         ));
     }
-    let uri = request.uri();
+    check_uri(request.uri(), handshake)
+}
+
+/// [`check`] without the method: the scheme, the port and the host.
+pub(crate) fn check_uri(uri: &Uri, handshake: Handshake) -> Result<Target, HandshakeError> {
     let secure = uri.scheme_str().and_then(ws_scheme_is_secure);
     match (uri.scheme_str(), secure, handshake) {
         (_, Some(_), _) | (None, None, Handshake::Upgrade) => {}
