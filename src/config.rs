@@ -10,6 +10,9 @@ use crate::proto::limits::Limits;
 use crate::proto::mask::MaskKeys;
 use crate::proxy::config::Proxy;
 
+/// The largest [`Config::max_headers`].
+const MAX_HEADERS: usize = 4096;
+
 /// Settings for one WebSocket connection.
 ///
 /// Start from [`Config::default`] and change what you need with the builder
@@ -44,7 +47,8 @@ pub struct Config {
     pub write_buffer_size: usize,
     /// Largest HTTP head accepted during the opening handshake. Default 8 KiB.
     pub max_handshake_size: usize,
-    /// Most headers accepted in the opening handshake. Default 64.
+    /// Most headers accepted in the opening handshake: 8 to 4 096 (each
+    /// read of a head makes room for this many). Default 64.
     pub max_headers: usize,
     /// Time allowed for the opening handshake. Default 10 s; `None` waits for ever.
     pub handshake_timeout: Option<Duration>,
@@ -341,6 +345,11 @@ impl Config {
                 "max_headers below 8 cannot hold a handshake",
             ));
         }
+        // Room for this many is allocated at each parse of a head: a count
+        // no memory holds would panic mid-handshake instead.
+        if self.max_headers > MAX_HEADERS {
+            return Err(Error::InvalidConfig("max_headers must be at most 4096"));
+        }
         if self.ping_interval.is_some_and(|i| i.is_zero()) {
             return Err(Error::InvalidConfig("ping_interval must not be zero"));
         }
@@ -393,6 +402,12 @@ mod tests {
         assert!(Config::default().write_buffer_size(0).validate().is_err());
         assert!(Config::default().max_handshake_size(10).validate().is_err());
         assert!(Config::default().max_headers(0).validate().is_err());
+        assert!(
+            Config::default()
+                .max_headers(usize::MAX)
+                .validate()
+                .is_err()
+        );
         assert!(
             Config::default()
                 .handshake_timeout(Some(std::time::Duration::ZERO))

@@ -6,6 +6,9 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::topics::Topics;
 
+/// The largest [`HubConfig::read_buffer_size`].
+const MAX_READ_BUFFER: usize = 1 << 30;
+
 /// A hub's settings: the connections' [`Config`] and what the hub adds.
 ///
 /// ```
@@ -35,14 +38,18 @@ pub struct HubConfig {
     /// [`BackpressurePolicy::Close`].
     pub backpressure_policy: BackpressurePolicy,
     /// Size of each engine's read buffer, which every connection reads into
-    /// in turn. Default 512 KiB (as uWebSockets' per-loop buffer).
+    /// in turn: 4 KiB to 1 GiB. Default 512 KiB (as uWebSockets' per-loop
+    /// buffer).
     pub read_buffer_size: usize,
     /// Engines (tasks, each with its connections and read buffer); `None`
     /// for one per worker thread of the runtime [`Hub::serve`](crate::hub::Hub::serve) runs on.
     /// Default `Some(1)`.
     pub engines: Option<usize>,
     /// Commands (sends, closes) a [`HubHandle`](crate::hub::HubHandle) may queue per engine before
-    /// it waits (or `try_send` fails). Default 1 024.
+    /// it waits (or `try_send` fails): 1 to Tokio's
+    /// [`Semaphore::MAX_PERMITS`](tokio::sync::Semaphore::MAX_PERMITS), the
+    /// most a Tokio channel holds (the queue takes memory for what waits,
+    /// not for its capacity). Default 1 024.
     pub handle_capacity: usize,
     /// On [`HubHandle::shutdown`](crate::hub::HubHandle::shutdown), how long connections have to finish
     /// their closing handshakes (code 1001) before they are dropped.
@@ -140,6 +147,13 @@ impl HubConfig {
                 "read_buffer_size must be at least 4096 bytes",
             ));
         }
+        // Reserved whole by each engine: past what an allocation can be,
+        // the reservation would panic mid-serve instead.
+        if self.read_buffer_size > MAX_READ_BUFFER {
+            return Err(Error::InvalidConfig(
+                "read_buffer_size must be at most 1 GiB",
+            ));
+        }
         if self.engines == Some(0) {
             return Err(Error::InvalidConfig("a hub needs at least one engine"));
         }
@@ -150,6 +164,13 @@ impl HubConfig {
         }
         if self.handle_capacity == 0 {
             return Err(Error::InvalidConfig("handle_capacity must be at least 1"));
+        }
+        // Each engine's queue is a Tokio channel, which panics when made
+        // with more.
+        if self.handle_capacity > tokio::sync::Semaphore::MAX_PERMITS {
+            return Err(Error::InvalidConfig(
+                "handle_capacity must be at most tokio::sync::Semaphore::MAX_PERMITS",
+            ));
         }
         Ok(())
     }

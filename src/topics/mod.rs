@@ -64,20 +64,23 @@ use crate::topics::ring::{Read, Ring};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct TopicsConfig {
-    /// Messages a [`TopicReceiver`] may fall behind before it skips ahead.
-    /// Default 1 024. Kept only while unread: a topic whose receivers keep
+    /// Messages a [`TopicReceiver`] may fall behind before it skips ahead;
+    /// at least 1. Default 1 024. Kept only while unread: a topic whose receivers keep
     /// up holds none.
     pub stream_capacity: usize,
-    /// Publishes an engine may have waiting before it misses more. Default
-    /// 65 536.
+    /// Publishes an engine may have waiting before it misses more; at
+    /// least 1. Default 65 536.
     pub inbox_capacity: usize,
     /// Bytes of payload (and topic names) an engine may have waiting
     /// before it misses more; one publish always fits, whatever its size.
     /// The payload of a publish is shared, not copied, by the engines it
     /// waits for: this bounds what one engine keeps alive. Default 64 MiB.
     pub inbox_bytes: usize,
-    /// Locks the registry's map is split over, by topic. Default 64; 1
-    /// is one lock for all topics.
+    /// Locks the registry's map is split over, by topic: 1 to 4 096.
+    /// Default 64; 1 is one lock for all topics.
+    ///
+    /// These fields may be set directly too: [`Topics::with_config`] holds
+    /// each to the bounds its builder method applies.
     pub shards: usize,
 }
 
@@ -305,13 +308,19 @@ impl Topics {
         Topics::with_config(TopicsConfig::default())
     }
 
-    /// A registry of its own.
+    /// A registry of its own. Settings out of their bounds (set on the
+    /// public fields) are brought within them, as the builder methods do:
+    /// `usize::MAX` shards would be an allocation that panics.
     pub fn with_config(config: TopicsConfig) -> Topics {
+        let (shards, inbox, stream) =
+            (config.shards, config.inbox_capacity, config.stream_capacity);
+        let config = config
+            .shards(shards)
+            .inbox_capacity(inbox)
+            .stream_capacity(stream);
         Topics {
             inner: Arc::new(Inner {
-                shards: (0..config.shards.max(1))
-                    .map(|_| Shard::default())
-                    .collect(),
+                shards: (0..config.shards).map(|_| Shard::default()).collect(),
                 config,
                 link: OnceLock::new(),
                 published: AtomicU64::new(0),

@@ -122,21 +122,24 @@ pub struct RedisLinkConfig {
     /// whole name, so a prefix without `{` lets topics choose their slot
     /// with a hash tag (`room:{42}:chat`).
     pub prefix: String,
-    /// Publishes that may wait for Redis. Default 8 192.
+    /// Publishes that may wait for Redis: 1 to Tokio's
+    /// [`Semaphore::MAX_PERMITS`](tokio::sync::Semaphore::MAX_PERMITS) (the
+    /// queue is a Tokio channel, whose memory is what waits). Default 8 192.
     pub queue: usize,
-    /// Most publishes sent in one round trip (one pipeline). Default 256.
+    /// Most publishes sent in one round trip (one pipeline); at least 1.
+    /// Default 256.
     pub batch: usize,
-    /// The first wait before reconnecting. Default 100 ms.
+    /// The first wait before reconnecting; not zero. Default 100 ms.
     pub backoff_first: Duration,
     /// The longest wait before reconnecting. Default 5 s.
     pub backoff_max: Duration,
     /// A connection attempt or round trip that takes longer fails the
-    /// link. Default 3 s.
+    /// link; not zero. Default 3 s.
     pub timeout: Duration,
-    /// An idle link pings Redis this often. Default 5 s.
+    /// An idle link pings Redis this often; not zero. Default 5 s.
     pub ping_interval: Duration,
     /// Messages from Redis larger than this (payload and topic) are
-    /// dropped and counted as malformed. Default 16 MiB.
+    /// dropped and counted as malformed; at least 1. Default 16 MiB.
     pub max_message_size: usize,
     /// Bytes of messages from Redis that may wait to be delivered here;
     /// past that, messages are dropped and counted
@@ -221,6 +224,62 @@ impl RedisLinkConfig {
         self.max_message_size = bytes;
         self
     }
+
+    /// Checks the settings, which are public fields and so may hold what
+    /// the builder methods would not set: a Tokio channel or interval
+    /// that cannot be made (they panic), or a link that could never work
+    /// (a zero timeout, a zero backoff that reconnects in a busy loop).
+    /// [`Topics::link_redis`] calls it. Durations of any length work:
+    /// `Duration::MAX` means never.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wavesock::topics::redis::RedisLinkConfig;
+    ///
+    /// assert!(RedisLinkConfig::default().validate().is_ok());
+    /// let mut config = RedisLinkConfig::default();
+    /// config.ping_interval = Duration::ZERO;
+    /// assert!(config.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<(), LinkError> {
+        let refuse = |reason| Err(LinkError::InvalidConfig(reason));
+        if self.queue == 0 {
+            return refuse("queue must be at least 1");
+        }
+        if self.queue > tokio::sync::Semaphore::MAX_PERMITS {
+            return refuse("queue must be at most tokio::sync::Semaphore::MAX_PERMITS");
+        }
+        if self.batch == 0 {
+            return refuse("batch must be at least 1");
+        }
+        if self.backoff_first.is_zero() {
+            return refuse("backoff_first must not be zero");
+        }
+        if self.timeout.is_zero() {
+            return refuse("timeout must not be zero");
+        }
+        if self.ping_interval.is_zero() {
+            return refuse("ping_interval must not be zero");
+        }
+        if self.max_message_size == 0 {
+            return refuse("max_message_size must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+/// Thirty years, the most any wait of the link lasts (Tokio's own "far
+/// future"): a longer one would overflow `Instant` when added to now.
+const NEVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
+/// `d`, or [`NEVER`] if longer: a wait of any setting, safe to add to now.
+fn capped(d: Duration) -> Duration {
+    d.min(NEVER)
+}
+
+/// The wait after `backoff`: twice it, at most `max`, never overflowing.
+fn next_backoff(backoff: Duration, max: Duration) -> Duration {
+    backoff.saturating_mul(2).min(max)
 }
 
 /// Where a link stands, from [`RedisLink::status`].
@@ -279,6 +338,9 @@ pub enum LinkError {
     /// Not called from within a Tokio runtime, where the link's task runs.
     #[error("a Redis link needs a Tokio runtime")]
     NoRuntime,
+    /// A setting cannot work; see [`RedisLinkConfig::validate`].
+    #[error("invalid Redis link setting: {0}")]
+    InvalidConfig(&'static str),
     /// A cluster node's address did not parse, or none was given.
     #[error("bad Redis address: {0}")]
     Address(String),
@@ -657,8 +719,9 @@ impl Topics {
     }
 
     fn link(&self, target: Target, config: RedisLinkConfig) -> Result<RedisLink, LinkError> {
+        config.validate()?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| LinkError::NoRuntime)?;
-        let (queue, rx) = mpsc::channel(config.queue.max(1));
+        let (queue, rx) = mpsc::channel(config.queue);
         let shared = Arc::new(Shared::new(queue, &config));
         if !self.set_link(Box::new(shared.clone())) {
             return Err(LinkError::AlreadyLinked);
@@ -755,9 +818,10 @@ fn decode_owned(wire: Bytes, max: usize) -> Option<Incoming> {
     Some(Incoming { origin, topic, msg })
 }
 
-/// Between half and all of `d`.
+/// Between half and all of `d` (of [`NEVER`] if longer: `mul_f64` panics
+/// past `Duration::MAX`, which a float near it rounds to).
 fn jittered(d: Duration) -> Duration {
-    d.mul_f64(0.5 + rand::random::<f64>() / 2.0)
+    capped(d).mul_f64(0.5 + rand::random::<f64>() / 2.0)
 }
 
 /// Connects to every node of `topology`, with `config` for each (a push
@@ -824,7 +888,7 @@ async fn publish(
         tokio::time::sleep(jittered(backoff)).await;
         // Publishes that raced the state change are not sent either.
         drop_queued(&shared, &mut queue);
-        backoff = (backoff * 2).min(config.backoff_max);
+        backoff = next_backoff(backoff, config.backoff_max);
     }
 }
 
@@ -844,8 +908,10 @@ async fn carry_publishes(
     conns: Vec<redis::aio::MultiplexedConnection>,
 ) -> String {
     let (publish, _, _) = topology.commands();
-    let mut batch = Vec::with_capacity(config.batch);
-    let mut ping = tokio::time::interval(config.ping_interval);
+    // Room for a batch is made as publishes come (`recv_many` grows it):
+    // a batch setting of any size holds only what was queued.
+    let mut batch = Vec::new();
+    let mut ping = tokio::time::interval(capped(config.ping_interval));
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.reset();
     loop {
@@ -968,7 +1034,7 @@ async fn subscribe(
         #[cfg(feature = "tracing")]
         tracing::warn!("Redis link down (subscribing)");
         tokio::time::sleep(jittered(backoff)).await;
-        backoff = (backoff * 2).min(config.backoff_max);
+        backoff = next_backoff(backoff, config.backoff_max);
     }
 }
 
@@ -986,7 +1052,7 @@ async fn carry_subscriptions(
     // Unsubscribes waiting out their delay, oldest first.
     let mut leaving: VecDeque<(tokio::time::Instant, Arc<str>)> = VecDeque::new();
     lock(&shared.interest).extend(topics.names().into_iter().map(Arc::from));
-    let mut ping = tokio::time::interval(config.ping_interval);
+    let mut ping = tokio::time::interval(capped(config.ping_interval));
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.reset();
     // One channel per command: redis-rs takes each confirmation as the
@@ -1023,7 +1089,7 @@ async fn carry_subscriptions(
                 }
             } else if subscribed.contains(&topic) && !leaving.iter().any(|(_, t)| *t == topic) {
                 leaving.push_back((
-                    tokio::time::Instant::now() + config.unsubscribe_delay,
+                    tokio::time::Instant::now() + capped(config.unsubscribe_delay),
                     topic,
                 ));
             }
@@ -1201,6 +1267,24 @@ mod tests {
         let waits: Vec<_> = (0..100).map(|_| jittered(d)).collect();
         assert!(waits.iter().all(|j| *j >= d / 2 && *j <= d), "{waits:?}");
         assert!(waits.iter().any(|j| *j != waits[0]), "not all the same");
+    }
+
+    #[test]
+    fn waits_of_any_length_never_overflow() {
+        // `mul_f64` of `Duration::MAX` used to panic: a link whose backoff
+        // was set that long died on its first failure.
+        assert!(jittered(Duration::MAX) <= NEVER);
+        assert!(jittered(Duration::MAX) >= NEVER / 2);
+        let max = Duration::MAX;
+        assert_eq!(next_backoff(max, max), max);
+        assert_eq!(next_backoff(max / 2 + Duration::from_nanos(1), max), max);
+        let first = Duration::from_millis(100);
+        assert_eq!(next_backoff(first, Duration::from_secs(5)), first * 2);
+        assert_eq!(
+            next_backoff(Duration::from_secs(4), Duration::from_secs(5)),
+            Duration::from_secs(5)
+        );
+        let _ = tokio::time::Instant::now() + capped(Duration::MAX);
     }
 
     #[test]
