@@ -71,7 +71,8 @@ pub struct Config {
     pub pong_timeout: Duration,
     /// How long the closing handshake may take (our close frame out, the
     /// peer's back, the TCP connection closed) before the connection is
-    /// dropped anyway. Default 10 s.
+    /// dropped anyway. Default 10 s; `Duration::MAX` is no close timeout:
+    /// the closing handshake takes as long as the peer does, with no timer.
     pub close_timeout: Duration,
     /// permessage-deflate: what a client offers or a server accepts.
     /// Default `None`: no compression (a server declines offers). Needs the
@@ -203,6 +204,39 @@ impl Config {
     pub fn close_timeout(mut self, timeout: Duration) -> Self {
         self.close_timeout = timeout;
         self
+    }
+
+    /// Turns off every timeout: the opening handshake's, the client's
+    /// connect timeout, keepalive and the closing handshake's
+    /// (`close_timeout` of `Duration::MAX`). A connection made with it
+    /// makes no Tokio timer (unless it has a
+    /// [`memory_budget`](Config::memory_budget), whose wait is timed), so
+    /// it runs on a runtime built without Tokio's time driver (no
+    /// `enable_time()`, as `Builder::new_current_thread().enable_io()`).
+    /// Every wait is then as long as the peer makes it: a peer that stops
+    /// answering holds its connection until it goes away.
+    ///
+    /// With a timeout configured, such a runtime panics at the first timer
+    /// (Tokio's "timers are disabled. Call `enable_time` on the runtime
+    /// builder"): Tokio offers no way to ask a runtime whether it has a
+    /// time driver, so this cannot be an error instead.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wavesock::Config;
+    ///
+    /// let config = Config::default().without_timeouts();
+    /// assert_eq!(config.handshake_timeout, None);
+    /// assert_eq!(config.connect_timeout, None);
+    /// assert_eq!(config.ping_interval, None);
+    /// assert_eq!(config.close_timeout, Duration::MAX);
+    /// assert!(config.validate().is_ok());
+    /// ```
+    pub fn without_timeouts(self) -> Self {
+        self.handshake_timeout(None)
+            .connect_timeout(None)
+            .ping_interval(None)
+            .close_timeout(Duration::MAX)
     }
 
     /// Sets [`Config::deflate`]: `Some(DeflateConfig::default())` (or a

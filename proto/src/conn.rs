@@ -60,6 +60,9 @@ pub struct Timers {
     /// before giving it up for dead. Default 10 s.
     pub pong_timeout: Duration,
     /// How long the closing handshake may take once it starts. Default 10 s.
+    /// `Duration::MAX` is no close timeout: the closing handshake takes as
+    /// long as the peer does, and no deadline is ever set for it, so the
+    /// I/O layer needs no timer for it.
     pub close_timeout: Duration,
     /// Under a memory budget, how long the connection may wait for budget
     /// (or hold some while nothing arrives) before it fails with 1013; see
@@ -294,7 +297,8 @@ pub struct Connection {
     /// fragment, while a change of `State` wakes the receiving side.
     fragmenting: bool,
     // Nanoseconds (saturated at 584 years), half the size of a `Duration`:
-    // every connection of a server holds these two.
+    // every connection of a server holds these two. `NO_CLOSE_TIMEOUT`
+    // for none.
     close_timeout: u64,
     /// `NO_BUDGET_WAIT` for none.
     budget_wait: u64,
@@ -329,6 +333,10 @@ pub const OWED_PONGS_MAX: usize = 16;
 
 /// `Connection::budget_wait` when there is none.
 const NO_BUDGET_WAIT: u64 = u64::MAX;
+
+/// `Connection::close_timeout` for `Duration::MAX`: none. Apart from
+/// every finite setting, which [`nanos`] saturates one below.
+const NO_CLOSE_TIMEOUT: u64 = u64::MAX;
 
 /// What a connection keeps beyond its flags once it owes a frame, waits
 /// for memory budget or has started to end.
@@ -365,7 +373,11 @@ impl Connection {
             role,
             state,
             fragmenting: false,
-            close_timeout: nanos(timers.close_timeout),
+            close_timeout: if timers.close_timeout == Duration::MAX {
+                NO_CLOSE_TIMEOUT
+            } else {
+                nanos(timers.close_timeout)
+            },
             budget_wait: timers.budget_wait.map_or(NO_BUDGET_WAIT, nanos),
             outstanding: None,
             keepalive: timers.ping_interval.map(|interval| {
@@ -465,9 +477,13 @@ impl Connection {
         self.state.is_transport_ended()
     }
 
-    /// How long the closing handshake may take.
+    /// How long the closing handshake may take; `Duration::MAX` for no
+    /// limit.
     pub fn close_timeout(&self) -> Duration {
-        Duration::from_nanos(self.close_timeout)
+        match self.close_timeout {
+            NO_CLOSE_TIMEOUT => Duration::MAX,
+            nanos => Duration::from_nanos(nanos),
+        }
     }
 
     // Inputs.
@@ -834,11 +850,14 @@ impl Connection {
 
     /// When a closing handshake started at `now` must be over: the
     /// deadline already running if one started, else `now` plus the close
-    /// timeout. A caller that closes and waits (the Stream's `close`) waits
-    /// until then, and no fresh timeout is granted by closing again.
-    pub fn close_deadline_from(&self, now: Instant) -> Instant {
-        self.close_deadline()
-            .unwrap_or_else(|| later(now, self.close_timeout()))
+    /// timeout; `None` without a close timeout. A caller that closes and
+    /// waits (the Stream's `close`) waits until then, and no fresh timeout
+    /// is granted by closing again.
+    pub fn close_deadline_from(&self, now: Instant) -> Option<Instant> {
+        if let Some(running) = self.close_deadline() {
+            return Some(running);
+        }
+        (self.close_timeout != NO_CLOSE_TIMEOUT).then(|| later(now, self.close_timeout()))
     }
 
     fn budget_deadline(&self) -> Option<Instant> {
@@ -861,6 +880,11 @@ impl Connection {
     }
 
     fn arm_close(&mut self, now: Instant) {
+        if self.close_timeout == NO_CLOSE_TIMEOUT {
+            // Nothing to arm; `outstanding` is made when needed, not
+            // here, so that an ending connection stays as small.
+            return;
+        }
         let timeout = Duration::from_nanos(self.close_timeout);
         let o = self.outstanding();
         if o.close_deadline.is_none() {

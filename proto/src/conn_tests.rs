@@ -217,22 +217,32 @@ fn our_close_starts_the_close_timer_when_sent() {
 fn closing_again_gets_no_fresh_deadline() {
     let t0 = Instant::now();
     let mut c = Connection::new(Role::Client, Timers::default().close_timeout(5 * SEC), t0);
-    assert_eq!(c.close_deadline_from(t0 + SEC), t0 + 6 * SEC, "from now");
+    assert_eq!(
+        c.close_deadline_from(t0 + SEC),
+        Some(t0 + 6 * SEC),
+        "from now"
+    );
     assert!(c.send_close(t0 + 2 * SEC));
     assert_eq!(
         c.close_deadline_from(t0 + 4 * SEC),
-        t0 + 7 * SEC,
+        Some(t0 + 7 * SEC),
         "the running one"
     );
     let huge = Connection::new(
         Role::Client,
-        Timers::default().close_timeout(Duration::MAX),
+        Timers::default().close_timeout(Duration::MAX - SEC),
         t0,
     );
     assert!(
-        huge.close_deadline_from(t0) > t0 + 1000 * SEC,
+        huge.close_deadline_from(t0).unwrap() > t0 + 1000 * SEC,
         "saturates, no panic"
     );
+    let none = Connection::new(
+        Role::Client,
+        Timers::default().close_timeout(Duration::MAX),
+        t0,
+    );
+    assert_eq!(none.close_deadline_from(t0), None, "no close timeout");
 }
 
 #[test]
@@ -769,4 +779,30 @@ fn the_budgets_answers_go_on_wait_or_fail_with_1009() {
             budget: 10
         })
     );
+}
+
+#[test]
+fn without_a_close_timeout_no_closing_handshake_has_a_deadline() {
+    // What lets the I/O layer run without a timer: a close timeout of
+    // `Duration::MAX` is none, not a deadline a century off that still
+    // needs one.
+    let t0 = Instant::now();
+    let none = Timers::default().close_timeout(Duration::MAX);
+    // Our close, the peer's, and a protocol violation.
+    let mut ours = Connection::new(Role::Client, none, t0);
+    assert!(ours.send_close(t0));
+    let mut theirs = Connection::new(Role::Server, none, t0);
+    theirs.handle_frame(&Message::Close(None), t0);
+    let mut failing = Connection::new(Role::Server, none, t0);
+    failing.handle_error(Error::InvalidUtf8, t0);
+    for (what, c) in [
+        ("ours", &mut ours),
+        ("theirs", &mut theirs),
+        ("failing", &mut failing),
+    ] {
+        assert_eq!(c.poll_timeout(), None, "{what}");
+        assert_eq!(c.close_timeout(), Duration::MAX, "{what}");
+        c.handle_timeout(t0 + 1_000_000 * SEC);
+        assert_ne!(c.phase(), Phase::TimedOut, "{what}");
+    }
 }

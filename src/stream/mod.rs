@@ -204,6 +204,11 @@ where
             }
             self.flush().await
         };
+        // Without a close timeout, no timer: a runtime without Tokio's
+        // time driver can close (see `Config::without_timeouts`).
+        let Some(deadline) = deadline else {
+            return send.await;
+        };
         match tokio::time::timeout_at(deadline.into(), send).await {
             Ok(r) => r,
             Err(_) => {
