@@ -826,7 +826,8 @@
 //! the closing message is dropped unheard, and sends return
 //! [`SendStatus::Closed`](crate::hub::SendStatus::Closed). What was sent
 //! before, and what was published to the connection's topics in the same
-//! turn, is written before the close frame.
+//! turn, is written before the close frame (up to the turn's cap of
+//! publishes: a close never waits behind a backlog of them).
 //!
 //! **Who is connected.** The upgrade request's extensions hold the peer's
 //! [`Addresses`](crate::hub::Addresses) (as axum's `ConnectInfo`), and

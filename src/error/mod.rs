@@ -126,6 +126,17 @@ pub enum Error {
         /// The hub's `max_backpressure`.
         limit: usize,
     },
+    /// A [`hub`](crate::hub) connection missed publishes to a topic it
+    /// subscribes to: its engine fell more than the topics' inbox bounds
+    /// behind ([`TopicsConfig::inbox_capacity`], `inbox_bytes`), and the
+    /// hub's policy for slow subscribers is to close them.
+    ///
+    /// [`TopicsConfig::inbox_capacity`]: crate::topics::TopicsConfig::inbox_capacity
+    #[error("publishes to topic {topic:?} were missed: its engine fell behind the inbox bounds")]
+    PublishesMissed {
+        /// The topic.
+        topic: String,
+    },
 }
 
 impl Error {

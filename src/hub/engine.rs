@@ -24,7 +24,7 @@ use crate::error::{Error, HandshakeError, Result};
 use crate::handshake::server::{
     accept_response, check_request, enforce, error_response, parse_request, write_response,
 };
-use crate::hub::config::HubConfig;
+use crate::hub::config::{BackpressurePolicy, HubConfig};
 use crate::hub::event::{
     Closed, ConnId, HUB_MASK, HubMessage, LAST_GENERATION, MAX_ENGINES, MAX_SLOTS,
 };
@@ -358,6 +358,8 @@ struct Engine<H: Handler> {
     subscribers: Vec<Key>,
     /// How many of them it was sent to (in earlier turns).
     delivered: usize,
+    /// Topics whose publishes the inbox dropped for this engine.
+    missed: Vec<Arc<str>>,
 }
 
 impl<H: Handler> std::fmt::Debug for Engine<H> {
@@ -420,6 +422,7 @@ impl<H: Handler> Engine<H> {
             published: Default::default(),
             subscribers: Vec::new(),
             delivered: 0,
+            missed: Vec::new(),
         }
     }
 
@@ -738,9 +741,15 @@ impl<H: Handler> Engine<H> {
     /// capped: the rest, in order, next turn. True if some are left.
     fn deliver_published(&mut self) -> bool {
         let mut published = std::mem::take(&mut self.published);
-        self.turn.subs.inbox.take(&mut published);
+        let mut missed = std::mem::take(&mut self.missed);
+        self.turn.subs.inbox.take(&mut published, &mut missed);
+        if !missed.is_empty() {
+            self.missed_publishes(&mut missed);
+        }
+        self.missed = missed;
         let mut keys = std::mem::take(&mut self.subscribers);
         let mut budget = DELIVERIES_PER_TURN;
+        let (mut sent, mut sent_bytes) = (0, 0);
         while budget > 0 {
             let Some(d) = published.front() else {
                 break;
@@ -771,11 +780,18 @@ impl<H: Handler> Engine<H> {
             // A publish with no subscriber here costs a send's worth too.
             budget -= (end - self.delivered).clamp(1, budget);
             if end == keys.len() {
-                published.pop_front();
+                if let Some(d) = published.pop_front() {
+                    sent += 1;
+                    sent_bytes += d.size();
+                }
                 self.delivered = 0;
             } else {
                 self.delivered = end;
             }
+        }
+        if sent > 0 {
+            // Room in the inbox's bounds for as many more.
+            self.turn.subs.inbox.sent(sent, sent_bytes);
         }
         let more = !published.is_empty();
         if !more {
@@ -784,6 +800,35 @@ impl<H: Handler> Engine<H> {
         self.subscribers = keys;
         self.published = published;
         more
+    }
+
+    /// Publishes to `missed` topics were dropped for this engine: its
+    /// inbox was full (the engine fell that far behind). Their subscribers
+    /// here meet the slow-subscriber policy, as if each were the one that
+    /// fell behind: closed under `Close`, the publish skipped under `Drop`.
+    #[cold]
+    fn missed_publishes(&mut self, missed: &mut Vec<Arc<str>>) {
+        if self.turn.policy == BackpressurePolicy::Drop {
+            missed.clear();
+            return;
+        }
+        let mut keys = Vec::new();
+        for topic in missed.drain(..) {
+            keys.clear();
+            self.turn.subs.subscribers(&topic, u64::MAX, &mut keys);
+            for &key in &keys {
+                let Some(slot) = self.slot_mut(key) else {
+                    continue;
+                };
+                if slot.stage != Stage::Open {
+                    continue;
+                }
+                slot.c.fail(Error::PublishesMissed {
+                    topic: topic.to_string(),
+                });
+                self.settle(key);
+            }
+        }
     }
 
     /// Sends the close frames handlers and handles asked for this turn.
@@ -1121,13 +1166,11 @@ impl<H: Handler> Engine<H> {
             self.drop_stale_timers();
         }
         // After the handlers ran: what they published goes out this turn,
-        // before the close frames asked for meanwhile.
+        // before the close frames asked for meanwhile (up to the turn's
+        // cap: past it, a close does not wait for a backlog, and a
+        // closing connection gets no publish after its close frame).
         let deliveries_left = self.deliver_published();
-        if !deliveries_left {
-            // Past the cap, the closes wait with the rest of the
-            // publishes they follow.
-            self.send_closes();
-        }
+        self.send_closes();
         self.flush_dirty();
         if let Some(deadline) = self.shutdown {
             if self.live == 0 {

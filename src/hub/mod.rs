@@ -67,8 +67,10 @@
 //! calling at `end`). Sends return [`SendStatus::Closed`]. What was sent
 //! before is written first, and so is what was published this turn to
 //! the connection's topics: the close frame goes out at the end of the
-//! engine's turn, after the turn's publishes. The hub reads on only for
-//! the peer's answer.
+//! engine's turn, after the turn's publishes. A turn sends at most 16 384
+//! publishes (one a subscriber); when more wait, the close does not wait
+//! for them, and the connection gets none of them after its close frame.
+//! The hub reads on only for the peer's answer.
 //!
 //! # Routes
 //!

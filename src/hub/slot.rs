@@ -715,7 +715,8 @@ impl<T> Ws<'_, T> {
     /// [`SendStatus::Closed`]. What was sent before the call, and what was
     /// published to its topics before the end of the engine's turn, is
     /// written before the close frame, which goes out at the end of the
-    /// turn.
+    /// turn (up to the turn's cap of publishes: past it, the close does
+    /// not wait for the rest, which the connection then does not get).
     pub fn close(&mut self, code: CloseCode, reason: &str) -> Result<()> {
         self.c.close(self.turn, code, reason)
     }

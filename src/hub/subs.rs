@@ -263,7 +263,7 @@ mod tests {
         subs.subscribe(key(2), "a");
         topics.publish("a", &msg);
         let mut got = VecDeque::new();
-        subs.inbox.take(&mut got);
+        subs.inbox.take(&mut got, &mut Vec::new());
         let (first, second) = (got[0].seq, got[1].seq);
         assert!(first < second);
         let mut keys = Vec::new();

@@ -24,9 +24,16 @@
 //!   [`TopicReceiver`] more than [`TopicsConfig::stream_capacity`] behind
 //!   skips ahead and is told how many it missed.
 //! - **Bounded inboxes.** An engine more than
-//!   [`TopicsConfig::inbox_capacity`] publishes behind (its thread starved)
-//!   misses publishes rather than queue without limit; they are counted in
-//!   [`TopicsStats::inbox_dropped`].
+//!   [`TopicsConfig::inbox_capacity`] publishes (or
+//!   [`TopicsConfig::inbox_bytes`]) behind misses publishes rather than
+//!   queue without limit: what it has taken and not yet sent counts as
+//!   much as what waits for it. Missed publishes are counted in
+//!   [`TopicsStats::inbox_dropped`], and the subscribers that missed them
+//!   meet their hub's [`BackpressurePolicy`](crate::hub::BackpressurePolicy)
+//!   as slow subscribers do: closed ([`Error::PublishesMissed`]) under
+//!   `Close`, the publish skipped for them under `Drop`.
+//!
+//! [`Error::PublishesMissed`]: crate::Error::PublishesMissed
 //! - **Shared by every hub of a process**: hubs use [`Topics::global`]
 //!   unless given their own with
 //!   [`HubConfig::topics`](crate::hub::HubConfig::topics).
@@ -68,11 +75,12 @@ pub struct TopicsConfig {
     /// at least 1. Default 1 024. Kept only while unread: a topic whose receivers keep
     /// up holds none.
     pub stream_capacity: usize,
-    /// Publishes an engine may have waiting before it misses more; at
-    /// least 1. Default 65 536.
+    /// Publishes an engine may have waiting (queued for it, or taken and
+    /// not yet sent) before it misses more; at least 1. Default 65 536.
     pub inbox_capacity: usize,
     /// Bytes of payload (and topic names) an engine may have waiting
-    /// before it misses more; one publish always fits, whatever its size.
+    /// (queued for it, or taken and not yet sent) before it misses more;
+    /// one publish always fits, whatever its size.
     /// The payload of a publish is shared, not copied, by the engines it
     /// waits for: this bounds what one engine keeps alive. Default 64 MiB.
     pub inbox_bytes: usize,
@@ -186,11 +194,18 @@ pub(crate) struct Inbox {
     waker: AtomicWaker,
 }
 
-/// What waits in an inbox, and the payload bytes it holds.
+/// What waits in an inbox, and what its engine has taken and not yet
+/// sent: both count against the inbox's bounds.
 #[derive(Debug, Default)]
 struct Waiting {
     items: VecDeque<Delivery>,
+    /// Payload bytes (and topic names) of `items` and of the taken ones.
     bytes: usize,
+    /// Publishes the engine took and has not yet sent.
+    taken: usize,
+    /// Topics with a publish missed since the engine last took: its
+    /// subscribers meet their hub's policy. One entry a topic.
+    missed: Vec<Arc<str>>,
 }
 
 impl Inbox {
@@ -203,15 +218,35 @@ impl Inbox {
         self.waker.register(waker);
     }
 
-    /// Moves every waiting publish into `into`.
-    pub(crate) fn take(&self, into: &mut VecDeque<Delivery>) {
+    /// Moves every waiting publish into `into`, where they go on counting
+    /// against the bounds until [`sent`](Self::sent) says so, and the
+    /// topics with publishes missed since the last call into `missed`.
+    pub(crate) fn take(&self, into: &mut VecDeque<Delivery>, missed: &mut Vec<Arc<str>>) {
         let mut waiting = self.items.lock().unwrap_or_else(PoisonError::into_inner);
-        waiting.bytes = 0;
+        waiting.taken += waiting.items.len();
         if into.is_empty() {
             std::mem::swap(&mut waiting.items, into);
         } else {
             into.append(&mut waiting.items);
         }
+        if !waiting.missed.is_empty() {
+            missed.append(&mut waiting.missed);
+        }
+    }
+
+    /// The engine is done with `count` publishes it took, of `bytes` in
+    /// all ([`Delivery::size`]): room for as many more.
+    pub(crate) fn sent(&self, count: usize, bytes: usize) {
+        let mut waiting = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        waiting.taken = waiting.taken.saturating_sub(count);
+        waiting.bytes = waiting.bytes.saturating_sub(bytes);
+    }
+}
+
+impl Delivery {
+    /// What the delivery counts for against an inbox's byte bound.
+    pub(crate) fn size(&self) -> usize {
+        self.msg.payload().len() + self.topic.len()
     }
 }
 
@@ -399,10 +434,14 @@ impl Topics {
             let mut waiting = inbox.items.lock().unwrap_or_else(PoisonError::into_inner);
             // An engine that is this far behind misses the publish (the
             // first always fits, however large).
-            let full = waiting.items.len() >= config.inbox_capacity
-                || (!waiting.items.is_empty() && waiting.bytes + size > config.inbox_bytes);
+            let behind = waiting.items.len() + waiting.taken;
+            let full = behind >= config.inbox_capacity
+                || (behind > 0 && waiting.bytes + size > config.inbox_bytes);
             if full {
                 self.inner.inbox_dropped.fetch_add(1, Ordering::Relaxed);
+                if !waiting.missed.iter().any(|t| Arc::ptr_eq(t, &entry.name)) {
+                    waiting.missed.push(entry.name.clone());
+                }
                 continue;
             }
             let except = except.filter(|&(id, _)| id == inbox.id);
@@ -684,12 +723,12 @@ mod tests {
             assert_eq!(p.remote, Remote::NoLink);
         }
         let mut got = VecDeque::new();
-        a.take(&mut got);
+        a.take(&mut got, &mut Vec::new());
         let texts: Vec<_> = got.iter().map(|d| d.msg.payload().clone()).collect();
         assert_eq!(texts, ["0", "1", "2"]);
         assert!(got.iter().all(|d| &*d.topic == "t" && d.except.is_none()));
         got.clear();
-        b.take(&mut got);
+        b.take(&mut got, &mut Vec::new());
         assert_eq!(got.len(), 3, "one delivery per engine, not per subscriber");
         assert_eq!(topics.publish("nobody", &prepared("x")).local, 0);
         assert_eq!(topics.stats().published, 4);
@@ -706,10 +745,10 @@ mod tests {
         let reached = topics.deliver("t", &prepared("x"), Some((a.id(), 7)));
         assert_eq!(reached, 2);
         let mut got = VecDeque::new();
-        a.take(&mut got);
+        a.take(&mut got, &mut Vec::new());
         assert_eq!(got[0].except, Some((a.id(), 7)));
         got.clear();
-        b.take(&mut got);
+        b.take(&mut got, &mut Vec::new());
         assert_eq!(got[0].except, None);
     }
 
@@ -725,7 +764,7 @@ mod tests {
         assert!(topics.names().is_empty());
         assert_eq!(topics.publish("t", &prepared("x")).local, 0);
         let mut got = VecDeque::new();
-        a.take(&mut got);
+        a.take(&mut got, &mut Vec::new());
         assert!(got.is_empty());
         // Removing again is harmless.
         remove(&topics, &a, "t");
@@ -742,18 +781,66 @@ mod tests {
         for i in 0..3 {
             topics.publish("t", &prepared(&i.to_string()));
             if i < 2 {
+                // An engine that keeps up: takes and sends.
                 let mut got = VecDeque::new();
-                b.take(&mut got);
+                b.take(&mut got, &mut Vec::new());
                 assert_eq!(got.len(), 1);
+                b.sent(1, got[0].size());
             }
         }
         let mut got = VecDeque::new();
-        a.take(&mut got);
+        a.take(&mut got, &mut Vec::new());
         assert_eq!(got.len(), 2, "the third did not fit");
         got.clear();
-        b.take(&mut got);
+        b.take(&mut got, &mut Vec::new());
         assert_eq!(got.len(), 1, "the engine that kept up got it");
         assert_eq!(topics.stats().inbox_dropped, 1);
+    }
+
+    /// What an engine took and has not sent yet counts against its
+    /// inbox's bounds: an engine that takes every turn but sends less than
+    /// comes in misses publishes, rather than hold an unbounded backlog of
+    /// its own; the topics it missed are reported once each, and sending
+    /// makes room again.
+    #[test]
+    fn taken_publishes_count_against_the_bounds_until_sent() {
+        for by_bytes in [false, true] {
+            let config = if by_bytes {
+                TopicsConfig::default().inbox_bytes(3 * (1 + 1))
+            } else {
+                TopicsConfig::default().inbox_capacity(3)
+            };
+            let topics = Topics::with_config(config);
+            let a = topics.inbox();
+            add(&topics, &a, "t");
+            add(&topics, &a, "u");
+            let mut taken = VecDeque::new();
+            let mut missed = Vec::new();
+            for i in 0..3 {
+                assert_eq!(topics.publish("t", &prepared(&i.to_string())).local, 1);
+            }
+            a.take(&mut taken, &mut missed);
+            assert_eq!((taken.len(), missed.len()), (3, 0));
+            // Taken, not sent: no room.
+            assert_eq!(topics.publish("t", &prepared("3")).local, 0, "{by_bytes}");
+            assert_eq!(topics.publish("u", &prepared("4")).local, 0, "{by_bytes}");
+            assert_eq!(topics.publish("t", &prepared("5")).local, 0, "{by_bytes}");
+            assert_eq!(topics.stats().inbox_dropped, 3);
+            a.take(&mut taken, &mut missed);
+            let missed_names: Vec<&str> = missed.iter().map(|t| &**t).collect();
+            assert_eq!(missed_names, ["t", "u"], "each topic once");
+            // Two sent: room for two.
+            let d0 = taken.pop_front().unwrap();
+            let d1 = taken.pop_front().unwrap();
+            a.sent(2, d0.size() + d1.size());
+            assert_eq!(topics.publish("t", &prepared("6")).local, 1);
+            assert_eq!(topics.publish("t", &prepared("7")).local, 1);
+            assert_eq!(topics.publish("t", &prepared("8")).local, 0);
+            missed.clear();
+            a.take(&mut taken, &mut missed);
+            let left: Vec<_> = taken.iter().map(|d| d.msg.payload().clone()).collect();
+            assert_eq!(left, ["2", "6", "7"]);
+        }
     }
 
     #[tokio::test]
@@ -826,14 +913,14 @@ mod tests {
         add(&topics, &a, "t");
         let mut got = VecDeque::new();
         topics.publish("t", &prepared("0"));
-        a.take(&mut got);
+        a.take(&mut got, &mut Vec::new());
         topics.publish("t", &prepared("1"));
         topics.publish("t", &prepared("2"));
-        a.take(&mut got);
+        a.take(&mut got, &mut Vec::new());
         let texts: Vec<_> = got.iter().map(|d| d.msg.payload().clone()).collect();
         assert_eq!(texts, ["0", "1", "2"]);
         got.clear();
-        a.take(&mut got);
+        a.take(&mut got, &mut Vec::new());
         assert!(got.is_empty(), "taken once");
     }
 
@@ -858,7 +945,7 @@ mod tests {
         a.register(&Waker::from(count.clone()));
         topics.publish("t", &prepared("1"));
         assert_eq!(count.0.load(Ordering::Relaxed), 1);
-        a.take(&mut VecDeque::new());
+        a.take(&mut VecDeque::new(), &mut Vec::new());
         topics.publish("t", &prepared("2"));
         assert_eq!(count.0.load(Ordering::Relaxed), 2);
     }
@@ -1008,13 +1095,15 @@ mod tests {
         }
         assert_eq!(topics.stats().inbox_dropped, 1);
         let mut got = VecDeque::new();
-        a.take(&mut got);
+        a.take(&mut got, &mut Vec::new());
         assert_eq!(got.len(), 2);
-        // Taken: room again. A publish larger than the bound fits alone.
+        // Taken and sent: room again. A publish larger than the bound fits
+        // alone.
+        a.sent(2, got.iter().map(Delivery::size).sum());
         topics.publish("t", &prepared(&"x".repeat(100)));
         topics.publish("t", &prepared("y"));
         got.clear();
-        a.take(&mut got);
+        a.take(&mut got, &mut Vec::new());
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].msg.payload().len(), 100);
         assert_eq!(topics.stats().inbox_dropped, 2);
@@ -1063,7 +1152,7 @@ mod tests {
             t.join().unwrap();
         }
         let mut by_engine = VecDeque::new();
-        a.take(&mut by_engine);
+        a.take(&mut by_engine, &mut Vec::new());
         let by_engine: Vec<_> = by_engine.iter().map(|d| d.msg.payload().clone()).collect();
         let mut by_receiver = Vec::new();
         while let Ok(Some(m)) = rx.try_recv() {
