@@ -37,6 +37,11 @@
 //! - **Shared by every hub of a process**: hubs use [`Topics::global`]
 //!   unless given their own with
 //!   [`HubConfig::topics`](crate::hub::HubConfig::topics).
+//! - **No call out under a lock.** Subscribing, publishing and receiving
+//!   never run a waker, the Redis link or anything else outside the
+//!   registry while they hold one of its locks, and the link never calls
+//!   the registry while it holds one of its own; so none of them can wait
+//!   for another in a circle, whichever threads they run on.
 //!
 //! ```
 //! use wavesock::topics::Topics;
@@ -52,6 +57,29 @@
 //! assert_eq!(prices.recv().await.unwrap(), msg);
 //! # }
 //! ```
+//!
+//! # Locks
+//!
+//! The order, for whoever changes this module, `redis.rs` or `ring.rs`:
+//!
+//! - a shard of the registry's map, then an engine's inbox (a publish
+//!   queueing for it), a topic's ring (a receiver joining or leaving), or
+//!   the topic's send order (`Streams::order`) and then its ring (a
+//!   publish); an inbox's lock and a ring's are also taken alone (an engine
+//!   taking its publishes, a receiver reading);
+//! - the link's locks (its interest set, live set, incoming queue, channels
+//!   leaving, errors) are each taken alone, never with another.
+//!
+//! No lock is held while code outside its module runs: the registry tells
+//! the link that a topic came or went (`Link::interest`), wakes engines
+//! and receivers, and drops what left its map, after letting go of the
+//! shard and the send order; the link reads the registry
+//! ([`Topics::names`], [`Topics::has`]), delivers to it and sends its
+//! status with none of its own locks held. The link needs no order among
+//! the registry's notices: a notice only marks the topic for a look, and
+//! the link then reads whether the topic has subscribers
+//! ([`Topics::has`]); every change is followed by a notice, so the link's
+//! last look at a topic comes after its last change.
 
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -167,8 +195,10 @@ pub struct TopicsStats {
 pub(crate) trait Link: Send + Sync + std::fmt::Debug {
     fn send(&self, topic: &str, msg: &PreparedMessage) -> Remote;
     /// `topic` got its first subscriber in this process, or lost its last
-    /// (the link asks [`Topics::has`] which). Called under the topic's
-    /// shard lock: it must not wait.
+    /// (the link asks [`Topics::has`] which, later). Called after the
+    /// change, with none of the registry's locks held (see the module's
+    /// lock rule): the link may take its own locks and call the registry
+    /// back; it must not wait.
     fn interest(&self, topic: &str);
 }
 
@@ -253,8 +283,8 @@ impl Delivery {
 /// A topic's subscribers outside hubs: the ring their receivers read, and
 /// a lock that orders sends to it. A publish takes this lock before it
 /// lets go of its shard's, so sends reach the ring in the order publishes
-/// took the shard, while waking the receivers (the costly part of a send)
-/// holds up no other topic.
+/// took the shard, while waking the receivers (the costly part of a send,
+/// done once this lock is let go too) holds up no other topic.
 #[derive(Debug)]
 struct Streams {
     order: Mutex<()>,
@@ -464,10 +494,13 @@ impl Topics {
             .as_ref()
             .map(|s| s.order.lock().unwrap_or_else(PoisonError::into_inner));
         drop(shard);
-        if let Some(s) = &streams {
-            reached += s.ring.send(msg);
-        }
+        let pushed = streams.as_ref().map_or(0, |s| s.ring.push(msg));
+        reached += pushed;
         drop(order);
+        // Wakers run with no lock of ours held (see the module's lock rule).
+        if let Some(s) = streams.as_ref().filter(|_| pushed > 0) {
+            s.ring.wake();
+        }
         for inbox in wake {
             inbox.waker.wake();
         }
@@ -478,7 +511,7 @@ impl Topics {
     /// arrives through the receiver, until the receiver is dropped.
     pub fn subscribe(&self, topic: &str) -> TopicReceiver {
         let mut shard = self.inner.shard(topic);
-        let entry = entry(&self.inner, &mut shard, topic);
+        let (entry, new) = entry(&mut shard, topic);
         let capacity = self.inner.config.stream_capacity;
         let streams = entry
             .streams
@@ -490,10 +523,15 @@ impl Topics {
             })
             .clone();
         let next = streams.ring.join();
+        let name = entry.name.clone();
+        drop(shard);
+        if new {
+            self.inner.interest(topic);
+        }
         TopicReceiver {
             streams,
             next,
-            topic: entry.name.clone(),
+            topic: name,
             registry: self.inner.clone(),
         }
     }
@@ -549,10 +587,15 @@ impl Topics {
     /// publish the subscriber gets (see [`Delivery::seq`]).
     pub(crate) fn join(&self, inbox: &Arc<Inbox>, topic: &str) -> (Arc<AtomicUsize>, u64) {
         let mut shard = self.inner.shard(topic);
-        let entry = entry(&self.inner, &mut shard, topic);
+        let (entry, new) = entry(&mut shard, topic);
         let count = Arc::new(AtomicUsize::new(1));
         entry.engines.push((inbox.clone(), count.clone()));
-        (count, self.inner.seq.load(Ordering::Relaxed))
+        let since = self.inner.seq.load(Ordering::Relaxed);
+        drop(shard);
+        if new {
+            self.inner.interest(topic);
+        }
+        (count, since)
     }
 
     /// The place of the first publish a further subscriber of an engine
@@ -569,11 +612,22 @@ impl Topics {
         let Some(entry) = shard.get_mut(topic) else {
             return;
         };
-        entry.engines.retain(|(i, _)| !Arc::ptr_eq(i, inbox));
-        if entry.is_empty() {
-            shard.remove(topic);
+        let at = entry
+            .engines
+            .iter()
+            .position(|(i, _)| Arc::ptr_eq(i, inbox));
+        let left = at.map(|at| entry.engines.remove(at));
+        let gone = if entry.is_empty() {
+            shard.remove(topic)
+        } else {
+            None
+        };
+        drop(shard);
+        if gone.is_some() {
             self.inner.interest(topic);
         }
+        // What left the map is dropped here, with no lock held.
+        drop((left, gone));
     }
 
     /// Sets the link to other servers; false if there is one already.
@@ -583,10 +637,11 @@ impl Topics {
     }
 }
 
-/// `topic`'s entry in `shard`, made if missing (the link hears of it).
-fn entry<'a>(inner: &Inner, shard: &'a mut HashMap<Arc<str>, Entry>, topic: &str) -> &'a mut Entry {
-    if !shard.contains_key(topic) {
-        inner.interest(topic);
+/// `topic`'s entry in `shard`, made if missing; whether it was (the
+/// caller tells the link once it has let go of the shard).
+fn entry<'a>(shard: &'a mut HashMap<Arc<str>, Entry>, topic: &str) -> (&'a mut Entry, bool) {
+    let new = !shard.contains_key(topic);
+    if new {
         let name: Arc<str> = topic.into();
         shard.insert(
             name.clone(),
@@ -597,7 +652,7 @@ fn entry<'a>(inner: &Inner, shard: &'a mut HashMap<Arc<str>, Entry>, topic: &str
             },
         );
     }
-    shard.get_mut(topic).expect("inserted above")
+    (shard.get_mut(topic).expect("inserted above"), new)
 }
 
 /// A task's subscription to a topic, from [`Topics::subscribe`]. Dropping
@@ -620,13 +675,21 @@ impl Drop for TopicReceiver {
         let Some(entry) = shard.get_mut(&*self.topic) else {
             return;
         };
-        if left == 0 {
-            entry.streams = None;
-            if entry.is_empty() {
-                shard.remove(&*self.topic);
-                self.registry.interest(&self.topic);
-            }
+        if left != 0 {
+            return;
         }
+        let ring = entry.streams.take();
+        let gone = if entry.is_empty() {
+            shard.remove(&*self.topic)
+        } else {
+            None
+        };
+        drop(shard);
+        if gone.is_some() {
+            self.registry.interest(&self.topic);
+        }
+        // What left the map is dropped here, with no lock held.
+        drop((ring, gone));
     }
 }
 
@@ -1050,6 +1113,105 @@ mod tests {
         assert_eq!(heard(), ["r"]);
     }
 
+    /// Whether no lock of `topics` is held (by this thread: the tests
+    /// that ask run on one), and none of `streams` if given.
+    fn unlocked(topics: &Topics, streams: Option<&Streams>) -> bool {
+        topics.inner.shards.iter().all(|s| s.try_lock().is_ok())
+            && streams.is_none_or(|s| s.order.try_lock().is_ok())
+    }
+
+    /// A link that, when told of a topic, notes whether the registry holds
+    /// a lock (it must not: the link takes its own locks and reads the
+    /// registry back) and, if not, whether the topic has subscribers.
+    #[derive(Debug)]
+    struct Reader {
+        topics: Topics,
+        heard: Arc<Mutex<Vec<Heard>>>,
+    }
+
+    /// A topic the link heard of, whether no lock was held, and then
+    /// whether the topic had subscribers.
+    type Heard = (String, bool, Option<bool>);
+
+    impl Link for Reader {
+        fn send(&self, _: &str, _: &PreparedMessage) -> Remote {
+            Remote::Queued
+        }
+
+        fn interest(&self, topic: &str) {
+            let free = unlocked(&self.topics, None);
+            let has = free.then(|| self.topics.has(topic));
+            self.heard
+                .lock()
+                .unwrap()
+                .push((topic.to_owned(), free, has));
+        }
+    }
+
+    #[test]
+    fn the_link_hears_of_a_topic_after_the_change_with_no_lock_held() {
+        let topics = Topics::new();
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let reader = Reader {
+            topics: topics.clone(),
+            heard: heard.clone(),
+        };
+        topics.set_link(Box::new(reader));
+        let heard = || std::mem::take(&mut *heard.lock().unwrap());
+        let came = |t: &str| vec![(t.to_owned(), true, Some(true))];
+        let went = |t: &str| vec![(t.to_owned(), true, Some(false))];
+        // A receiver's topic, and a hub engine's.
+        let rx = topics.subscribe("r");
+        assert_eq!(heard(), came("r"));
+        drop(rx);
+        assert_eq!(heard(), went("r"));
+        let a = topics.inbox();
+        topics.join(&a, "e");
+        assert_eq!(heard(), came("e"));
+        topics.leave(&a, "e");
+        assert_eq!(heard(), went("e"));
+    }
+
+    #[test]
+    fn receivers_and_engines_are_woken_with_no_lock_held() {
+        use std::task::{Context, Wake};
+        /// Notes, when woken, whether a lock is held.
+        struct Check {
+            topics: Topics,
+            streams: Option<Arc<Streams>>,
+            woken: Mutex<Vec<bool>>,
+        }
+        impl Wake for Check {
+            fn wake(self: Arc<Self>) {
+                let free = unlocked(&self.topics, self.streams.as_deref());
+                self.woken.lock().unwrap().push(free);
+            }
+        }
+        let topics = Topics::new();
+        let mut rx = topics.subscribe("t");
+        let a = topics.inbox();
+        topics.join(&a, "t");
+        let on_rx = Arc::new(Check {
+            topics: topics.clone(),
+            streams: Some(rx.streams.clone()),
+            woken: Mutex::default(),
+        });
+        let on_engine = Arc::new(Check {
+            topics: topics.clone(),
+            streams: Some(rx.streams.clone()),
+            woken: Mutex::default(),
+        });
+        a.register(&Waker::from(on_engine.clone()));
+        {
+            let waker = Waker::from(on_rx.clone());
+            let mut recv = Box::pin(rx.recv());
+            let pending = recv.as_mut().poll(&mut Context::from_waker(&waker));
+            assert!(pending.is_pending());
+            assert_eq!(topics.publish("t", &prepared("x")).local, 2);
+        }
+        assert_eq!(*on_rx.woken.lock().unwrap(), [true], "the receiver");
+        assert_eq!(*on_engine.woken.lock().unwrap(), [true], "the engine");
+    }
     #[test]
     fn a_link_gets_every_publish_but_not_what_it_delivers() {
         let topics = Topics::new();

@@ -359,7 +359,8 @@ struct Shared {
     prefix: String,
     state: AtomicU8,
     queue: mpsc::Sender<(String, Bytes)>,
-    /// Topics whose presence here changed, for the subscribing task.
+    /// Topics whose presence here changed, for the subscribing task, which
+    /// asks the registry whether each has subscribers when it gets to it.
     interest: Mutex<HashSet<Arc<str>>>,
     interest_changed: Notify,
     /// Topics whose channel Redis confirmed this server subscribes to.
@@ -507,25 +508,28 @@ impl Shared {
     /// and status follow.
     fn set_part(&self, part: u8, up: Result<(), String>, status: &watch::Sender<LinkState>) {
         let index = usize::from(part == SUB_UP);
-        let error = up.err();
-        lock(&self.errors)[index] = error.clone();
-        let before = match error {
-            None => self.state.fetch_or(part, Ordering::AcqRel),
-            Some(_) => self.state.fetch_and(!part, Ordering::AcqRel),
+        let failed = up.is_err();
+        lock(&self.errors)[index] = up.err();
+        let before = if failed {
+            self.state.fetch_and(!part, Ordering::AcqRel)
+        } else {
+            self.state.fetch_or(part, Ordering::AcqRel)
         };
-        let now = self.state.load(Ordering::Acquire);
-        if now == UP && before != UP {
+        if self.state.load(Ordering::Acquire) == UP && before != UP {
             self.connects.fetch_add(1, Ordering::Relaxed);
         }
-        let errors = lock(&self.errors);
-        let state = if now == UP {
-            LinkState::Up
-        } else if let Some(e) = errors.iter().flatten().next() {
-            LinkState::Down(e.clone())
-        } else {
-            LinkState::Connecting
-        };
+        // The status is worked out under the watch's own lock, from the
+        // state and errors as they are then, so that of two parts changing
+        // at once the later word is the last; and the watch wakes its
+        // receivers with none of the link's locks held.
         status.send_if_modified(|s| {
+            let state = if self.state.load(Ordering::Acquire) == UP {
+                LinkState::Up
+            } else if let Some(e) = lock(&self.errors).iter().flatten().next() {
+                LinkState::Down(e.clone())
+            } else {
+                LinkState::Connecting
+            };
             let changed = *s != state && *s != LinkState::Stopped;
             if changed {
                 *s = state;
@@ -1051,7 +1055,12 @@ async fn carry_subscriptions(
     let mut subscribed: HashSet<Arc<str>> = HashSet::new();
     // Unsubscribes waiting out their delay, oldest first.
     let mut leaving: VecDeque<(tokio::time::Instant, Arc<str>)> = VecDeque::new();
-    lock(&shared.interest).extend(topics.names().into_iter().map(Arc::from));
+    // Read before the interest set is locked: the registry's locks are
+    // never taken under one of the link's (see the lock rule in
+    // `topics`). A topic that comes or goes after this read is noticed
+    // again anyway.
+    let names = topics.names();
+    lock(&shared.interest).extend(names.into_iter().map(Arc::from));
     let mut ping = tokio::time::interval(capped(config.ping_interval));
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.reset();

@@ -99,23 +99,36 @@ impl Ring {
         self.lock().receivers
     }
 
-    /// Sends `msg` to every receiver; how many.
-    pub(crate) fn send(&self, msg: &PreparedMessage) -> usize {
-        let receivers = {
-            let mut inner = self.lock();
-            if inner.receivers == 0 {
-                return 0;
-            }
-            if inner.items.len() >= inner.capacity {
-                // The slowest skip ahead: the oldest goes.
-                inner.items.pop_front();
-                inner.head += 1;
-            }
-            let receivers = inner.receivers;
-            inner.items.push_back((msg.clone(), receivers));
-            receivers
-        };
+    /// Queues `msg` for every receiver; how many. Wakes none: the caller
+    /// calls [`wake`](Self::wake) once it holds no lock of its own, as
+    /// waking runs the receivers' wakers, which are not ours.
+    pub(crate) fn push(&self, msg: &PreparedMessage) -> usize {
+        let mut inner = self.lock();
+        if inner.receivers == 0 {
+            return 0;
+        }
+        if inner.items.len() >= inner.capacity {
+            // The slowest skip ahead: the oldest goes.
+            inner.items.pop_front();
+            inner.head += 1;
+        }
+        let receivers = inner.receivers;
+        inner.items.push_back((msg.clone(), receivers));
+        receivers
+    }
+
+    /// Wakes the receivers waiting, after a [`push`](Self::push). A
+    /// receiver registers before it reads (see [`recv`](Self::recv)), so
+    /// one that read nothing before the push is woken by this.
+    pub(crate) fn wake(&self) {
         self.sent.notify_waiters();
+    }
+
+    /// [`push`](Self::push) and [`wake`](Self::wake), for the tests.
+    #[cfg(test)]
+    pub(crate) fn send(&self, msg: &PreparedMessage) -> usize {
+        let receivers = self.push(msg);
+        self.wake();
         receivers
     }
 
