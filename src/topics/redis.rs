@@ -141,10 +141,10 @@ pub struct RedisLinkConfig {
     /// Messages from Redis larger than this (payload and topic) are
     /// dropped and counted as malformed; at least 1. Default 16 MiB.
     pub max_message_size: usize,
-    /// Bytes of messages from Redis that may wait to be delivered here;
-    /// past that, messages are dropped and counted
-    /// ([`LinkStats::dropped_incoming`]), while one always fits. Default
-    /// 16 MiB.
+    /// Bytes of messages from Redis that may wait to be delivered here,
+    /// those the link is delivering included until each is; past that,
+    /// messages are dropped and counted ([`LinkStats::dropped_incoming`]),
+    /// while one always fits when none waits. Default 16 MiB.
     pub incoming_bytes: usize,
     /// How long a topic's channel stays subscribed after its last
     /// subscriber here is gone, in case one comes back. Default 1 s.
@@ -393,6 +393,10 @@ struct Shared {
 #[derive(Debug, Default)]
 struct Pending {
     items: VecDeque<(Vec<u8>, Vec<u8>)>,
+    /// The bytes of `items` and of those the delivering task took and has
+    /// not delivered yet: taking a batch frees no room, delivering each
+    /// message frees its own, so that what waits, here or in the task's
+    /// batch, stays within [`RedisLinkConfig::incoming_bytes`].
     bytes: usize,
 }
 
@@ -474,7 +478,9 @@ impl Shared {
                 let size = channel.len() + payload.len();
                 {
                     let mut pending = lock(&self.incoming);
-                    if !pending.items.is_empty() && pending.bytes + size > self.incoming_limit {
+                    // Anything waiting, queued or in the delivering task's
+                    // batch, leaves room for this only within the limit.
+                    if pending.bytes > 0 && pending.bytes + size > self.incoming_limit {
                         self.dropped_incoming.fetch_add(1, Ordering::Relaxed);
                         return;
                     }
@@ -1150,15 +1156,14 @@ async fn deliver(config: Arc<RedisLinkConfig>, topics: Topics, shared: Arc<Share
     loop {
         shared.incoming_ready.notified().await;
         loop {
-            let batch = {
-                let mut pending = lock(&shared.incoming);
-                pending.bytes = 0;
-                std::mem::take(&mut pending.items)
-            };
+            // Its bytes stay counted until each is delivered (see
+            // `Pending::bytes`).
+            let batch = std::mem::take(&mut lock(&shared.incoming).items);
             if batch.is_empty() {
                 break;
             }
             for (channel, payload) in batch {
+                let size = channel.len() + payload.len();
                 let topic = channel.strip_prefix(shared.prefix.as_bytes());
                 match (
                     topic,
@@ -1176,6 +1181,7 @@ async fn deliver(config: Arc<RedisLinkConfig>, topics: Topics, shared: Arc<Share
                         shared.malformed.fetch_add(1, Ordering::Relaxed);
                     }
                 }
+                lock(&shared.incoming).bytes -= size;
             }
             tokio::task::yield_now().await;
         }
@@ -1268,6 +1274,93 @@ mod tests {
         assert_eq!(shared.send("t", &msg), Remote::Queued);
         drop_queued(&shared, &mut rx);
         assert_eq!(shared.lost.load(Ordering::Relaxed), 1);
+    }
+
+    /// What Redis pushes waits within `incoming_bytes`, what is being
+    /// delivered counted too: taking a batch frees no room until the batch
+    /// is delivered.
+    #[test]
+    fn what_redis_pushed_waits_within_incoming_bytes_until_delivered() {
+        let config = Arc::new(RedisLinkConfig::default().incoming_bytes(1000));
+        let (queue, _publishes) = mpsc::channel(1);
+        let shared = Arc::new(Shared::new(queue, &config));
+        let topics = Topics::new();
+        let mut rx = topics.subscribe("t");
+        // 100 bytes each (channel and payload): ten fit.
+        let channel = shared.channel("t").into_bytes();
+        let wire = encode(&[9; 16], "t", &prepared(Message::binary(vec![0; 65]))).unwrap();
+        assert_eq!(channel.len() + wire.len(), 100);
+        let push = || {
+            shared.on_push(redis::PushInfo {
+                kind: redis::PushKind::Message,
+                data: vec![
+                    redis::Value::BulkString(channel.clone()),
+                    redis::Value::BulkString(wire.to_vec()),
+                ],
+            })
+        };
+        let dropped = || shared.dropped_incoming.load(Ordering::Relaxed);
+        let until = |what: &str, done: &dyn Fn() -> bool| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !done() {
+                assert!(std::time::Instant::now() < deadline, "{what}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        for _ in 0..10 {
+            push();
+        }
+        assert_eq!(dropped(), 0, "ten fit");
+        push();
+        assert_eq!(dropped(), 1, "the eleventh does not");
+
+        // The delivering task takes the ten, and waits mid-batch for the
+        // topic's shard, held here.
+        let shard = topics.inner.shard("t");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = {
+            let (config, topics, shared) = (config.clone(), topics.clone(), shared.clone());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    tokio::select! {
+                        () = deliver(config, topics, shared) => {}
+                        _ = stopped => {}
+                    }
+                });
+            })
+        };
+        until("the batch taken", &|| {
+            lock(&shared.incoming).items.is_empty()
+        });
+        for _ in 0..10 {
+            push();
+        }
+        assert_eq!(
+            dropped(),
+            11,
+            "the ten being delivered still hold their room"
+        );
+        drop(shard);
+        until("the ten delivered", &|| lock(&shared.incoming).bytes == 0);
+        for _ in 0..10 {
+            assert_eq!(rx.try_recv().unwrap().unwrap().payload().len(), 65);
+        }
+        assert_eq!(rx.try_recv(), Ok(None));
+        // Delivered: room for ten again.
+        for _ in 0..10 {
+            push();
+        }
+        assert_eq!(dropped(), 11);
+        until("the next ten delivered", &|| {
+            lock(&shared.incoming).bytes == 0
+        });
+        let _ = stop.send(());
+        task.join().unwrap();
+        assert_eq!(shared.received.load(Ordering::Relaxed), 20);
     }
 
     #[test]
