@@ -20,7 +20,7 @@
 //! without a budget. Only parking a waiting connection takes a lock.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::Duration;
@@ -178,9 +178,9 @@ impl MemoryBudget {
     }
 
     /// Wakes `waker` the next time any connection gives budget back. For
-    /// the I/O layer, after an account answered [`Grant::Wait`]: check
-    /// [`available`](Self::available) again after calling this, as budget
-    /// may have come back in between.
+    /// the I/O layer, after an account answered [`Grant::Wait`]: prefer
+    /// [`wait_for`](Self::wait_for), which looks again after registering
+    /// with the ordering that makes sure no give-back is missed in between.
     pub fn wake_on_release(&self, waker: &Waker) {
         let mut wakers = self.shared.wakers.lock().unwrap_or_else(|e| e.into_inner());
         if !wakers.iter().any(|w| w.will_wake(waker)) {
@@ -197,6 +197,13 @@ impl MemoryBudget {
     #[inline]
     pub fn wait_for(&self, wanted: usize, waker: &Waker) -> bool {
         self.wake_on_release(waker);
+        // Registering (a store to `waiting`) then looking (a load of
+        // `in_use`), against `give_back`'s store to `in_use` then load of
+        // `waiting`: acquire and release alone let each side miss the
+        // other's store on a weak-memory CPU, and the wake-up would be
+        // lost. A sequentially consistent fence on both sides makes at
+        // least one see the other.
+        fence(Ordering::SeqCst);
         self.available() >= wanted
     }
 
@@ -232,6 +239,8 @@ impl MemoryBudget {
     fn give_back(&self, bytes: usize) {
         let s = &self.shared;
         s.in_use.fetch_sub(bytes, Ordering::AcqRel);
+        // The other half of `wait_for`'s fence.
+        fence(Ordering::SeqCst);
         if s.waiting.load(Ordering::Acquire) > 0 {
             let wakers = {
                 let mut w = s.wakers.lock().unwrap_or_else(|e| e.into_inner());
