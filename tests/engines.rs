@@ -814,6 +814,88 @@ async fn a_message_that_fits_the_empty_budget_waits_rather_than_1009() {
     }
 }
 
+/// The same with permessage-deflate, where the budget holds inflated
+/// output: a peer stalled inside a compressed message holding 14 MiB of
+/// it, and an honest client's 20 MiB message, which fits the 32 MiB
+/// budget once the other is gone: it waits on every engine, then is
+/// echoed, and the stalled peer gets 1013.
+#[cfg(feature = "deflate")]
+#[tokio::test]
+async fn a_compressed_message_that_fits_the_empty_budget_waits_rather_than_1009() {
+    let wait = Duration::from_millis(1000);
+    let _heap = HEAP.read().await;
+    let deflate = || wavesock::DeflateConfig::default().compression_threshold(0);
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let budget = MemoryBudget::new(32 << 20).allowance(0).wait_timeout(wait);
+        let config = budget_config(&budget).deflate(deflate());
+        let mut server = start(engine, config).await;
+        let mut a = TcpStream::connect(server.addr).await.unwrap();
+        let mut request = raw::REQUEST[..raw::REQUEST.len() - 2].to_vec();
+        request.extend_from_slice(b"Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n");
+        a.write_all(&request).await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            head.push(a.read_u8().await.unwrap());
+        }
+        let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        assert!(head.contains("permessage-deflate"), "{engine:?}: {head}");
+        // The first fragment of a compressed message (RSV1, no FIN): 14 MiB
+        // once inflated.
+        let mut z = flate2::Compress::new(flate2::Compression::new(6), false);
+        let mut packed = Vec::with_capacity(64 << 10);
+        z.compress_vec(
+            &vec![1u8; 14 << 20],
+            &mut packed,
+            flate2::FlushCompress::Sync,
+        )
+        .unwrap();
+        a.write_all(&masked_frame(0x42, &packed)).await.unwrap();
+        until(|| budget.in_use() >= 14 << 20).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let client = Config::default()
+            .deflate(deflate())
+            .max_message_size(64 << 20)
+            .max_frame_size(64 << 20);
+        let url = format!("ws://{}/", server.addr);
+        let (mut b, _) = wavesock::connect_async_with_config(url, client)
+            .await
+            .unwrap();
+        b.send(Message::binary(vec![2u8; 20 << 20])).await.unwrap();
+        let echo = within(30, b.next())
+            .await
+            .expect("an answer")
+            .expect("no error");
+        assert_eq!(echo.len(), 20 << 20, "{engine:?}: {echo:?}");
+        assert_eq!(close_code(&mut a).await, 1013, "{engine:?}");
+        assert!(budget.peak() <= budget.limit(), "{engine:?}");
+        drop(b);
+        until(|| budget.in_use() == 0).await;
+        let _ = server.ended().await;
+    }
+}
+
+/// A masked client frame with first byte `b0`.
+#[cfg(feature = "deflate")]
+fn masked_frame(b0: u8, payload: &[u8]) -> Vec<u8> {
+    let key = [9u8, 8, 7, 6];
+    let mut f = vec![b0];
+    match payload.len() {
+        n @ 0..=125 => f.push(0x80 | n as u8),
+        n @ 126..=0xFFFF => {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(0x80 | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    f.extend_from_slice(&key);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    f
+}
+
 /// Reads one server frame from a read half: its opcode and payload.
 async fn read_frame_from(rd: &mut (impl AsyncRead + Unpin)) -> (u8, Vec<u8>) {
     let mut head = [0u8; 2];

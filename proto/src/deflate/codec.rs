@@ -795,23 +795,39 @@ fn grow(
 ) -> Result<Result<usize, usize>, Error> {
     // Growing may move the output: the old buffer lives on while it is
     // copied, so both are asked for.
-    let first = account.try_set(Held::Inflated, len + len + step);
-    if first == Grant::Granted {
-        return Ok(Ok(step));
+    let (mut granted, mut answer) = ask(account, len, len, step);
+    if let Grant::Never { .. } = answer {
+        // Only the copy does not fit: a message that fits the budget once
+        // must not be refused for that moment (1009 means it could never
+        // fit, on every engine), which is then not counted.
+        (granted, answer) = ask(account, 0, len, step);
     }
-    let smaller = step.min(account.room().saturating_sub(len).max(MIN_BUDGET_STEP));
-    let answer = if smaller < step {
-        account.try_set(Held::Inflated, len + len + smaller)
-    } else {
-        first
-    };
     match answer {
-        Grant::Granted => Ok(Ok(smaller)),
+        Grant::Granted => Ok(Ok(granted)),
         Grant::Wait { wanted } => Ok(Err(wanted)),
         Grant::Never { charge, limit } => Err(Error::OverBudget {
             size: charge as u64,
             budget: limit,
         }),
+    }
+}
+
+/// Asks for `old` bytes (the buffer being copied from) beside `len` and
+/// `step` more, or, if the budget has less room, `len` and what it has (at
+/// least [`MIN_BUDGET_STEP`]): the step asked for, and the answer.
+fn ask(account: &mut BudgetAccount, old: usize, len: usize, step: usize) -> (usize, Grant) {
+    let first = account.try_set(Held::Inflated, old + len + step);
+    if first == Grant::Granted {
+        return (step, first);
+    }
+    let smaller = step.min(account.room().saturating_sub(len).max(MIN_BUDGET_STEP));
+    if smaller < step {
+        (
+            smaller,
+            account.try_set(Held::Inflated, old + len + smaller),
+        )
+    } else {
+        (step, first)
     }
 }
 
