@@ -400,6 +400,16 @@ impl BudgetAccount {
         self.counts.as_ref().map_or(0, |c| c.charged)
     }
 
+    /// How many more bytes this connection may hold without taking from
+    /// the shared budget (what is left of its allowance): growing within
+    /// it touches no shared counter.
+    pub fn allowance_left(&self) -> usize {
+        match &self.counts {
+            None => usize::MAX,
+            Some(c) => c.budget.allowance.saturating_sub(self.total()),
+        }
+    }
+
     /// How many more bytes this connection could hold right now without
     /// waiting: what is left of its allowance and of the budget.
     pub fn room(&self) -> usize {

@@ -264,6 +264,16 @@ impl Inbox {
     #[cold]
     fn scratch_budgeted(&mut self, limit: usize) -> Plan {
         let account = self.decoder.account_mut();
+        // Within what is left of the allowance when that makes a read
+        // worth making: small messages then never touch the budget's
+        // shared counter (the allowance's promise); a frame larger than
+        // it goes on in the connection's own buffer, budgeted.
+        let free = account.allowance_left();
+        let limit = if free >= limit.min(READ_CHUNK) {
+            limit.min(free)
+        } else {
+            limit
+        };
         if account.try_set(Held::ReadBuffer, limit) == Grant::Granted {
             return Plan::Scratch { limit };
         }

@@ -432,3 +432,43 @@ fn a_frame_that_fits_the_empty_budget_is_never_refused_for_good() {
         assert!(budget.peak() <= budget.limit(), "peak {}", budget.peak());
     }
 }
+
+/// Under a budget, a read into scratch memory of any size sets aside no
+/// more than the allowance has left while that makes a read worth making:
+/// connections exchanging small messages never touch the budget's shared
+/// counter. Past the allowance, it takes from the budget, and gives back
+/// what it did not keep.
+#[test]
+fn scratch_reads_stay_within_the_allowance_when_they_can() {
+    let budget = MemoryBudget::new(1 << 20).allowance(128 << 10);
+    let mut inbox = inbox_with(Limits::default().budget(budget.clone()));
+    let mut mem = OwnMemory;
+    struct Large;
+    impl ReadMemory for Large {
+        fn scratch_len(&self) -> usize {
+            512 << 10
+        }
+    }
+    for _ in 0..3 {
+        let Plan::Scratch { limit } = inbox.plan(&mut Large) else {
+            panic!("nothing buffered")
+        };
+        assert_eq!(limit, 128 << 10, "the allowance's worth");
+        assert_eq!(budget.in_use(), 0);
+        inbox.received(&frame(10), false, &mut mem);
+        assert_eq!(inbox.decode().unwrap().unwrap().len(), 10);
+        inbox.wait(&mut mem);
+    }
+    assert_eq!(budget.peak(), 0, "the shared counter untouched");
+    // No allowance: the read takes from the budget, and a read that
+    // brought nothing gives it back.
+    let budget = MemoryBudget::new(1 << 20).allowance(0);
+    let mut inbox = inbox_with(Limits::default().budget(budget.clone()));
+    let Plan::Scratch { limit } = inbox.plan(&mut Large) else {
+        panic!("nothing buffered")
+    };
+    assert_eq!(limit, 512 << 10, "from the budget");
+    assert_eq!(budget.in_use(), 512 << 10);
+    inbox.read_done(None, &mut mem);
+    assert_eq!(budget.in_use(), 0);
+}
