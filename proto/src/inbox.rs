@@ -83,13 +83,13 @@ impl ReadMemory for OwnMemory {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plan {
     /// Nothing is buffered: read into the engine's scratch memory, at most
-    /// `limit` bytes (past the end of the frame being received by little),
-    /// then pass what came to [`Inbox::received`], or decode it where it
+    /// `limit` bytes (`usize::MAX` without a memory budget: as much as the
+    /// scratch holds), then pass what came to [`Inbox::received`], or
+    /// decode it where it
     /// is with [`Inbox::decode_in`] and keep the rest with
     /// [`Inbox::keep_rest`]. Under a memory budget `limit` bytes are set
     /// aside for the read (whatever of it the connection keeps must fit):
-    /// if nothing is read, [`Inbox::read_done`] with `None` gives them
-    /// back.
+    /// if nothing is read, [`Inbox::scratch_unused`] gives them back.
     Scratch {
         /// The most worth reading.
         limit: usize,
@@ -240,24 +240,26 @@ impl Inbox {
             // No memory at all, the usual case between small messages (an
             // empty buffer of no capacity is never a view that shares
             // memory: see `decode`): nothing to drop or reclaim.
-            let frame_left = self.decoder.payload_remaining(0);
-            let limit = frame_left.map_or(usize::MAX, |want| want.saturating_add(READ_CHUNK));
-            return self.scratch(limit, mem);
+            return self.scratch(mem);
         }
         self.plan_with(mem)
     }
 
-    /// A read into the engine's scratch memory of at most `limit` bytes.
-    /// Under a budget, room for it is set aside first: the bytes a
-    /// connection keeps of such a read (an unfinished frame) are already
-    /// in hand when it is known how many they are, so they must fit in
-    /// what was set aside, never push the budget past its limit. Less when
-    /// the budget has less room; none at all, and the read waits.
+    /// A read into the engine's scratch memory: as much as it holds
+    /// without a budget (what comes past the frame being received is
+    /// decoded from the same memory). Under a budget, room for it is set
+    /// aside first: the bytes a connection keeps of such a read (an
+    /// unfinished frame) are already in hand when it is known how many
+    /// they are, so they must fit in what was set aside, never push the
+    /// budget past its limit. Less when the budget has less room; none at
+    /// all, and the read waits.
     #[inline]
-    fn scratch(&mut self, limit: usize, mem: &mut impl ReadMemory) -> Plan {
+    fn scratch(&mut self, mem: &mut impl ReadMemory) -> Plan {
         if !self.decoder.account().is_on() {
-            return Plan::Scratch { limit };
+            return Plan::Scratch { limit: usize::MAX };
         }
+        let frame_left = self.decoder.payload_remaining(0);
+        let limit = frame_left.map_or(usize::MAX, |want| want.saturating_add(READ_CHUNK));
         self.scratch_budgeted(limit.min(mem.scratch_len()))
     }
 
@@ -302,9 +304,7 @@ impl Inbox {
                     // share (an empty view of no capacity holds one too).
                     self.drop_buf();
                     self.sync();
-                    let limit =
-                        frame_left.map_or(usize::MAX, |want| want.saturating_add(READ_CHUNK));
-                    return self.scratch(limit, mem);
+                    return self.scratch(mem);
                 }
                 // Drops our share of the last burst; messages handed out
                 // keep theirs.
@@ -337,10 +337,18 @@ impl Inbox {
         (&mut self.buf).limit(limit)
     }
 
+    /// A [`Plan::Scratch`] read brought nothing (it waits, or the
+    /// transport ended or failed): gives back what was set aside for it
+    /// under a budget.
+    #[inline]
+    pub fn scratch_unused(&mut self) {
+        if self.decoder.account().is_on() {
+            self.sync();
+        }
+    }
+
     /// A [`Plan::Own`] read ended: `Some(n)` bytes came (`n > 0`), or
-    /// `None` (it waits, or the transport ended or failed). Also for a
-    /// [`Plan::Scratch`] read that brought nothing, so that what was set
-    /// aside for it under a budget is given back.
+    /// `None` (it waits, or the transport ended or failed).
     pub fn read_done(&mut self, got: Option<usize>, mem: &mut impl ReadMemory) {
         match got {
             Some(n) if n > 0 => {

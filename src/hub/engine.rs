@@ -1408,8 +1408,7 @@ fn read_frames<H: Handler>(
                 }
                 let read = read_buf(&mut slot.io, cx, shared, limit);
                 if !matches!(read, Poll::Ready(Ok(1..))) {
-                    // Gives back what the plan set aside under a budget.
-                    r.read_done(None, &mut OwnMemory);
+                    r.scratch_unused();
                 }
                 read
             }

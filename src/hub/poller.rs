@@ -60,10 +60,9 @@ impl std::fmt::Debug for Poller {
 pub(crate) struct Ready {
     pub(crate) readable: bool,
     pub(crate) writable: bool,
-    /// The peer's end, a reset or an error: the next read finds it.
-    pub(crate) read_closed: bool,
-    /// The socket can take no more writes: the next write finds out.
-    pub(crate) write_closed: bool,
+    /// The peer's end, a reset, a hang-up or an error: for the next read
+    /// or write to find.
+    pub(crate) closed: bool,
 }
 
 impl Poller {
@@ -133,14 +132,13 @@ impl Poller {
                 count += 1;
                 // Errors and hang-ups are for the next read or write to
                 // find: kept by the socket until then (see `Polled`).
-                let error = event.is_error();
+                let closed = event.is_error() || event.is_read_closed() || event.is_write_closed();
                 f(
                     event.token(),
                     Ready {
-                        readable: event.is_readable(),
-                        writable: event.is_writable(),
-                        read_closed: error || event.is_read_closed(),
-                        write_closed: error || event.is_write_closed(),
+                        readable: event.is_readable() || closed,
+                        writable: event.is_writable() || closed,
+                        closed,
                     },
                 );
             }
@@ -162,12 +160,11 @@ pub(crate) struct Polled {
     /// The poller said so and no read has since found the socket empty.
     readable: bool,
     writable: bool,
-    /// The poller reported the end of the input (or an error): sticky, as
-    /// no edge follows it; a read returns it (0 bytes, or the error) after
+    /// The poller reported the end of the input, a hang-up or an error:
+    /// sticky, as no edge follows it, so that a short read or write does
+    /// not hide it; a read returns it (0 bytes, or the error) after
     /// whatever data came before it.
-    read_closed: bool,
-    /// The same for the output.
-    write_closed: bool,
+    closed: bool,
 }
 
 impl Polled {
@@ -179,8 +176,7 @@ impl Polled {
             io,
             readable: true,
             writable: true,
-            read_closed: false,
-            write_closed: false,
+            closed: false,
         }
     }
 
@@ -191,10 +187,9 @@ impl Polled {
     /// Takes what the poller reported.
     #[inline]
     pub(crate) fn ready(&mut self, r: Ready) {
-        self.read_closed |= r.read_closed;
-        self.write_closed |= r.write_closed;
-        self.readable |= r.readable || r.read_closed;
-        self.writable |= r.writable || r.write_closed;
+        self.readable |= r.readable;
+        self.writable |= r.writable;
+        self.closed |= r.closed;
     }
 
     pub(crate) fn peer_addr(&self) -> Option<SocketAddr> {
@@ -258,18 +253,18 @@ impl Polled {
         loop {
             match sock.recv(&mut *dst) {
                 Ok(n) => {
-                    if n < want && !self.read_closed {
+                    if n < want && !self.closed {
                         self.readable = false;
                     }
                     return Poll::Ready(Ok(n));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    // Reported closed, and still nothing: an event that
-                    // went stale (never seen with a FIN or a reset, which
-                    // read as 0 or an error for ever).
+                    // Reported closed, and still nothing to read: the
+                    // output's end alone, or an event that went stale (a
+                    // FIN or a reset reads as 0 or an error for ever).
                     self.readable = false;
-                    self.read_closed = false;
+                    self.closed = false;
                     return Poll::Pending;
                 }
                 Err(e) => return Poll::Ready(Err(e)),
@@ -293,15 +288,16 @@ impl Polled {
             };
             match r {
                 Ok(n) => {
-                    if n < want && !self.write_closed {
+                    if n < want && !self.closed {
                         self.writable = false;
                     }
                     return Poll::Ready(Ok(n));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // The peer's end leaves writing as it was: full is
+                    // full, and the poller reports room again.
                     self.writable = false;
-                    self.write_closed = false;
                     return Poll::Pending;
                 }
                 Err(e) => return Poll::Ready(Err(e)),
@@ -325,8 +321,7 @@ mod tests {
     const READABLE: Ready = Ready {
         readable: true,
         writable: false,
-        read_closed: false,
-        write_closed: false,
+        closed: false,
     };
 
     fn pair() -> (std::net::TcpStream, Polled) {
@@ -445,9 +440,8 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
             p.ready(Ready {
                 readable: true,
-                writable: false,
-                read_closed: true,
-                write_closed: reset,
+                writable: reset,
+                closed: true,
             });
             let mut buf = BytesMut::with_capacity(64);
             let first = p.read_buf(&mut buf, usize::MAX);

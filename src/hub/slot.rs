@@ -443,8 +443,16 @@ impl Conn {
 
     /// Encodes the frames the core owes the peer (pongs, the close echo,
     /// keepalive pings); the backpressure limit does not hold them back.
+    /// Asked after every message, so the usual answer, none, is inline.
     #[inline]
     pub(crate) fn transmit_owed(&mut self, turn: &mut Turn) {
+        if self.d.conn().owes() {
+            self.transmit_owed_now(turn);
+        }
+    }
+
+    #[inline(never)]
+    fn transmit_owed_now(&mut self, turn: &mut Turn) {
         match self.d.transmit(&mut turn.pool) {
             Ok(false) => {}
             Ok(true) => self.mark(turn),

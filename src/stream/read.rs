@@ -266,8 +266,7 @@ impl ReadState {
                 let mut into = tokio::io::ReadBuf::uninit(&mut stack[..limit.min(STACK_READ)]);
                 let read = io.poll_read(cx, &mut into);
                 if !matches!(read, Poll::Ready(Ok(()))) || into.filled().is_empty() {
-                    // Gives back what the plan set aside under a budget.
-                    self.inbox.read_done(None, &mut mem);
+                    self.inbox.scratch_unused();
                 }
                 if let Err(e) = ready!(read) {
                     return Poll::Ready(Read::Io(Err(e)));
