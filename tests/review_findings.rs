@@ -1,7 +1,6 @@
 //! Reproducers for behaviour the fixes since 61d5afe got wrong, each over
 //! real loopback sockets, on the engines where it shows.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -17,97 +16,6 @@ use wavesock::hub::{Closed, Handler, Hub, HubConfig, HubMessage, Readiness, Ws};
 use wavesock::proto::budget::{BudgetAccount, Grant, Held};
 use wavesock::topics::{Topics, TopicsConfig};
 use wavesock::{Config, MemoryBudget, Message, OpCode, PreparedMessage};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Engine {
-    Stream,
-    Hub,
-    HubTokio,
-}
-
-const ENGINES: [Engine; 3] = [Engine::Stream, Engine::Hub, Engine::HubTokio];
-
-/// Echoes data messages; reports each end (its error's text, if any).
-#[derive(Clone)]
-struct HubEcho(mpsc::UnboundedSender<Option<String>>);
-
-impl Handler for HubEcho {
-    type Data = ();
-
-    fn upgrade(
-        &mut self,
-        _: &wavesock::http::Request<()>,
-        _: &mut wavesock::http::Response<()>,
-    ) -> Result<(), wavesock::hub::HttpResponse> {
-        Ok(())
-    }
-
-    fn message(&mut self, ws: &mut Ws<'_, ()>, msg: HubMessage<'_>) {
-        let _ = ws.send_borrowed(msg);
-    }
-
-    fn close(&mut self, closed: Closed, _: ()) {
-        let _ = self.0.send(closed.error.map(|e| e.to_string()));
-    }
-}
-
-/// An echo server on `engine` with `config`; its ends come on the
-/// receiver.
-async fn start(
-    engine: Engine,
-    config: Config,
-) -> (SocketAddr, mpsc::UnboundedReceiver<Option<String>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = mpsc::unbounded_channel();
-    match engine {
-        Engine::Hub | Engine::HubTokio => {
-            let readiness = if engine == Engine::Hub {
-                Readiness::Owned
-            } else {
-                Readiness::Tokio
-            };
-            let config = HubConfig::default()
-                .engines(Some(1))
-                .readiness(readiness)
-                .config(config);
-            let hub = Hub::new(HubEcho(tx), config).unwrap();
-            tokio::spawn(hub.serve(listener));
-        }
-        Engine::Stream => {
-            tokio::spawn(async move {
-                loop {
-                    let (tcp, _) = listener.accept().await.unwrap();
-                    let (tx, config) = (tx.clone(), config.clone());
-                    tokio::spawn(async move {
-                        let Ok(mut ws) = wavesock::accept_async_with_config(tcp, config).await
-                        else {
-                            return;
-                        };
-                        let mut ended = None;
-                        while let Some(m) = ws.next().await {
-                            match m {
-                                Ok(m) if m.is_data() => {
-                                    if let Err(e) = ws.send(m).await {
-                                        ended = Some(e.to_string());
-                                        break;
-                                    }
-                                }
-                                Ok(_) => {}
-                                Err(e) => {
-                                    ended = Some(e.to_string());
-                                    break;
-                                }
-                            }
-                        }
-                        let _ = tx.send(ended);
-                    });
-                }
-            });
-        }
-    }
-    (addr, rx)
-}
 
 fn budget_config(budget: &MemoryBudget) -> Config {
     Config::default()
@@ -135,7 +43,9 @@ async fn a_quiet_client_that_once_found_the_budget_full_is_not_refused_later() {
     let held = budget.clone();
     let server = tokio::spawn(async move {
         let (tcp, _) = listener.accept().await.unwrap();
-        let mut ws = wavesock::accept_async_with_config(tcp, config).await.unwrap();
+        let mut ws = wavesock::accept_async_with_config(tcp, config)
+            .await
+            .unwrap();
         while let Some(m) = ws.next().await {
             let m = m.map_err(|e| e.to_string())?;
             if m.as_text() == Some("hold") {
@@ -189,22 +99,10 @@ async fn next_frame(tcp: &mut tokio::net::TcpStream) -> Option<(u8, String)> {
     };
     let mut payload = vec![0u8; len];
     within(10, tcp.read_exact(&mut payload)).await.ok()?;
-    Some((head[0] & 0x0f, String::from_utf8_lossy(&payload).into_owned()))
-}
-
-/// Reads one server frame from a read half.
-async fn read_frame_half(rd: &mut (impl tokio::io::AsyncRead + Unpin)) -> (u8, Vec<u8>) {
-    use tokio::io::AsyncReadExt;
-    let mut head = [0u8; 2];
-    rd.read_exact(&mut head).await.unwrap();
-    let len = match head[1] & 0x7f {
-        126 => rd.read_u16().await.unwrap() as usize,
-        127 => rd.read_u64().await.unwrap() as usize,
-        n => n as usize,
-    };
-    let mut payload = vec![0u8; len];
-    rd.read_exact(&mut payload).await.unwrap();
-    (head[0] & 0x0f, payload)
+    Some((
+        head[0] & 0x0f,
+        String::from_utf8_lossy(&payload).into_owned(),
+    ))
 }
 
 /// Topic commands: `sub` subscribes to `t` and answers `ok`; `pub2`
