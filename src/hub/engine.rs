@@ -358,8 +358,9 @@ struct Engine<H: Handler> {
     subscribers: Vec<Key>,
     /// How many of them it was sent to (in earlier turns).
     delivered: usize,
-    /// Topics whose publishes the inbox dropped for this engine.
-    missed: Vec<Arc<str>>,
+    /// Topics whose publishes the inbox dropped for this engine, with the
+    /// place of the last one dropped.
+    missed: Vec<(Arc<str>, u64)>,
 }
 
 impl<H: Handler> std::fmt::Debug for Engine<H> {
@@ -806,16 +807,19 @@ impl<H: Handler> Engine<H> {
     /// inbox was full (the engine fell that far behind). Their subscribers
     /// here meet the slow-subscriber policy, as if each were the one that
     /// fell behind: closed under `Close`, the publish skipped under `Drop`.
+    /// Only those a dropped publish was for: a connection that subscribed
+    /// after the last one dropped (in this turn's handlers, say) missed
+    /// nothing.
     #[cold]
-    fn missed_publishes(&mut self, missed: &mut Vec<Arc<str>>) {
+    fn missed_publishes(&mut self, missed: &mut Vec<(Arc<str>, u64)>) {
         if self.turn.policy == BackpressurePolicy::Drop {
             missed.clear();
             return;
         }
         let mut keys = Vec::new();
-        for topic in missed.drain(..) {
+        for (topic, last) in missed.drain(..) {
             keys.clear();
-            self.turn.subs.subscribers(&topic, u64::MAX, &mut keys);
+            self.turn.subs.subscribers(&topic, last, &mut keys);
             for &key in &keys {
                 let Some(slot) = self.slot_mut(key) else {
                     continue;

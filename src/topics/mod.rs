@@ -233,9 +233,11 @@ struct Waiting {
     bytes: usize,
     /// Publishes the engine took and has not yet sent.
     taken: usize,
-    /// Topics with a publish missed since the engine last took: its
-    /// subscribers meet their hub's policy. One entry a topic.
-    missed: Vec<Arc<str>>,
+    /// Topics with a publish missed since the engine last took, with the
+    /// place ([`Delivery::seq`]) of the last one missed: its subscribers
+    /// from before that place meet their hub's policy; one that came
+    /// after it missed nothing. One entry a topic.
+    missed: Vec<(Arc<str>, u64)>,
 }
 
 impl Inbox {
@@ -251,7 +253,7 @@ impl Inbox {
     /// Moves every waiting publish into `into`, where they go on counting
     /// against the bounds until [`sent`](Self::sent) says so, and the
     /// topics with publishes missed since the last call into `missed`.
-    pub(crate) fn take(&self, into: &mut VecDeque<Delivery>, missed: &mut Vec<Arc<str>>) {
+    pub(crate) fn take(&self, into: &mut VecDeque<Delivery>, missed: &mut Vec<(Arc<str>, u64)>) {
         let mut waiting = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         waiting.taken += waiting.items.len();
         if into.is_empty() {
@@ -469,8 +471,13 @@ impl Topics {
                 || (behind > 0 && waiting.bytes + size > config.inbox_bytes);
             if full {
                 self.inner.inbox_dropped.fetch_add(1, Ordering::Relaxed);
-                if !waiting.missed.iter().any(|t| Arc::ptr_eq(t, &entry.name)) {
-                    waiting.missed.push(entry.name.clone());
+                match waiting
+                    .missed
+                    .iter_mut()
+                    .find(|(t, _)| Arc::ptr_eq(t, &entry.name))
+                {
+                    Some((_, last)) => *last = seq,
+                    None => waiting.missed.push((entry.name.clone(), seq)),
                 }
                 continue;
             }
@@ -890,7 +897,7 @@ mod tests {
             assert_eq!(topics.publish("t", &prepared("5")).local, 0, "{by_bytes}");
             assert_eq!(topics.stats().inbox_dropped, 3);
             a.take(&mut taken, &mut missed);
-            let missed_names: Vec<&str> = missed.iter().map(|t| &**t).collect();
+            let missed_names: Vec<&str> = missed.iter().map(|(t, _)| &**t).collect();
             assert_eq!(missed_names, ["t", "u"], "each topic once");
             // Two sent: room for two.
             let d0 = taken.pop_front().unwrap();
