@@ -192,3 +192,59 @@ async fn a_subscriber_that_came_after_a_missed_publish_is_not_closed() {
         drop((s, x));
     }
 }
+
+/// Echoes data messages on a hub; reports nothing.
+#[derive(Clone)]
+struct HubEcho;
+
+impl Handler for HubEcho {
+    type Data = ();
+
+    fn upgrade(
+        &mut self,
+        _: &wavesock::http::Request<()>,
+        _: &mut wavesock::http::Response<()>,
+    ) -> Result<(), wavesock::hub::HttpResponse> {
+        Ok(())
+    }
+
+    fn message(&mut self, ws: &mut Ws<'_, ()>, msg: HubMessage<'_>) {
+        let _ = ws.send_borrowed(msg);
+    }
+}
+
+/// The budget's allowance (128 KiB by default) is there so that
+/// "connections exchanging small messages never touch the shared counter"
+/// (`DEFAULT_ALLOWANCE`): a small echo costs the budget nothing. On the
+/// hub, every read into the engine's shared buffer now first sets aside
+/// its whole size (`read_buffer_size`, 512 KiB) under the budget, the part
+/// past the allowance from the shared counter, and gives it back after:
+/// each read of each connection moves the shared counter twice and, for
+/// that moment, takes 384 KiB others may be waiting for (and wakes every
+/// waiter when it gives it back). On 61d5afe the peak stayed 0.
+#[tokio::test]
+async fn small_messages_on_the_hub_never_touch_the_shared_budget() {
+    for readiness in [Readiness::Owned, Readiness::Tokio] {
+        let budget = MemoryBudget::new(64 << 20);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = HubConfig::default()
+            .engines(Some(1))
+            .readiness(readiness)
+            .config(Config::default().memory_budget(budget.clone()));
+        let hub = Hub::new(HubEcho, config).unwrap();
+        tokio::spawn(hub.serve(listener));
+        let mut c = upgrade_raw(addr).await;
+        for _ in 0..3 {
+            c.write_all(&frame(true, OpCode::Text, b"hi".to_vec()))
+                .await
+                .unwrap();
+            assert_eq!(next_frame(&mut c).await, Some((0x1, "hi".to_owned())));
+        }
+        assert_eq!(
+            budget.peak(),
+            0,
+            "{readiness:?}: a small echo took from the shared budget"
+        );
+    }
+}
