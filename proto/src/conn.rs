@@ -574,6 +574,14 @@ impl Connection {
             .set(State::BUDGET_WAIT | State::HEARS_INPUT, true);
     }
 
+    /// Under a memory budget: the connection waits for input and holds
+    /// none of the budget (a read it waited for budget to make found
+    /// nothing): a wait that ran ends. A quiet connection is failed for
+    /// holding budget, never for having waited for some.
+    pub fn handle_budget_idle(&mut self) {
+        self.stop_budget_wait();
+    }
+
     /// The memory budget answered `grant` when the connection asked for
     /// more at `now` (room to read into, to assemble or to inflate a
     /// message). `None`: go on ([`Grant::Granted`]), or stop, the

@@ -1474,10 +1474,15 @@ fn read_frames<H: Handler>(
     if waits || !reading(slot, &r) || r.buffered().is_empty() {
         r.wait(&mut OwnMemory);
     }
-    if waits && r.holds_budget() {
-        // Holding budget while the peer sends nothing: the core's wait
-        // runs (1013 past it) until input comes, as on the Stream.
-        slot.c.conn().handle_budget_wait(turn.now());
+    if waits {
+        if r.holds_budget() {
+            // Holding budget while the peer sends nothing: the core's wait
+            // runs (1013 past it) until input comes, as on the Stream.
+            slot.c.conn().handle_budget_wait(turn.now());
+        } else if slot.c.conn().state().is_waiting_for_budget() {
+            // It waited for room to read, and holds nothing now.
+            slot.c.conn().handle_budget_idle();
+        }
     }
     // An idle compressing connection keeps only its inflater (a few words
     // under the shared and dedicated policies), not a whole inbox.

@@ -464,6 +464,12 @@ impl ReadState {
                     continue;
                 }
                 Poll::Pending => {
+                    if state.is_waiting_for_budget() && !self.inbox.holds_budget() {
+                        // It waited for room to read, and holds nothing
+                        // now: a quiet connection is not refused for that.
+                        self.feed(link, |c| c.handle_budget_idle())?;
+                        continue;
+                    }
                     if link.state() != state {
                         // Changed by another task between the checks above
                         // and the wait.

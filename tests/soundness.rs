@@ -1,5 +1,8 @@
-//! Reproducers for behaviour the fixes since 61d5afe got wrong, each over
-//! real loopback sockets, on the engines where it shows.
+//! Soundness under a memory budget and topics, over real loopback
+//! sockets, on the engines where each shows: a quiet client is not refused
+//! for having waited for budget once, a subscriber is not closed for
+//! publishes that were never for it, and small messages never touch the
+//! budget's shared counter.
 
 use std::time::Duration;
 
