@@ -217,7 +217,9 @@ impl Polled {
     }
 }
 
-/// Reads what the server wrote to `client` so far.
+/// Reads what the server wrote to `client` so far. (Within a test's task,
+/// Tokio's cooperative budget would answer `Pending` after enough reads:
+/// the tests that read many clients run `unconstrained`.)
 fn written(client: &mut DuplexStream) -> Vec<u8> {
     let mut cx = Context::from_waker(Waker::noop());
     let mut out = Vec::new();
@@ -244,27 +246,30 @@ fn client_text(text: &str) -> Vec<u8> {
 /// liked).
 #[tokio::test]
 async fn a_close_goes_out_in_its_turn_behind_a_backlog_of_publishes() {
-    const CAP: usize = 16 << 10;
-    let mut hub = Polled::new(32, TopicsConfig::default(), BackpressurePolicy::Drop);
-    // Three turns of sends.
-    assert_eq!(hub.publish(3 * CAP / 32), 3 * CAP);
-    {
-        use tokio::io::AsyncWriteExt;
-        hub.other.write_all(&client_text("close me")).await.unwrap();
-    }
-    hub.poll();
-    let sent: usize = hub
-        .subscribers
-        .iter_mut()
-        .map(|c| written(c).len() / 3)
-        .sum();
-    assert!(sent <= CAP, "one turn's cap: {sent}");
-    let closed = written(&mut hub.other);
-    assert_eq!(
-        closed.first(),
-        Some(&0x88),
-        "the close frame, in its turn: {closed:?}"
-    );
+    tokio::task::unconstrained(async {
+        const CAP: usize = 16 << 10;
+        let mut hub = Polled::new(32, TopicsConfig::default(), BackpressurePolicy::Drop);
+        // Three turns of sends.
+        assert_eq!(hub.publish(3 * CAP / 32), 3 * CAP);
+        {
+            use tokio::io::AsyncWriteExt;
+            hub.other.write_all(&client_text("close me")).await.unwrap();
+        }
+        hub.poll();
+        let sent: usize = hub
+            .subscribers
+            .iter_mut()
+            .map(|c| written(c).len() / 3)
+            .sum();
+        assert!(sent <= CAP, "one turn's cap: {sent}");
+        let closed = written(&mut hub.other);
+        assert_eq!(
+            closed.first(),
+            Some(&0x88),
+            "the close frame, in its turn: {closed:?}"
+        );
+    })
+    .await;
 }
 
 /// What an engine has taken from its inbox and not sent counts against the
@@ -274,36 +279,56 @@ async fn a_close_goes_out_in_its_turn_behind_a_backlog_of_publishes() {
 /// are closed with `Error::PublishesMissed`, under `Drop` they go on.
 #[tokio::test]
 async fn an_engine_behind_its_inbox_bounds_misses_publishes_and_applies_the_policy() {
-    const CAP: usize = 16 << 10;
-    const SUBS: usize = 32;
-    const PER_TURN: usize = CAP / SUBS;
-    for policy in [BackpressurePolicy::Drop, BackpressurePolicy::Close] {
-        let config = TopicsConfig::default().inbox_capacity(2 * PER_TURN);
-        let mut hub = Polled::new(SUBS, config, policy);
-        assert_eq!(hub.publish(2 * PER_TURN), 2 * PER_TURN * SUBS);
-        // Takes both turns' worth, sends one.
-        hub.poll();
-        // One turn's worth of room: the rest is missed.
-        assert_eq!(hub.publish(2 * PER_TURN), PER_TURN * SUBS, "{policy:?}");
-        assert_eq!(hub.topics.stats().inbox_dropped, PER_TURN as u64);
-        hub.poll();
-        hub.poll();
-        let ended = hub.ended.lock().unwrap().clone();
-        match policy {
-            BackpressurePolicy::Drop => {
-                assert!(ended.is_empty(), "{ended:?}");
-                // Every publish that fit reached every subscriber.
-                for c in &mut hub.subscribers {
-                    assert_eq!(written(c).len() / 3, 3 * PER_TURN);
+    tokio::task::unconstrained(async {
+        const CAP: usize = 16 << 10;
+        const SUBS: usize = 32;
+        const PER_TURN: usize = CAP / SUBS;
+        for policy in [BackpressurePolicy::Drop, BackpressurePolicy::Close] {
+            let config = TopicsConfig::default().inbox_capacity(2 * PER_TURN);
+            let mut hub = Polled::new(SUBS, config, policy);
+            assert_eq!(hub.publish(2 * PER_TURN), 2 * PER_TURN * SUBS);
+            // Takes both turns' worth, sends one.
+            hub.poll();
+            // One turn's worth of room: the rest is missed.
+            assert_eq!(hub.publish(2 * PER_TURN), PER_TURN * SUBS, "{policy:?}");
+            assert_eq!(hub.topics.stats().inbox_dropped, PER_TURN as u64);
+            hub.poll();
+            hub.poll();
+            let ended = hub.ended.lock().unwrap().clone();
+            match policy {
+                BackpressurePolicy::Drop => {
+                    assert!(ended.is_empty(), "{ended:?}");
+                    // Every publish that fit reached every subscriber.
+                    for c in &mut hub.subscribers {
+                        assert_eq!(written(c).len() / 3, 3 * PER_TURN);
+                    }
                 }
-            }
-            _ => {
-                assert_eq!(ended.len(), SUBS, "{ended:?}");
-                for why in &ended {
-                    let why = why.as_deref().unwrap_or_default();
-                    assert!(why.contains("missed"), "{why}");
+                _ => {
+                    // Each peer is told, after what reached it: close 1013.
+                    for c in &mut hub.subscribers {
+                        let got = written(c);
+                        let close = got.iter().rposition(|&b| b == 0x88);
+                        let close = close.expect("a close frame");
+                        assert_eq!(&got[close + 2..close + 4], &1013u16.to_be_bytes());
+                        // The peer answers.
+                        use tokio::io::AsyncWriteExt;
+                        c.write_all(&[0x88, 0x82, 0, 0, 0, 0, 0x03, 0xF5])
+                            .await
+                            .unwrap();
+                    }
+                    // Read, then ended.
+                    for _ in 0..3 {
+                        hub.poll();
+                    }
+                    let ended = hub.ended.lock().unwrap().clone();
+                    assert_eq!(ended.len(), SUBS, "{ended:?}");
+                    for why in &ended {
+                        let why = why.as_deref().unwrap_or_default();
+                        assert!(why.contains("missed"), "{why}");
+                    }
                 }
             }
         }
-    }
+    })
+    .await;
 }

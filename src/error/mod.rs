@@ -129,7 +129,8 @@ pub enum Error {
     /// A [`hub`](crate::hub) connection missed publishes to a topic it
     /// subscribes to: its engine fell more than the topics' inbox bounds
     /// behind ([`TopicsConfig::inbox_capacity`], `inbox_bytes`), and the
-    /// hub's policy for slow subscribers is to close them.
+    /// hub's policy for slow subscribers is to close them: the peer gets
+    /// close code 1013 (try again later).
     ///
     /// [`TopicsConfig::inbox_capacity`]: crate::topics::TopicsConfig::inbox_capacity
     #[error("publishes to topic {topic:?} were missed: its engine fell behind the inbox bounds")]

@@ -821,15 +821,22 @@ impl<H: Handler> Engine<H> {
             keys.clear();
             self.turn.subs.subscribers(&topic, last, &mut keys);
             for &key in &keys {
-                let Some(slot) = self.slot_mut(key) else {
+                let Engine { slots, turn, .. } = self;
+                let Some((generation, Some(slot))) = slots.get_mut(key.slot as usize) else {
                     continue;
                 };
-                if slot.stage != Stage::Open {
+                if *generation != key.generation || slot.stage != Stage::Open {
                     continue;
                 }
-                slot.c.fail(Error::PublishesMissed {
+                // Closed as the handler would close it, so that a peer
+                // that reads is told (1013: come back and resubscribe),
+                // and `Handler::close` hears why.
+                slot.c.set_error(Error::PublishesMissed {
                     topic: topic.to_string(),
                 });
+                let _ = slot
+                    .c
+                    .close(turn, CloseCode::TRY_AGAIN_LATER, "publishes missed");
                 self.settle(key);
             }
         }
