@@ -223,6 +223,12 @@ impl Inbox {
         }
     }
 
+    /// Whether the connection reads under a memory budget.
+    #[inline]
+    pub fn is_budgeted(&self) -> bool {
+        self.decoder.account().is_on()
+    }
+
     /// Whether the connection holds memory budget while it waits for input
     /// (part of a message): the core's budget wait should run
     /// ([`Connection::handle_budget_wait`](crate::conn::Connection::handle_budget_wait)),

@@ -1418,7 +1418,9 @@ fn read_frames<H: Handler>(
                     shared.reserve(config.read_buffer_size);
                 }
                 let read = read_buf(&mut slot.io, cx, shared, limit);
-                if !matches!(read, Poll::Ready(Ok(1..))) {
+                // Under a budget (the only plan with a limit), room was
+                // set aside: given back if the read brought nothing.
+                if limit != usize::MAX && !matches!(read, Poll::Ready(Ok(1..))) {
                     r.scratch_unused();
                 }
                 read
@@ -1481,7 +1483,7 @@ fn read_frames<H: Handler>(
     if waits || !reading(slot, &r) || r.buffered().is_empty() {
         r.wait(&mut OwnMemory);
     }
-    if waits {
+    if waits && r.is_budgeted() {
         if r.holds_budget() {
             // Holding budget while the peer sends nothing: the core's wait
             // runs (1013 past it) until input comes, as on the Stream.

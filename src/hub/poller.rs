@@ -253,8 +253,9 @@ impl Polled {
         loop {
             match sock.recv(&mut *dst) {
                 Ok(n) => {
-                    if n < want && !self.closed {
-                        self.readable = false;
+                    if n < want {
+                        // Empty, unless the end is still to be read.
+                        self.readable = self.closed;
                     }
                     return Poll::Ready(Ok(n));
                 }
@@ -288,8 +289,9 @@ impl Polled {
             };
             match r {
                 Ok(n) => {
-                    if n < want && !self.closed {
-                        self.writable = false;
+                    if n < want {
+                        // Full, unless closed: the next write finds out.
+                        self.writable = self.closed;
                     }
                     return Poll::Ready(Ok(n));
                 }
