@@ -24,6 +24,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 use wavesock::{ConnectError, Error, MaybeTlsStream};
 
+#[cfg(feature = "native-tls")]
+#[path = "support/services.rs"]
+mod services;
+
 /// Where the child finds the certificates.
 const DIR: &str = "WAVESOCK_TLS_STACKS_DIR";
 
@@ -286,19 +290,19 @@ async fn child_with_an_empty_system_store() {
     }
 }
 
-/// Node (https and the `ws` package from tests/interop, installed there if
-/// missing) serving `leaf`; the port it listens on.
+/// Node (https and the `ws` package of tests/interop) serving `leaf`; the
+/// port it listens on. `None`: the test skips (see `support/services.rs`).
 #[cfg(feature = "native-tls")]
-async fn node_server(dir: &Path, leaf: &str) -> (tokio::process::Child, u16) {
+async fn node_server(dir: &Path, leaf: &str) -> Option<(tokio::process::Child, u16)> {
     use tokio::io::AsyncBufReadExt;
     let interop = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
-    if !interop.join("node_modules/ws").exists() {
-        let npm = Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--silent"])
-            .current_dir(&interop)
-            .status()
-            .expect("npm (Node.js) is needed for this test");
-        assert!(npm.success(), "npm install failed in {interop:?}");
+    let found = services::on_path("node") && interop.join("node_modules/ws").exists();
+    if !services::available(
+        "Node.js and the ws package",
+        found,
+        "Node.js, then npm install in tests/interop",
+    ) {
+        return None;
     }
     let mut node = tokio::process::Command::new("node")
         .arg(interop.join("wss-echo.mjs"))
@@ -315,7 +319,7 @@ async fn node_server(dir: &Path, leaf: &str) -> (tokio::process::Child, u16) {
         .unwrap()
         .expect("node printed its port");
     let port = line.strip_prefix("listening ").unwrap().parse().unwrap();
-    (node, port)
+    Some((node, port))
 }
 
 #[cfg(feature = "native-tls")]
@@ -329,7 +333,9 @@ fn native_tls_talks_to_a_server_that_is_not_rust() {
 #[ignore = "run by native_tls_talks_to_a_server_that_is_not_rust"]
 async fn child_connects_to_node() {
     let dir = child_dir();
-    let (_node, port) = node_server(&dir, "good").await;
+    let Some((_node, port)) = node_server(&dir, "good").await else {
+        return;
+    };
     let (mut ws, _) = wavesock::connect_async(format!("wss://localhost:{port}/"))
         .await
         .unwrap();
@@ -343,7 +349,9 @@ async fn child_connects_to_node() {
         assert_eq!(ws.next().await.unwrap().unwrap(), msg);
     }
     ws.close(None).await.unwrap();
-    let (_node, port) = node_server(&dir, "wrong-name").await;
+    let Some((_node, port)) = node_server(&dir, "wrong-name").await else {
+        return;
+    };
     let err = wavesock::connect_async(format!("wss://localhost:{port}/"))
         .await
         .expect_err("a certificate for another name");

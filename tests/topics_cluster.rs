@@ -87,7 +87,9 @@ async fn all_live(links: &[RedisLink]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_servers_share_200_topics_over_a_cluster_across_a_failover() {
-    let mut cluster = redis_server::RedisCluster::start();
+    let Some(mut cluster) = redis_server::RedisCluster::start() else {
+        return;
+    };
     // The topics' channels are on every master.
     let masters: HashSet<u16> = (0..TOPICS)
         .map(|t| cluster.master_of(&format!("wavesock:t:{}", topic(t))))
@@ -260,7 +262,9 @@ async fn heard_across(from: &mut Client, to: &mut Client, line: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chat_examples_share_a_room_over_a_cluster() {
-    let cluster = redis_server::RedisCluster::start();
+    let Some(cluster) = redis_server::RedisCluster::start() else {
+        return;
+    };
     let cluster_arg = || {
         let value = cluster.urls().join(",");
         chat::redis_args::Redis::parse("--redis-cluster", Some(value)).unwrap()

@@ -220,7 +220,9 @@ async fn until_state(link: &RedisLink, want: impl Fn(&LinkState) -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_servers_share_topics_through_redis_across_a_restart() {
-    let mut redis = redis_server::RedisServer::start();
+    let Some(mut redis) = redis_server::RedisServer::start() else {
+        return;
+    };
     let mut servers = Vec::new();
     for _ in 0..SERVERS {
         servers.push(server(&redis.url()).await);

@@ -1,7 +1,9 @@
-# Sourced by the browser test scripts: installs Chromium (Debian package)
-# and playwright-core if missing, and defines start_server, which starts a
-# server on a free port and waits for its address, and start_chat, which
-# does so for the chat example (built on first use).
+# Sourced by the browser test scripts: checks for Chromium and
+# playwright-core (installing nothing: a missing one skips the test with a
+# line saying what to install, or fails it under
+# WAVESOCK_TEST_SERVICES=require, as CI runs), and defines start_server,
+# which starts a server on a free port and waits for its address, and
+# start_chat, which does so for the chat example (built on first use).
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 # Where cargo puts the examples: target/ unless CARGO_TARGET_DIR (or a
@@ -9,12 +11,23 @@ ROOT=$(cd "$HERE/../.." && pwd)
 TARGET_DIR=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 
-if [ ! -x /usr/bin/chromium ]; then
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
-fi
+# need SERVICE INSTALL COMMAND...: true if COMMAND succeeds; otherwise
+# skips the test (exit 0) with one line, or fails it under
+# WAVESOCK_TEST_SERVICES=require.
+need() {
+  local service=$1 install=$2
+  shift 2
+  "$@" >/dev/null 2>&1 && return 0
+  if [ "${WAVESOCK_TEST_SERVICES:-}" = require ]; then
+    echo "FAILED: needs $service ($install), and WAVESOCK_TEST_SERVICES=require" >&2
+    exit 1
+  fi
+  echo "skipped: needs $service ($install)" >&2
+  exit 0
+}
 
-(cd "$HERE" && [ -d node_modules/playwright-core ] || npm ci --no-audit --no-fund)
+need "Chromium at /usr/bin/chromium" "the Debian package chromium" test -x /usr/bin/chromium
+need "playwright-core" "npm ci in tests/browser" test -d "$HERE/node_modules/playwright-core"
 
 PIDS=()
 LOGS=()

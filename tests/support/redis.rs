@@ -1,8 +1,12 @@
-//! A real `redis-server` for the tests: installed with apt-get if missing
-//! (as `.ci/run` would), started on a free port without persistence,
-//! killed and started again on the same port. Included with
+//! A real `redis-server` for the tests, started on a free port without
+//! persistence, killed and started again on the same port; and a Redis
+//! Cluster. Without `redis-server` (and `redis-cli` for a cluster) on the
+//! PATH, `start` skips the test (see `services.rs`). Included with
 //! `#[path = "support/redis.rs"] mod redis_server;`.
 #![allow(dead_code)]
+
+#[path = "services.rs"]
+mod services;
 
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -15,9 +19,11 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts one on a free loopback port.
-    pub fn start() -> RedisServer {
-        ensure_installed();
+    /// Starts one on a free loopback port; `None`: the test skips.
+    pub fn start() -> Option<RedisServer> {
+        if !installed(false) {
+            return None;
+        }
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -25,7 +31,7 @@ impl RedisServer {
             .port();
         let mut server = RedisServer { port, child: None };
         server.restart();
-        server
+        Some(server)
     }
 
     pub fn url(&self) -> String {
@@ -75,8 +81,11 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
-    pub fn start() -> RedisCluster {
-        ensure_installed();
+    /// Starts one; `None`: the test skips.
+    pub fn start() -> Option<RedisCluster> {
+        if !installed(true) {
+            return None;
+        }
         let base = free_base();
         let dir = std::env::temp_dir().join(format!("wavesock-cluster-{base}"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -118,7 +127,7 @@ impl RedisCluster {
         for &port in &ports {
             cluster.wait_ok(port);
         }
-        cluster
+        Some(cluster)
     }
 
     /// The nodes' URLs.
@@ -241,40 +250,14 @@ fn wait_for_port(port: u16) {
     }
 }
 
-/// Installs the Debian package if `redis-server` is not on the PATH.
-fn ensure_installed() {
-    let found = || {
-        Command::new("redis-server")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if found() {
-        return;
-    }
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0"));
-    let apt = |args: &[&str]| {
-        let mut cmd = if root {
-            Command::new("apt-get")
-        } else {
-            let mut c = Command::new("sudo");
-            c.arg("apt-get");
-            c
-        };
-        cmd.args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let _ = apt(&["update", "-q"]);
-    apt(&["install", "-y", "-q", "redis-server"]);
-    assert!(
-        found(),
-        "this test needs redis-server (Debian package redis-server), and apt-get could not install it"
-    );
+/// Whether `redis-server` (and `redis-cli`, for a cluster) can be run;
+/// if not, the test skips or, under `WAVESOCK_TEST_SERVICES=require`,
+/// fails.
+fn installed(cluster: bool) -> bool {
+    let found = services::on_path("redis-server") && (!cluster || services::on_path("redis-cli"));
+    services::available(
+        "redis-server",
+        found,
+        "the Debian or Ubuntu package redis-server; on macOS, brew install redis",
+    )
 }
