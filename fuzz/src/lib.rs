@@ -673,7 +673,14 @@ pub fn conn(data: &[u8]) {
                 let sent = c.is_close_sent();
                 c.handle_frame(&Message::Ping(payload.clone()), now);
                 if !sent {
-                    out.pongs.push_back(payload);
+                    // Past OWED_PONGS_MAX owed, the newest ping's pong
+                    // takes the place of the newest owed (RFC 6455
+                    // 5.5.3).
+                    if out.pongs.len() >= wavesock::proto::conn::OWED_PONGS_MAX {
+                        *out.pongs.back_mut().expect("owed") = payload;
+                    } else {
+                        out.pongs.push_back(payload);
+                    }
                 }
             }
             1 => c.handle_frame(&Message::Pong(payload), now),
