@@ -1,0 +1,236 @@
+//! The model: what RFC 6455 and wavesock's documented rules say an echo
+//! server must do with the frames a client sends, written from the RFC and
+//! the guide, not from the library. It reads the client's frames in order
+//! and keeps what must come back: the data echoed (the server echoes each
+//! whole message, and closes with 4000 "asked to" on the text `close`),
+//! the pings owed a pong, and how the conversation ends.
+
+use super::script::{MAX_FRAME, MAX_MESSAGE};
+
+/// The server's close on the text `close`.
+pub const OURS_CODE: u16 = 4000;
+pub const OURS_REASON: &[u8] = b"asked to";
+
+/// One client frame, as sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireFrame {
+    pub fin: bool,
+    pub rsv: u8,
+    pub opcode: u8,
+    pub masked: bool,
+    pub payload: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Open,
+    /// The text `close` came: our close frame is owed or sent; the server
+    /// reads on only for the client's answer.
+    Ours,
+    Done,
+}
+
+/// How the conversation ended, as far as the client's bytes decide it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// The client's close frame came first: the server answers with this
+    /// payload (the client's code and reason, or nothing) and ends cleanly.
+    Answered(Vec<u8>),
+    /// The client broke a rule: the server closes with this code.
+    Failed(u16),
+    /// Our close first, then the client's answer.
+    Ours(After),
+    /// The client's FIN, without a close frame: an error end, no close
+    /// frame from the server.
+    Fin,
+    /// The client reset the connection.
+    Rst,
+}
+
+/// What followed our close.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum After {
+    /// The client's close frame (its payload): a clean end.
+    Close(Vec<u8>),
+    /// FIN instead: a clean end too (the guide's "Closing").
+    Fin,
+    Rst,
+    /// A frame the server refuses, or a close frame it refuses: the end is
+    /// an error or not (the hub drops what follows a close unheard), but
+    /// nothing more is sent.
+    Refused,
+}
+
+#[derive(Debug, Clone)]
+pub struct Reference {
+    pub phase: Phase,
+    /// The message being reassembled: its opcode and bytes so far.
+    frag: Option<(u8, Vec<u8>)>,
+    /// Every message echoed, in order.
+    pub echoes: Vec<(u8, Vec<u8>)>,
+    /// Pings read while open: each is owed a pong (the core may answer
+    /// only the newest of those it has not answered yet, RFC 6455 §5.5.3).
+    pub pings: Vec<Vec<u8>>,
+    /// Pings read after the text `close`, before our close went out: the
+    /// hub holds its close to the end of the turn and the split Stream
+    /// sends it from another task, so these may be answered, but no ping
+    /// is owed a pong once our close is out.
+    pub late_pings: Vec<Vec<u8>>,
+    pub ending: Option<Ending>,
+    /// Bytes followed the frame that ended the conversation.
+    pub trailing: bool,
+    /// The code a refusal after our close would have had.
+    pub late_refusal: Option<u16>,
+}
+
+impl Default for Reference {
+    fn default() -> Self {
+        Reference {
+            phase: Phase::Open,
+            frag: None,
+            echoes: Vec::new(),
+            pings: Vec::new(),
+            late_pings: Vec::new(),
+            ending: None,
+            trailing: false,
+            late_refusal: None,
+        }
+    }
+}
+
+/// RFC 6455 §7.4: the codes an endpoint may send, with those IANA has
+/// registered since (1012 to 1014).
+pub fn valid_code(code: u16) -> bool {
+    matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999)
+}
+
+impl Reference {
+    fn end(&mut self, ending: Ending) {
+        self.ending = Some(ending);
+        self.phase = Phase::Done;
+    }
+
+    /// The server refuses what the client sent, with `code`.
+    fn fail(&mut self, code: u16) {
+        match self.phase {
+            Phase::Open => self.end(Ending::Failed(code)),
+            Phase::Ours => {
+                self.late_refusal = Some(code);
+                self.end(Ending::Ours(After::Refused))
+            }
+            Phase::Done => {}
+        }
+    }
+
+    /// A whole frame from the client.
+    pub fn frame(&mut self, f: &WireFrame) {
+        if self.phase == Phase::Done {
+            self.trailing = true;
+            return;
+        }
+        if !f.masked || f.rsv != 0 {
+            return self.fail(1002);
+        }
+        match f.opcode {
+            0..=2 => self.data(f),
+            8..=10 => self.control(f),
+            _ => self.fail(1002),
+        }
+    }
+
+    fn control(&mut self, f: &WireFrame) {
+        if !f.fin || f.payload.len() > 125 {
+            return self.fail(1002);
+        }
+        match f.opcode {
+            9 if self.phase == Phase::Open => self.pings.push(f.payload.clone()),
+            9 => self.late_pings.push(f.payload.clone()),
+            8 => {
+                let p = &f.payload;
+                let ok = match p.len() {
+                    0 => Ok(()),
+                    1 => Err(1002),
+                    _ if !valid_code(u16::from_be_bytes([p[0], p[1]])) => Err(1002),
+                    _ if std::str::from_utf8(&p[2..]).is_err() => Err(1007),
+                    _ => Ok(()),
+                };
+                match (ok, self.phase) {
+                    (Err(code), _) => self.fail(code),
+                    (Ok(()), Phase::Open) => self.end(Ending::Answered(p.clone())),
+                    (Ok(()), _) => self.end(Ending::Ours(After::Close(p.clone()))),
+                }
+            }
+            _ => {} // a pong
+        }
+    }
+
+    fn data(&mut self, f: &WireFrame) {
+        let (opcode, mut buf) = match (f.opcode, self.frag.take()) {
+            (0, Some(started)) => started,
+            (1 | 2, None) => (f.opcode, Vec::new()),
+            // A continuation of nothing, or a new message inside one.
+            _ => return self.fail(1002),
+        };
+        // A frame is a message too: held to the smaller limit, and the
+        // message's limit is checked on each fragment's header.
+        if f.payload.len() > MAX_FRAME.min(MAX_MESSAGE) || buf.len() + f.payload.len() > MAX_MESSAGE
+        {
+            return self.fail(1009);
+        }
+        buf.extend_from_slice(&f.payload);
+        if opcode == 1 {
+            // Checked as it arrives: a sequence that can never be valid
+            // fails at once, one cut short fails at the message's end.
+            if let Err(e) = std::str::from_utf8(&buf) {
+                if e.error_len().is_some() || f.fin {
+                    return self.fail(1007);
+                }
+            }
+        }
+        if !f.fin {
+            self.frag = Some((opcode, buf));
+            return;
+        }
+        if self.phase == Phase::Open {
+            if opcode == 1 && buf == b"close" {
+                self.phase = Phase::Ours;
+            } else {
+                self.echoes.push((opcode, buf));
+            }
+        }
+    }
+
+    /// The client's FIN (after a part of a frame, or not).
+    pub fn fin(&mut self) {
+        match self.phase {
+            Phase::Open => self.end(Ending::Fin),
+            Phase::Ours => self.end(Ending::Ours(After::Fin)),
+            Phase::Done => {}
+        }
+    }
+
+    /// The client's reset.
+    pub fn rst(&mut self) {
+        match self.phase {
+            Phase::Open => self.end(Ending::Rst),
+            Phase::Ours => self.end(Ending::Ours(After::Rst)),
+            Phase::Done => {}
+        }
+    }
+
+    /// The close frame the server must send, if one: its code, and its
+    /// whole payload where that is fixed.
+    pub fn close_frame(&self) -> Option<(u16, Option<Vec<u8>>)> {
+        match self.ending.as_ref()? {
+            Ending::Answered(p) if p.is_empty() => Some((1005, Some(Vec::new()))),
+            Ending::Answered(p) => Some((u16::from_be_bytes([p[0], p[1]]), Some(p.clone()))),
+            Ending::Failed(code) => Some((*code, None)),
+            Ending::Ours(_) => {
+                let mut p = OURS_CODE.to_be_bytes().to_vec();
+                p.extend_from_slice(OURS_REASON);
+                Some((OURS_CODE, Some(p)))
+            }
+            Ending::Fin | Ending::Rst => None,
+        }
+    }
+}
