@@ -35,7 +35,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use proptest::test_runner::{
-    Config as ProptestConfig, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner,
+    Config as ProptestConfig, FailurePersistence, PersistedSeed, RngAlgorithm, TestCaseError,
+    TestError, TestRng, TestRunner,
 };
 
 #[path = "support/model/mod.rs"]
@@ -66,6 +67,41 @@ fn harness_seed() -> u64 {
         })
 }
 
+/// Keeps failures, replays none.
+#[derive(Debug)]
+struct SaveOnly(Box<dyn FailurePersistence>);
+
+impl FailurePersistence for SaveOnly {
+    fn load_persisted_failures2(&self, _: Option<&'static str>) -> Vec<PersistedSeed> {
+        Vec::new()
+    }
+
+    fn save_persisted_failure2(
+        &mut self,
+        source_file: Option<&'static str>,
+        seed: PersistedSeed,
+        shrunken_value: &dyn std::fmt::Debug,
+    ) {
+        self.0
+            .save_persisted_failure2(source_file, seed, shrunken_value)
+    }
+
+    fn box_clone(&self) -> Box<dyn FailurePersistence> {
+        Box::new(SaveOnly(self.0.box_clone()))
+    }
+
+    fn eq(&self, other: &dyn FailurePersistence) -> bool {
+        other
+            .as_any()
+            .downcast_ref::<SaveOnly>()
+            .is_some_and(|o| FailurePersistence::eq(&*self.0, &*o.0))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
 /// Whether a run goes on after a failing script (shrunk and reported),
 /// to find more: `HARNESS_KEEP_GOING=1`.
 fn keep_going() -> bool {
@@ -87,7 +123,7 @@ fn generated_scripts_follow_the_model_on_every_engine() {
     // another seed.
     for round in 0u64.. {
         let failed = AtomicBool::new(false);
-        let config = ProptestConfig {
+        let mut config = ProptestConfig {
             cases: u32::MAX,
             // The round ends on the first case rejected, which the
             // deadline makes (see below): runs are bounded by time.
@@ -97,6 +133,13 @@ fn generated_scripts_follow_the_model_on_every_engine() {
             source_file: Some(file!()),
             ..ProptestConfig::default()
         };
+        // The failures kept from earlier runs are replayed by the first
+        // round only; every round keeps its own.
+        if round > 0 {
+            config.failure_persistence = config
+                .failure_persistence
+                .map(|p| Box::new(SaveOnly(p)) as Box<dyn FailurePersistence>);
+        }
         let mut key = [0u8; 32];
         key[..8].copy_from_slice(&seed.to_le_bytes());
         key[8..16].copy_from_slice(&round.to_le_bytes());
@@ -111,7 +154,9 @@ fn generated_scripts_follow_the_model_on_every_engine() {
             ran.fetch_add(1, Ordering::SeqCst);
             rt.run(&script, true).map_err(|e| {
                 if !failed.swap(true, Ordering::SeqCst) {
-                    eprintln!("model: a script failed (seed {seed}, round {round}):\n{e}\n");
+                    eprintln!(
+                        "model: a script failed (seed {seed}, round {round}):\n{e}\n{script:#?}\n"
+                    );
                 }
                 TestCaseError::fail(e)
             })
@@ -136,6 +181,7 @@ fn generated_scripts_follow_the_model_on_every_engine() {
         n as f64 * 60.0 / elapsed.as_secs_f64().max(0.001),
         failures.len()
     );
+    eprintln!("model: the clients' endings: {}", harness::endings());
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
@@ -265,4 +311,36 @@ fn hub_refusal_after_close_replaces_the_close() {
         "refusal-after-close",
         Script::one(Client::new(steps, End::Close(1000))),
     );
+}
+
+/// The text `close` and then the client's own close frame, in one burst:
+/// the Stream sends its close (4000) as the message is read and takes the
+/// client's as the answer; the hub, which holds its close to the end of
+/// the turn, reads the client's close first and echoes it instead (1000
+/// "bye"), so the close the handler asked for never goes out.
+#[test]
+#[ignore = "finding: on the hub the peer's close read after the closing message replaces the handler's close"]
+fn hub_answers_a_close_read_before_its_own_went_out() {
+    let steps = vec![Step::write(vec![Unit::ServerClose])];
+    let client = Client {
+        handshake: Handshake::Good {
+            cuts: vec![],
+            pause_ms: 0,
+            wait: false,
+        },
+        ..Client::new(steps, End::Close(1000))
+    };
+    run("close-after-close", Script::one(client));
+}
+
+/// A message, the text `close` and FIN in one burst: the Stream echoes,
+/// sends its close (4000) and takes the FIN as the answer, a clean end
+/// (the guide's "Closing"); the hub reads the FIN before its close, held
+/// to the end of the turn, goes out, and drops the close: no close frame,
+/// and the end reported as an I/O error.
+#[test]
+#[ignore = "finding: on the hub a FIN read before the held close goes out drops the close"]
+fn hub_drops_its_close_when_fin_comes_in_the_same_turn() {
+    let steps = vec![Step::write(vec![Unit::text(3), Unit::ServerClose])];
+    run("close-then-fin", Script::one(Client::new(steps, End::Fin)));
 }

@@ -167,6 +167,10 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
         && hub
         && !plan.wait_upgrade
         && matches!(ending, Ending::Fin | Ending::Ours(After::Fin));
+    // KNOWN (finding `hub_drops_its_close_when_fin_comes_in_the_same_turn`):
+    // the hub drops the close it holds to the end of the turn when it
+    // reads the FIN first, and reports an I/O error.
+    let close_lost_to_fin = known && hub && ending == Ending::Ours(After::Fin);
     let prefix_only = split || rst || pipelined_fin;
     let echoes_ok = if prefix_only {
         want.starts_with(&echoes)
@@ -266,6 +270,14 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
             if known && hub && ending == Ending::Ours(After::Refused) {
                 ok |= code_of(c) == m.late_refusal;
             }
+            // KNOWN (finding `hub_answers_a_close_read_before_its_own_went_out`):
+            // the same for the client's close frame, which the hub then
+            // answers in place of its close.
+            if known && hub {
+                if let Ending::Ours(After::Close(theirs)) = &ending {
+                    ok |= c == theirs;
+                }
+            }
             if !ok {
                 bad.push(format!(
                     "close frame {:?}, want code {code} {:?}",
@@ -278,6 +290,7 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
             // The split Stream's close may lose the race with the end.
             let optional = rst
                 || pipelined_fin
+                || close_lost_to_fin
                 || (split
                     && matches!(
                         ending,
@@ -299,7 +312,8 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
             Ending::Ours(After::Fin) if !split => Some(EndClass::Clean),
             _ => None,
         };
-        if want.as_ref().is_some_and(|w| w != end) && !rst {
+        let tolerated = pipelined_fin || close_lost_to_fin;
+        if want.as_ref().is_some_and(|w| w != end) && !rst && !tolerated {
             bad.push(format!("the server ended with {end:?}, want {want:?}"));
         }
     }

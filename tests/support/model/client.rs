@@ -393,7 +393,12 @@ pub async fn run(addr: SocketAddr, plan: &Plan, split: bool) -> Transcript {
                 ended_at = Some(Instant::now());
             }
             Action::Read => ended_at = Some(Instant::now()),
-            Action::Rst => {
+            Action::Rst(bytes) => {
+                if dead.is_none() && !bytes.is_empty() {
+                    if let Err(e) = write_pieces(&tcp, bytes, &[], Duration::ZERO).await {
+                        dead = Some((i, e.kind()));
+                    }
+                }
                 let _ = tcp.set_zero_linger();
                 reading.abort();
                 let _ = reading.await;

@@ -172,6 +172,37 @@ async fn run_engine(engine: Engine, script: &Script, plans: &[Plan]) -> Run {
     }
 }
 
+/// How the scripts run so far ended, by the model's account: what a run
+/// covered.
+static ENDINGS: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
+
+fn count_ending(plan: &Plan) {
+    let key = match (&plan.bad, &plan.model.ending) {
+        (Some(b), _) => format!("refused {b:?}"),
+        (None, Some(reference::Ending::Answered(_))) => "answered".into(),
+        (None, Some(reference::Ending::Failed(c))) => format!("failed {c}"),
+        (None, Some(reference::Ending::Ours(a))) => match a {
+            reference::After::Close(_) => "ours, then close".into(),
+            a => format!("ours, then {a:?}"),
+        },
+        (None, Some(e)) => format!("{e:?}"),
+        (None, None) => "none".into(),
+    };
+    let mut e = ENDINGS.lock().unwrap_or_else(|e| e.into_inner());
+    *e.get_or_insert_with(HashMap::new).entry(key).or_default() += 1;
+}
+
+/// The endings counted so far, most common first.
+pub fn endings() -> String {
+    let e = ENDINGS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut v: Vec<_> = e.iter().flatten().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1));
+    v.iter()
+        .map(|(k, n)| format!("{k}: {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Runs a script on every engine at once, and checks it all.
 pub async fn run_script(script: &Script, known: bool) -> Result<(), String> {
     let plans: Vec<Plan> = script
@@ -180,6 +211,7 @@ pub async fn run_script(script: &Script, known: bool) -> Result<(), String> {
         .enumerate()
         .map(|(i, c)| plan::plan(i, c))
         .collect();
+    plans.iter().for_each(count_ending);
     let shared = &plans;
     let runs = futures_util::future::join_all(ENGINES.iter().map(|&e| async move {
         // A hang anywhere is a finding, not a stuck test.

@@ -42,7 +42,8 @@ pub enum Action {
     Fin,
     Answer(Vec<u8>),
     Cut(Vec<u8>),
-    Rst,
+    /// These bytes (part of a frame), then a reset.
+    Rst(Vec<u8>),
     Read,
 }
 
@@ -332,7 +333,7 @@ pub fn plan(index: usize, client: &Client) -> Plan {
     if let Some(b) = bad {
         // A refused request: nothing is sent after it but its end.
         let last = match (&client.end, b) {
-            (End::Rst, _) => Action::Rst,
+            (End::Rst | End::CutRst(_), _) => Action::Rst(Vec::new()),
             (_, Bad::Truncated(_)) | (End::Fin | End::Cut(_), _) => Action::Fin,
             _ => Action::Read,
         };
@@ -347,7 +348,7 @@ pub fn plan(index: usize, client: &Client) -> Plan {
             read_size: usize::from(client.read_size),
             actions,
             model,
-            resets: matches!(client.end, End::Rst),
+            resets: matches!(client.end, End::Rst | End::CutRst(_)),
         };
     }
     for step in &client.steps {
@@ -402,7 +403,14 @@ pub fn plan(index: usize, client: &Client) -> Plan {
     let last = match (&client.end, model.phase) {
         (End::Rst, _) => {
             model.rst();
-            Action::Rst
+            Action::Rst(Vec::new())
+        }
+        (End::CutRst(frac), _) => {
+            let mut bytes = Vec::new();
+            enc.encode(&mut bytes, &frame(true, 1, text(100, 1).into_bytes()));
+            bytes.truncate(at(*frac, bytes.len()));
+            model.rst();
+            Action::Rst(bytes)
         }
         (End::Fin, _) => {
             model.fin();
@@ -442,6 +450,6 @@ pub fn plan(index: usize, client: &Client) -> Plan {
         read_size: usize::from(client.read_size),
         actions,
         model,
-        resets: matches!(client.end, End::Rst),
+        resets: matches!(client.end, End::Rst | End::CutRst(_)),
     }
 }

@@ -174,6 +174,8 @@ pub enum End {
     Answer,
     /// The first part (a fraction) of a text frame, then FIN.
     Cut(u16),
+    /// The first part of a text frame, then a reset.
+    CutRst(u16),
 }
 
 /// A fraction of 2^16 of `len`: a cut point.
@@ -346,6 +348,7 @@ fn end() -> impl Strategy<Value = End> {
         2 => Just(End::Rst),
         2 => Just(End::Answer),
         1 => any::<u16>().prop_map(End::Cut),
+        1 => any::<u16>().prop_map(End::CutRst),
     ]
 }
 
