@@ -178,6 +178,7 @@ static ENDINGS: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
 
 fn count_ending(plan: &Plan) {
     let key = match (&plan.bad, &plan.model.ending) {
+        (Some(script::Bad::Truncated(_)), _) => "refused Truncated".into(),
         (Some(b), _) => format!("refused {b:?}"),
         (None, Some(reference::Ending::Answered(_))) => "answered".into(),
         (None, Some(reference::Ending::Failed(c))) => format!("failed {c}"),
