@@ -11,7 +11,11 @@
 //! which the echo server closes, the client's close, violations, invalid
 //! UTF-8, oversize frames and messages; sync points; stopped readers;
 //! pauses) and an end (a close, FIN, a reset, the answer to the server's
-//! close, FIN in the middle of a frame). The model
+//! close, FIN or a reset in the middle of a frame). With the `deflate`
+//! feature, some scripts run with permessage-deflate under each of the
+//! server's policies: the clients compress (with or without context
+//! takeover, as negotiated), send RSV1 where it is refused, data that does
+//! not inflate and messages that inflate past the limit. The model
 //! (`support/model/reference.rs`) reads the same frames and says what
 //! must come back: each message echoed in order, a pong for each ping
 //! (the core answers only the newest of those it owes past 16), the close
@@ -254,6 +258,7 @@ fn budget_back_to_zero_after_large_messages() {
             seed: 1,
             frags: vec![1 << 14, 1 << 15],
             pings: vec![(1 << 15, 4)],
+            compress: false,
         },
         Unit::text(3000),
     ])];
@@ -263,6 +268,7 @@ fn budget_back_to_zero_after_large_messages() {
             setup: Setup {
                 budget: Budget::Counted,
                 small_hub_reads: true,
+                deflate: Deflate::Off,
             },
             clients: vec![Client::new(steps, End::Close(1000))],
         },

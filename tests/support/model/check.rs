@@ -138,6 +138,23 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
     }
     let ending = m.ending.clone().expect("every plan ends");
 
+    // permessage-deflate, taken when offered.
+    let deflate = t
+        .extensions
+        .as_deref()
+        .is_some_and(|e| e.contains("permessage-deflate"));
+    if deflate != plan.deflate {
+        bad.push(format!(
+            "permessage-deflate {}, answered {:?}",
+            if plan.deflate {
+                "offered"
+            } else {
+                "not offered"
+            },
+            t.extensions
+        ));
+    }
+
     // The frames: a server's, whole, and nothing after its close.
     let mut close = None;
     for (i, f) in t.frames.iter().enumerate() {
@@ -145,7 +162,8 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
             bad.push(format!("frame {i} (opcode {}) after the close", f.opcode));
             break;
         }
-        if f.masked || f.rsv != 0 || !f.fin || !matches!(f.opcode, 1 | 2 | 8 | 10) {
+        let rsv_ok = f.rsv == 0 || (deflate && f.rsv == 4 && matches!(f.opcode, 1 | 2));
+        if f.masked || !rsv_ok || !f.fin || !matches!(f.opcode, 1 | 2 | 8 | 10) {
             bad.push(format!(
                 "frame {i}: opcode {} fin {} rsv {} masked {}",
                 f.opcode, f.fin, f.rsv, f.masked

@@ -10,6 +10,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 use super::plan::{Action, Plan, Want};
+use super::reference::{TAIL, inflate};
 
 /// How long a wait on the server may take before it counts as a hang:
 /// the end after the client's own, a sync point, a write.
@@ -47,7 +48,10 @@ pub struct Transcript {
     /// The HTTP answer's head as read (all of it, if it never finished).
     pub head: Vec<u8>,
     pub status: Option<u16>,
+    /// Frames, a compressed message's payload inflated (its RSV1 kept).
     pub frames: Vec<Got>,
+    /// The answer's `Sec-WebSocket-Extensions`, if any.
+    pub extensions: Option<String>,
     pub end: ReadEnd,
     /// What went wrong on the client's side of things: a sync point whose
     /// frames never came, a write the server never took.
@@ -65,6 +69,7 @@ impl Transcript {
             head: Vec::new(),
             status: None,
             frames: Vec::new(),
+            extensions: None,
             end: ReadEnd::Open,
             problems: Vec::new(),
             end_after: None,
@@ -106,6 +111,9 @@ async fn reader(tcp: Arc<TcpStream>, shared: Arc<Shared>, read_size: usize) {
     let mut chunk = vec![0u8; if read_size == 0 { 64 << 10 } else { read_size }];
     let mut upgraded = false;
     let mut head_done = false;
+    // The client's inflater once the server took permessage-deflate, and
+    // whether the server keeps its context (else reset each message).
+    let mut inflater: Option<(flate2::Decompress, bool)> = None;
     loop {
         loop {
             let until = *shared.paused.lock().unwrap();
@@ -164,6 +172,19 @@ async fn reader(tcp: Arc<TcpStream>, shared: Arc<Shared>, read_size: usize) {
                 .and_then(|h| h.get(..3))
                 .and_then(|s| s.parse().ok());
             upgraded = t.status == Some(101);
+            t.extensions = std::str::from_utf8(&t.head).ok().and_then(|h| {
+                h.split("\r\n").find_map(|line| {
+                    let (name, value) = line.split_once(':')?;
+                    name.eq_ignore_ascii_case("sec-websocket-extensions")
+                        .then(|| value.trim().to_owned())
+                })
+            });
+            if let Some(e) = &t.extensions {
+                if e.contains("permessage-deflate") {
+                    let takeover = !e.contains("server_no_context_takeover");
+                    inflater = Some((flate2::Decompress::new(false), takeover));
+                }
+            }
             buf.drain(..i + 4);
         }
         if !upgraded {
@@ -173,9 +194,28 @@ async fn reader(tcp: Arc<TcpStream>, shared: Arc<Shared>, read_size: usize) {
         }
         loop {
             match parse(&buf) {
-                Ok(Some((frame, used))) => {
-                    t.frames.push(frame);
+                Ok(Some((mut frame, used))) => {
                     buf.drain(..used);
+                    if frame.rsv == 4 && matches!(frame.opcode, 1 | 2) && frame.fin {
+                        if let Some((d, takeover)) = &mut inflater {
+                            if !*takeover {
+                                d.reset(false);
+                            }
+                            let mut out = Vec::new();
+                            let ok = inflate(d, &frame.payload, &mut out, 64 << 20)
+                                .and_then(|()| inflate(d, &TAIL, &mut out, 64 << 20));
+                            if ok.is_err() {
+                                t.end = ReadEnd::Garbage(
+                                    "a compressed message that does not inflate".into(),
+                                );
+                                drop(t);
+                                shared.changed.notify_waiters();
+                                return;
+                            }
+                            frame.payload = out;
+                        }
+                    }
+                    t.frames.push(frame);
                 }
                 Ok(None) => break,
                 Err(e) => {

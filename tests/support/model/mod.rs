@@ -189,19 +189,30 @@ fn count_ending(plan: &Plan) {
         (None, Some(e)) => format!("{e:?}"),
         (None, None) => "none".into(),
     };
+    count(key);
+}
+
+fn count(key: String) {
     let mut e = ENDINGS.lock().unwrap_or_else(|e| e.into_inner());
     *e.get_or_insert_with(HashMap::new).entry(key).or_default() += 1;
 }
 
-/// The endings counted so far, most common first.
+/// Compressed messages the clients received (permessage-deflate at work).
+static COMPRESSED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The endings counted so far, most common first, and the compressed
+/// messages received.
 pub fn endings() -> String {
+    let compressed = COMPRESSED.load(std::sync::atomic::Ordering::Relaxed);
     let e = ENDINGS.lock().unwrap_or_else(|e| e.into_inner());
     let mut v: Vec<_> = e.iter().flatten().collect();
     v.sort_by(|a, b| b.1.cmp(a.1));
-    v.iter()
+    let endings = v
+        .iter()
         .map(|(k, n)| format!("{k}: {n}"))
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    format!("{endings}; {compressed} compressed messages received")
 }
 
 /// Runs a script on every engine at once, and checks it all.
@@ -210,7 +221,7 @@ pub async fn run_script(script: &Script, known: bool) -> Result<(), String> {
         .clients
         .iter()
         .enumerate()
-        .map(|(i, c)| plan::plan(i, c))
+        .map(|(i, c)| plan::plan(i, c, &script.setup))
         .collect();
     plans.iter().for_each(count_ending);
     let shared = &plans;
@@ -226,6 +237,13 @@ pub async fn run_script(script: &Script, known: bool) -> Result<(), String> {
         }
     }))
     .await;
+    let compressed = runs
+        .iter()
+        .flat_map(|r| &r.seen)
+        .flat_map(|s| &s.transcript.frames)
+        .filter(|f| f.rsv == 4)
+        .count();
+    COMPRESSED.fetch_add(compressed, std::sync::atomic::Ordering::Relaxed);
     let mut findings = Vec::new();
     for run in &runs {
         for p in &run.problems {

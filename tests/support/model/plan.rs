@@ -4,10 +4,12 @@
 
 use std::time::Duration;
 
+use flate2::{Compress, Compression, FlushCompress};
+
 use super::reference::{OURS_CODE, OURS_REASON, Phase, Reference, WireFrame};
 use super::script::{
-    BAD_UTF8, Bad, Client, Close, End, Handshake, MAX_FRAME, MAX_MESSAGE, Step, Unit, Violation,
-    at, binary, text,
+    BAD_UTF8, Bad, Client, Close, Deflate, End, Handshake, MAX_FRAME, MAX_MESSAGE, Setup, Step,
+    Unit, Violation, at, binary, text,
 };
 
 /// What the client waits for at a `Sync`.
@@ -47,7 +49,7 @@ pub enum Action {
     Read,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Plan {
     pub index: usize,
     pub request: Vec<u8>,
@@ -61,19 +63,26 @@ pub struct Plan {
     pub model: Reference,
     /// The client resets the connection at its end.
     pub resets: bool,
+    /// permessage-deflate offered (and the server is set to take it).
+    pub deflate: bool,
 }
 
 /// The upgrade request of client `index`: its path names it to the server.
-pub fn request(index: usize) -> Vec<u8> {
+pub fn request(index: usize, deflate: bool) -> Vec<u8> {
+    let offer = if deflate {
+        "Sec-WebSocket-Extensions: permessage-deflate\r\n"
+    } else {
+        ""
+    };
     format!(
         "GET /c{index} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{offer}Sec-WebSocket-Version: 13\r\n\r\n"
     )
     .into_bytes()
 }
 
 fn bad_request(index: usize, bad: Bad) -> Vec<u8> {
-    let good = String::from_utf8(request(index)).unwrap();
+    let good = String::from_utf8(request(index, false)).unwrap();
     match bad {
         Bad::NoUpgrade => format!("GET /c{index} HTTP/1.1\r\nHost: x\r\n\r\n"),
         Bad::Version8 => good.replace("Version: 13", "Version: 8"),
@@ -99,6 +108,39 @@ struct Encoder {
     keys: u32,
     pings: usize,
     pongs: usize,
+    /// The client's compressor once permessage-deflate is on, and whether
+    /// it keeps its context from message to message.
+    deflate: Option<(Compress, bool)>,
+}
+
+/// A message compressed as RFC 7692 §7.2.1 has it: deflate, flushed, the
+/// last four bytes (`00 00 ff ff`) taken off.
+fn compress(c: &mut Compress, takeover: bool, data: &[u8]) -> Vec<u8> {
+    if !takeover {
+        c.reset();
+    }
+    let mut out = Vec::with_capacity(data.len() / 2 + 64);
+    let start = c.total_in();
+    loop {
+        if out.capacity() - out.len() < 64 {
+            out.reserve(out.capacity().max(1024));
+        }
+        let done = (c.total_in() - start) as usize;
+        c.compress_vec(&data[done..], &mut out, FlushCompress::Sync)
+            .expect("deflate");
+        if (c.total_in() - start) as usize == data.len() && out.len() < out.capacity() {
+            break;
+        }
+    }
+    // zlib skips a flush with nothing new since the last: an empty
+    // message after another, which RFC 7692 §7.2.3.6 sends as one empty
+    // stored block's first byte.
+    if out.is_empty() {
+        return vec![0x00];
+    }
+    assert!(out.ends_with(&[0, 0, 0xff, 0xff]), "a flushed block");
+    out.truncate(out.len() - 4);
+    out
 }
 
 impl Encoder {
@@ -138,6 +180,16 @@ impl Encoder {
     fn pong(&mut self, len: u8) -> WireFrame {
         self.pongs += 1;
         frame(true, 10, tagged(format!("q{}", self.pongs), len))
+    }
+
+    /// `data` compressed: with the connection's compressor, or (without
+    /// permessage-deflate, for a frame the server must refuse) one of its
+    /// own.
+    fn compress(&mut self, data: &[u8]) -> Vec<u8> {
+        match &mut self.deflate {
+            Some((c, takeover)) => compress(c, *takeover, data),
+            None => compress(&mut Compress::new(Compression::new(3), false), false, data),
+        }
     }
 }
 
@@ -184,20 +236,25 @@ fn pieces(len: usize, cuts: &[u16]) -> Vec<(usize, usize)> {
     out
 }
 
-/// A message's frames: fragments of `payload`, with `pings` after the
-/// fragments they point at.
+/// A message's frames: fragments of `payload` (compressed: RSV1 on the
+/// first), with `pings` after the fragments they point at.
 fn message(
     enc: &mut Encoder,
     opcode: u8,
     payload: &[u8],
     cuts: &[u16],
     pings: &[(u16, u8)],
+    compressed: bool,
 ) -> Vec<WireFrame> {
     let bounds = pieces(payload.len(), cuts);
     let mut out = Vec::new();
     for (i, &(a, b)) in bounds.iter().enumerate() {
         let op = if i == 0 { opcode } else { 0 };
-        out.push(frame(i + 1 == bounds.len(), op, payload[a..b].to_vec()));
+        let mut f = frame(i + 1 == bounds.len(), op, payload[a..b].to_vec());
+        if i == 0 && compressed {
+            f.rsv = 4;
+        }
+        out.push(f);
         for &(where_, len) in pings {
             if at(where_, bounds.len()) == i {
                 out.push(enc.ping(len));
@@ -233,14 +290,19 @@ fn unit_frames(enc: &mut Encoder, unit: &Unit) -> Vec<WireFrame> {
             seed,
             frags,
             pings,
+            compress,
         } => {
             let len = *len as usize;
-            let (op, payload) = if *is_text {
+            let (op, mut payload) = if *is_text {
                 (1, text(len, *seed).into_bytes())
             } else {
                 (2, binary(len, *seed))
             };
-            message(enc, op, &payload, frags, pings)
+            let compressed = *compress && enc.deflate.is_some();
+            if compressed {
+                payload = enc.compress(&payload);
+            }
+            message(enc, op, &payload, frags, pings, compressed)
         }
         Unit::Ping(len) => vec![enc.ping(*len)],
         Unit::Pings(n) => (0..*n).map(|_| enc.ping(0)).collect(),
@@ -254,7 +316,13 @@ fn unit_frames(enc: &mut Encoder, unit: &Unit) -> Vec<WireFrame> {
             }],
             Violation::Opcode(op) => vec![frame(true, *op, b"op".to_vec())],
             Violation::Rsv(bits) => vec![WireFrame {
-                rsv: *bits,
+                // RSV1 alone marks a compressed message once
+                // permessage-deflate is on: RSV2 makes it a violation.
+                rsv: if *bits == 4 && enc.deflate.is_some() {
+                    6
+                } else {
+                    *bits
+                },
                 ..frame(true, 1, b"hi".to_vec())
             }],
             Violation::FragmentedPing => vec![frame(false, 9, b"f".to_vec())],
@@ -278,7 +346,7 @@ fn unit_frames(enc: &mut Encoder, unit: &Unit) -> Vec<WireFrame> {
                 let mut payload = good.as_bytes()[..split].to_vec();
                 payload.extend_from_slice(BAD_UTF8[usize::from(*kind) % BAD_UTF8.len()]);
                 payload.extend_from_slice(&good.as_bytes()[split..]);
-                message(enc, 1, &payload, frags, &[])
+                message(enc, 1, &payload, frags, &[], false)
             }
             Violation::BigFrame(extra) => {
                 vec![frame(
@@ -289,20 +357,43 @@ fn unit_frames(enc: &mut Encoder, unit: &Unit) -> Vec<WireFrame> {
             }
             Violation::BigMessage(extra) => {
                 let payload = binary(MAX_MESSAGE + 1 + usize::from(*extra), 9);
-                message(enc, 2, &payload, &[], &[])
+                message(enc, 2, &payload, &[], &[], false)
+            }
+            Violation::RsvContinuation => vec![
+                frame(false, 1, b"ab".to_vec()),
+                WireFrame {
+                    rsv: 4,
+                    ..frame(true, 0, b"cd".to_vec())
+                },
+            ],
+            // A block of the reserved type 3.
+            Violation::BadDeflate => vec![WireFrame {
+                rsv: 4,
+                ..frame(true, 2, vec![0x07, 0x00])
+            }],
+            Violation::Bomb(extra) => {
+                let payload = enc.compress(&vec![0; MAX_MESSAGE + 1 + usize::from(*extra)]);
+                message(enc, 2, &payload, &[], &[], true)
             }
         },
     }
 }
 
 /// The plan of client `index` of a script.
-pub fn plan(index: usize, client: &Client) -> Plan {
+pub fn plan(index: usize, client: &Client, setup: &Setup) -> Plan {
+    let deflate = setup.deflate != Deflate::Off;
     let mut enc = Encoder {
         keys: index as u32 * 7919,
         pings: 0,
         pongs: 0,
+        deflate: deflate.then(|| {
+            (
+                Compress::new(Compression::new(3), false),
+                setup.deflate.client_takeover(),
+            )
+        }),
     };
-    let mut model = Reference::default();
+    let mut model = Reference::new(deflate);
     let mut actions = Vec::new();
     let (request, request_cuts, request_pause, wait_upgrade, bad) = match &client.handshake {
         Handshake::Good {
@@ -310,7 +401,7 @@ pub fn plan(index: usize, client: &Client) -> Plan {
             pause_ms,
             wait,
         } => {
-            let r = request(index);
+            let r = request(index, deflate);
             let mut c: Vec<usize> = cuts.iter().map(|&f| at(f, r.len())).collect();
             c.sort_unstable();
             c.dedup();
@@ -349,6 +440,7 @@ pub fn plan(index: usize, client: &Client) -> Plan {
             actions,
             model,
             resets: matches!(client.end, End::Rst | End::CutRst(_)),
+            deflate: false,
         };
     }
     for step in &client.steps {
@@ -451,5 +543,6 @@ pub fn plan(index: usize, client: &Client) -> Plan {
         actions,
         model,
         resets: matches!(client.end, End::Rst | End::CutRst(_)),
+        deflate,
     }
 }

@@ -5,6 +5,8 @@
 //! whole message, and closes with 4000 "asked to" on the text `close`),
 //! the pings owed a pong, and how the conversation ends.
 
+use flate2::{Decompress, FlushDecompress};
+
 use super::script::{MAX_FRAME, MAX_MESSAGE};
 
 /// The server's close on the text `close`.
@@ -61,11 +63,56 @@ pub enum After {
     Refused,
 }
 
-#[derive(Debug, Clone)]
+/// The server's inflater, when permessage-deflate is on. It keeps its
+/// context from message to message: a client that may not keep its own
+/// compresses each message alone, which inflates the same either way.
+pub struct Inflater(Decompress);
+
+impl std::fmt::Debug for Inflater {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Inflater")
+    }
+}
+
+/// The four bytes RFC 7692 §7.2.2 has a sender strip from each message.
+pub const TAIL: [u8; 4] = [0, 0, 0xff, 0xff];
+
+/// Inflates `input` onto `out`, stopping once `out` passes `limit`;
+/// `Err` if it is not deflate data.
+pub fn inflate(
+    d: &mut Decompress,
+    input: &[u8],
+    out: &mut Vec<u8>,
+    limit: usize,
+) -> Result<(), ()> {
+    let mut at = 0;
+    loop {
+        if out.capacity() - out.len() < 1024 {
+            out.reserve(out.capacity().max(8192));
+        }
+        let (in0, out0) = (d.total_in(), d.total_out());
+        let status = d
+            .decompress_vec(&input[at..], out, FlushDecompress::Sync)
+            .map_err(|_| ())?;
+        at += (d.total_in() - in0) as usize;
+        let progress = d.total_in() != in0 || d.total_out() != out0;
+        if out.len() > limit
+            || (at == input.len() && out.len() < out.capacity())
+            || !progress
+            || status == flate2::Status::StreamEnd
+        {
+            return Ok(());
+        }
+    }
+}
+
+#[derive(Debug)]
 pub struct Reference {
     pub phase: Phase,
-    /// The message being reassembled: its opcode and bytes so far.
-    frag: Option<(u8, Vec<u8>)>,
+    /// The message being reassembled: its opcode, whether it is
+    /// compressed, and its (inflated) bytes so far.
+    frag: Option<(u8, bool, Vec<u8>)>,
+    inflater: Option<Inflater>,
     /// Every message echoed, in order.
     pub echoes: Vec<(u8, Vec<u8>)>,
     /// Pings read while open: each is owed a pong (the core may answer
@@ -83,11 +130,13 @@ pub struct Reference {
     pub late_refusal: Option<u16>,
 }
 
-impl Default for Reference {
-    fn default() -> Self {
+impl Reference {
+    /// The model of a server with permessage-deflate negotiated, or not.
+    pub fn new(deflate: bool) -> Self {
         Reference {
             phase: Phase::Open,
             frag: None,
+            inflater: deflate.then(|| Inflater(Decompress::new(false))),
             echoes: Vec::new(),
             pings: Vec::new(),
             late_pings: Vec::new(),
@@ -128,7 +177,11 @@ impl Reference {
             self.trailing = true;
             return;
         }
-        if !f.masked || f.rsv != 0 {
+        // RSV1 marks a compressed message's first frame, once
+        // permessage-deflate is on; every other RSV bit is a violation.
+        let rsv_ok =
+            f.rsv == 0 || (self.inflater.is_some() && f.rsv == 4 && matches!(f.opcode, 1 | 2));
+        if !f.masked || !rsv_ok {
             return self.fail(1002);
         }
         match f.opcode {
@@ -165,19 +218,35 @@ impl Reference {
     }
 
     fn data(&mut self, f: &WireFrame) {
-        let (opcode, mut buf) = match (f.opcode, self.frag.take()) {
+        let (opcode, compressed, mut buf) = match (f.opcode, self.frag.take()) {
             (0, Some(started)) => started,
-            (1 | 2, None) => (f.opcode, Vec::new()),
+            (1 | 2, None) => (f.opcode, f.rsv == 4, Vec::new()),
             // A continuation of nothing, or a new message inside one.
             _ => return self.fail(1002),
         };
         // A frame is a message too: held to the smaller limit, and the
-        // message's limit is checked on each fragment's header.
-        if f.payload.len() > MAX_FRAME.min(MAX_MESSAGE) || buf.len() + f.payload.len() > MAX_MESSAGE
+        // message's limit is checked on each fragment's header (on what
+        // it inflates to, for a compressed one).
+        if f.payload.len() > MAX_FRAME.min(MAX_MESSAGE)
+            || (!compressed && buf.len() + f.payload.len() > MAX_MESSAGE)
         {
             return self.fail(1009);
         }
-        buf.extend_from_slice(&f.payload);
+        if compressed {
+            let d = &mut self.inflater.as_mut().expect("RSV1 only with deflate").0;
+            let mut ok = inflate(d, &f.payload, &mut buf, MAX_MESSAGE);
+            if f.fin && ok.is_ok() && buf.len() <= MAX_MESSAGE {
+                ok = inflate(d, &TAIL, &mut buf, MAX_MESSAGE);
+            }
+            if ok.is_err() {
+                return self.fail(1002);
+            }
+            if buf.len() > MAX_MESSAGE {
+                return self.fail(1009);
+            }
+        } else {
+            buf.extend_from_slice(&f.payload);
+        }
         if opcode == 1 {
             // Checked as it arrives: a sequence that can never be valid
             // fails at once, one cut short fails at the message's end.
@@ -188,7 +257,7 @@ impl Reference {
             }
         }
         if !f.fin {
-            self.frag = Some((opcode, buf));
+            self.frag = Some((opcode, compressed, buf));
             return;
         }
         if self.phase == Phase::Open {

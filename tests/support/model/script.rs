@@ -23,6 +23,31 @@ pub struct Setup {
     /// The hub's read buffer at its 4 KiB minimum, so that messages span
     /// reads (the Stream reads as it always does).
     pub small_hub_reads: bool,
+    /// permessage-deflate on the server, and offered by every client
+    /// (feature `deflate`).
+    pub deflate: Deflate,
+}
+
+/// The server's permessage-deflate, by its policy: what it negotiates
+/// decides whether a client may keep its compression context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deflate {
+    Off,
+    /// Context kept both ways.
+    Takeover,
+    /// No context takeover either way.
+    Shared,
+    /// Small windows for the server, no context takeover for the client
+    /// (which does not offer `client_max_window_bits`).
+    Dedicated,
+}
+
+impl Deflate {
+    /// Whether a client may compress with the context of its earlier
+    /// messages.
+    pub fn client_takeover(self) -> bool {
+        self == Deflate::Takeover
+    }
 }
 
 /// A memory budget shared by the server's connections, large enough that
@@ -106,6 +131,8 @@ pub enum Unit {
         seed: u8,
         frags: Vec<u16>,
         pings: Vec<(u16, u8)>,
+        /// Sent compressed, when permessage-deflate is on.
+        compress: bool,
     },
     Ping(u8),
     /// Pings back to back.
@@ -158,6 +185,12 @@ pub enum Violation {
     BigFrame(u16),
     /// Fragments under `MAX_FRAME` adding up to over `MAX_MESSAGE`.
     BigMessage(u16),
+    /// RSV1 on a continuation (1002 with or without permessage-deflate).
+    RsvContinuation,
+    /// A compressed frame whose payload is not deflate data.
+    BadDeflate,
+    /// A few compressed bytes that inflate to over `MAX_MESSAGE`.
+    Bomb(u16),
 }
 
 #[derive(Debug, Clone)]
@@ -249,13 +282,15 @@ fn data() -> impl Strategy<Value = Unit> {
         any::<u8>(),
         cuts(4),
         prop::collection::vec((any::<u16>(), 0u8..=125), 0..=2),
+        prop::bool::weighted(0.7),
     )
-        .prop_map(|(text, len, seed, frags, pings)| Unit::Data {
+        .prop_map(|(text, len, seed, frags, pings, compress)| Unit::Data {
             text,
             len,
             seed,
             frags,
             pings,
+            compress,
         })
 }
 
@@ -288,6 +323,9 @@ fn violation() -> impl Strategy<Value = Violation> {
         }),
         (0u16..4096).prop_map(Violation::BigFrame),
         (0u16..4096).prop_map(Violation::BigMessage),
+        Just(Violation::RsvContinuation),
+        Just(Violation::BadDeflate),
+        (0u16..4096).prop_map(Violation::Bomb),
     ]
 }
 
@@ -367,6 +405,18 @@ fn client() -> impl Strategy<Value = Client> {
         })
 }
 
+fn deflate() -> impl Strategy<Value = Deflate> {
+    #[cfg(feature = "deflate")]
+    return prop_oneof![
+        3 => Just(Deflate::Off),
+        2 => Just(Deflate::Takeover),
+        1 => Just(Deflate::Shared),
+        1 => Just(Deflate::Dedicated),
+    ];
+    #[cfg(not(feature = "deflate"))]
+    Just(Deflate::Off)
+}
+
 pub fn script() -> impl Strategy<Value = Script> {
     let setup = (
         prop_oneof![
@@ -375,10 +425,12 @@ pub fn script() -> impl Strategy<Value = Script> {
             1 => Just(Budget::Allowance),
         ],
         any::<bool>(),
+        deflate(),
     )
-        .prop_map(|(budget, small_hub_reads)| Setup {
+        .prop_map(|(budget, small_hub_reads, deflate)| Setup {
             budget,
             small_hub_reads,
+            deflate,
         });
     let clients = prop_oneof![
         4 => prop::collection::vec(client(), 1..=1),
@@ -394,6 +446,7 @@ impl Setup {
     pub const PLAIN: Setup = Setup {
         budget: Budget::None,
         small_hub_reads: false,
+        deflate: Deflate::Off,
     };
 }
 
@@ -416,6 +469,7 @@ impl Unit {
             seed: 0,
             frags: vec![],
             pings: vec![],
+            compress: false,
         }
     }
 }

@@ -15,7 +15,7 @@ use wavesock::hub::{Closed, Handler, Hub, HubConfig, HubHandle, HubMessage, Read
 use wavesock::{CloseCode, CloseFrame, Config, MemoryBudget, Message};
 
 use super::reference::{OURS_CODE, OURS_REASON};
-use super::script::{Budget, MAX_FRAME, MAX_MESSAGE, Setup};
+use super::script::{Budget, Deflate, MAX_FRAME, MAX_MESSAGE, Setup};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Engine {
@@ -104,6 +104,15 @@ pub fn config(setup: &Setup) -> (Config, Option<MemoryBudget>) {
         .handshake_timeout(Some(Duration::from_secs(5)));
     if let Some(b) = &budget {
         config = config.memory_budget(b.clone());
+    }
+    let policy = match setup.deflate {
+        Deflate::Off => None,
+        Deflate::Takeover => Some(wavesock::DeflatePolicy::Takeover),
+        Deflate::Shared => Some(wavesock::DeflatePolicy::Shared),
+        Deflate::Dedicated => Some(wavesock::DeflatePolicy::Dedicated(4096)),
+    };
+    if let Some(p) = policy {
+        config = config.deflate(wavesock::DeflateConfig::default().policy(p));
     }
     (config, budget)
 }
