@@ -1398,9 +1398,14 @@ fn read_frames<H: Handler>(
         }
         r
     });
-    // What came before (with the request, or before a pause) first.
+    // What came before (with the request, or before a pause) first, and
+    // its replies out before the next read: a read that finds the end
+    // abandons the connection, and what is still corked with it.
     if !r.buffered().is_empty() || r.held_back().is_some() {
         decode(slot, &mut r, None, cx, handler, turn);
+        if slot.c.dirty {
+            flush(slot, cx, handler, turn);
+        }
     }
     let mut reads = 0;
     // The last read found nothing: the connection waits for input.

@@ -182,18 +182,11 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
         .map(|f| (f.opcode, f.payload.as_slice()))
         .collect();
     let want: Vec<(u8, &[u8])> = m.echoes.iter().map(|(o, p)| (*o, p.as_slice())).collect();
-    // KNOWN (finding `hub_drops_replies_to_frames_that_came_with_the_request`):
-    // the hub discards what it answered to frames that came with the
-    // upgrade request when the read after them finds the FIN.
-    let pipelined_fin = known
-        && hub
-        && !plan.wait_upgrade
-        && matches!(ending, Ending::Fin | Ending::Ours(After::Fin));
     // KNOWN (finding `hub_drops_its_close_when_fin_comes_in_the_same_turn`):
     // the hub drops the close it holds to the end of the turn when it
     // reads the FIN first, and reports an I/O error.
     let close_lost_to_fin = known && hub && ending == Ending::Ours(After::Fin);
-    let prefix_only = split || rst || pipelined_fin;
+    let prefix_only = split || rst;
     let echoes_ok = if prefix_only {
         want.starts_with(&echoes)
     } else {
@@ -260,7 +253,7 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
     if late_max.is_some_and(|max| late > max) {
         bad.push(format!("{late} pongs for pings after the text `close`"));
     }
-    if !rst && !pipelined_fin && pongs_owed(&ending) && !m.pings.is_empty() {
+    if !rst && pongs_owed(&ending) && !m.pings.is_empty() {
         let newest = m.pings.len() - 1;
         if last.is_none_or(|l| l < newest) {
             bad.push(format!(
@@ -322,7 +315,6 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
         (Some((code, _)), None) => {
             // The split Stream's close may lose the race with the end.
             let optional = rst
-                || pipelined_fin
                 || close_lost_to_fin
                 || (split
                     && matches!(
@@ -345,7 +337,7 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
             Ending::Ours(After::Fin) if !split => Some(EndClass::Clean),
             _ => None,
         };
-        let tolerated = pipelined_fin || close_lost_to_fin;
+        let tolerated = close_lost_to_fin;
         if want.as_ref().is_some_and(|w| w != end) && !rst && !tolerated {
             bad.push(format!("the server ended with {end:?}, want {want:?}"));
         }
