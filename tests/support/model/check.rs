@@ -137,6 +137,10 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
         return bad;
     }
     let ending = m.ending.clone().expect("every plan ends");
+    // KNOWN (finding `hub_drops_its_close_when_fin_comes_in_the_same_turn`):
+    // the hub drops the close it holds to the end of the turn when it
+    // reads the FIN first, and reports an I/O error.
+    let close_lost_to_fin = known && hub && ending == Ending::Ours(After::Fin);
 
     // permessage-deflate, taken when offered.
     let deflate = t
@@ -182,10 +186,6 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
         .map(|f| (f.opcode, f.payload.as_slice()))
         .collect();
     let want: Vec<(u8, &[u8])> = m.echoes.iter().map(|(o, p)| (*o, p.as_slice())).collect();
-    // KNOWN (finding `hub_drops_its_close_when_fin_comes_in_the_same_turn`):
-    // the hub drops the close it holds to the end of the turn when it
-    // reads the FIN first, and reports an I/O error.
-    let close_lost_to_fin = known && hub && ending == Ending::Ours(After::Fin);
     let prefix_only = split || rst;
     let echoes_ok = if prefix_only {
         want.starts_with(&echoes)
@@ -291,8 +291,9 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
                 };
             }
             // KNOWN (finding `hub_refusal_after_close_replaces_the_close`):
-            // the hub fails on a frame read after the closing message, in
-            // the same read, with the refusal's code instead of its close.
+            // the hub fails on a frame read after the closing message and
+            // before its close goes out at the end of the turn, with the
+            // refusal's code instead of its close.
             if known && hub && ending == Ending::Ours(After::Refused) {
                 ok |= code_of(c) == m.late_refusal;
             }
