@@ -296,8 +296,9 @@ fn budget_back_to_zero_after_large_messages() {
 }
 
 // ------------------------------------------------------------------------
-// Findings of this harness, not fixed yet: each fails as written; the
-// generated run tolerates them (KNOWN in `support/model/check.rs`).
+// Findings of this harness: the hub decoded on past the message its
+// handler closed on, and what it read then replaced the close it held to
+// the end of the turn. It now reads nothing more until that close is out.
 
 /// The text `close` and a frame the core refuses in one read: the Stream
 /// sends its close (4000) as the message is read, and nothing after; the
@@ -305,7 +306,6 @@ fn budget_back_to_zero_after_large_messages() {
 /// fails the connection with 1002 instead, though what the same read
 /// brought after the closing message is documented as dropped unheard.
 #[test]
-#[ignore = "finding: on the hub a frame refused after the closing message replaces the handler's close"]
 fn hub_refusal_after_close_replaces_the_close() {
     let steps = vec![Step::write(vec![
         Unit::ServerClose,
@@ -323,7 +323,6 @@ fn hub_refusal_after_close_replaces_the_close() {
 /// the turn, reads the client's close first and echoes it instead (1000
 /// "bye"), so the close the handler asked for never goes out.
 #[test]
-#[ignore = "finding: on the hub the peer's close read after the closing message replaces the handler's close"]
 fn hub_answers_a_close_read_before_its_own_went_out() {
     let steps = vec![Step::write(vec![Unit::ServerClose])];
     let client = Client {
@@ -343,7 +342,6 @@ fn hub_answers_a_close_read_before_its_own_went_out() {
 /// to the end of the turn, goes out, and drops the close: no close frame,
 /// and the end reported as an I/O error.
 #[test]
-#[ignore = "finding: on the hub a FIN read before the held close goes out drops the close"]
 fn hub_drops_its_close_when_fin_comes_in_the_same_turn() {
     let steps = vec![Step::write(vec![Unit::text(3), Unit::ServerClose])];
     run("close-then-fin", Script::one(Client::new(steps, End::Fin)));

@@ -854,6 +854,9 @@ impl<H: Handler> Engine<H> {
                 continue;
             }
             slot.c.send_close(turn);
+            // What came after the closing message, and what comes next,
+            // is read now that the close is out: the peer's answer.
+            slot.requeue(turn);
             self.settle(key);
         }
         closing.clear();
@@ -1559,6 +1562,7 @@ fn reading<T>(slot: &Slot<T>, inbox: &Inbox) -> bool {
     slot.stage == Stage::Open
         && !slot.c.abandoned
         && !slot.c.write_blocked
+        && !slot.c.close_pending()
         && slot.c.d.conn().phase() == Phase::Open
         && inbox.held_back().is_none()
 }
@@ -1583,7 +1587,8 @@ fn decode<H: Handler>(
     // advanced past once (or cleared) rather than per message.
     let mut used = 0;
     loop {
-        if slot.c.conn().phase() != Phase::Open || slot.c.abandoned {
+        if slot.c.conn().phase() != Phase::Open || slot.c.abandoned || slot.c.close_pending() {
+            // A close asked for: the rest waits until it has gone out.
             break;
         }
         if slot.c.buffered() >= CORK {
@@ -1663,7 +1668,7 @@ fn decode<H: Handler>(
             slot.c.transmit_owed(turn);
             continue;
         }
-        // Closing: the rest of what came is dropped unheard (the loop
+        // Closing: what came after our close is dropped unheard (the loop
         // goes on for the peer's close frame).
         if slot.c.is_closing() {
             continue;

@@ -70,7 +70,10 @@
 //! engine's turn, after the turn's publishes. A turn sends at most 16 384
 //! publishes (one a subscriber); when more wait, the close does not wait
 //! for them, and the connection gets none of them after its close frame.
-//! The hub reads on only for the peer's answer.
+//! Until the close frame is out the hub reads and decodes nothing more of
+//! the connection, so that nothing the peer sent after the closing
+//! message (its own close, a protocol violation, its end) takes the place
+//! of the close asked for; then it reads on only for the peer's answer.
 //!
 //! # Routes
 //!

@@ -610,6 +610,15 @@ impl Conn {
         }
     }
 
+    /// Whether a close was asked for and has not gone out yet: until it
+    /// does, nothing more of the peer's input is read or decoded, so that
+    /// nothing the peer sent after the closing message (its own close, a
+    /// violation, its end) takes the place of the close asked for.
+    #[inline]
+    pub(crate) fn close_pending(&self) -> bool {
+        self.closing
+    }
+
     /// Whether a close was asked for, went out or came in: nothing more
     /// is sent, and the handler hears no more messages.
     #[inline]

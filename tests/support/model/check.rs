@@ -45,14 +45,15 @@ fn pongs_owed(ending: &Ending) -> bool {
 /// Checks one client's transcript from `engine` against the model; what
 /// is wrong, if anything.
 ///
-/// `known` tolerates the findings reported and not fixed yet (each marked
-/// KNOWN below, with its reproducer among `tests/model.rs`' ignored
-/// tests): the generated run looks past them for new ones.
+/// `known` is to tolerate findings reported and not fixed yet (each marked
+/// KNOWN where it is checked, with its reproducer among `tests/model.rs`'
+/// ignored tests), so that the generated run looks past them for new
+/// ones; none is open now.
 pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<String> {
+    let _ = known;
     let m = &plan.model;
     let t = &seen.transcript;
     let split = engine == Engine::Split;
-    let hub = matches!(engine, Engine::Hub | Engine::HubTokio);
     let rst = plan.resets;
     let mut bad = Vec::new();
     for p in &t.problems {
@@ -137,10 +138,6 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
         return bad;
     }
     let ending = m.ending.clone().expect("every plan ends");
-    // KNOWN (finding `hub_drops_its_close_when_fin_comes_in_the_same_turn`):
-    // the hub drops the close it holds to the end of the turn when it
-    // reads the FIN first, and reports an I/O error.
-    let close_lost_to_fin = known && hub && ending == Ending::Ours(After::Fin);
 
     // permessage-deflate, taken when offered.
     let deflate = t
@@ -290,21 +287,6 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
                     _ => false,
                 };
             }
-            // KNOWN (finding `hub_refusal_after_close_replaces_the_close`):
-            // the hub fails on a frame read after the closing message and
-            // before its close goes out at the end of the turn, with the
-            // refusal's code instead of its close.
-            if known && hub && ending == Ending::Ours(After::Refused) {
-                ok |= code_of(c) == m.late_refusal;
-            }
-            // KNOWN (finding `hub_answers_a_close_read_before_its_own_went_out`):
-            // the same for the client's close frame, which the hub then
-            // answers in place of its close.
-            if known && hub {
-                if let Ending::Ours(After::Close(theirs)) = &ending {
-                    ok |= c == theirs;
-                }
-            }
             if !ok {
                 bad.push(format!(
                     "close frame {:?}, want code {code} {:?}",
@@ -316,7 +298,6 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
         (Some((code, _)), None) => {
             // The split Stream's close may lose the race with the end.
             let optional = rst
-                || close_lost_to_fin
                 || (split
                     && matches!(
                         ending,
@@ -338,8 +319,7 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
             Ending::Ours(After::Fin) if !split => Some(EndClass::Clean),
             _ => None,
         };
-        let tolerated = close_lost_to_fin;
-        if want.as_ref().is_some_and(|w| w != end) && !rst && !tolerated {
+        if want.as_ref().is_some_and(|w| w != end) && !rst {
             bad.push(format!("the server ended with {end:?}, want {want:?}"));
         }
     }
