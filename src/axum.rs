@@ -1,6 +1,9 @@
 //! An axum extractor for WebSockets served by wavesock (feature `axum`),
 //! in the shape of `axum::extract::ws`: an application moves over by
-//! changing its import from `axum::extract::ws` to `wavesock::axum`.
+//! changing its imports from `axum::extract::ws` (and
+//! `axum::extract::WebSocketUpgrade`, the same extractor) to
+//! `wavesock::axum`, with axum's `ws` feature off so that a path left
+//! behind fails as an unresolved import (see MIGRATING.md).
 //!
 //! The same route serves HTTP/1.1 upgrades and HTTP/2 extended CONNECT
 //! requests (RFC 8441; `axum::serve` advertises support). Register it with

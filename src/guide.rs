@@ -6,6 +6,7 @@
 //! here is what the code does today; the API docs of each item hold the
 //! details.
 //!
+//! - [The Tokio runtime](#the-tokio-runtime)
 //! - [Limits](#limits)
 //! - [Split and concurrency](#split-and-concurrency)
 //! - [Cancel safety](#cancel-safety)
@@ -19,6 +20,50 @@
 //! - [Serving over TLS](#serving-over-tls)
 //! - [Testing with tokio-test](#testing-with-tokio-test)
 //! - [The hub](#the-hub)
+//!
+//! # The Tokio runtime
+//!
+//! wavesock turns on the Tokio features it uses (`rt`, `net`, `time`,
+//! `io-util`, `sync`); an application's own `tokio` dependency names what
+//! its code uses, such as `macros` and `rt-multi-thread` for
+//! `#[tokio::main]`. The runtime needs its I/O driver for sockets, and its
+//! time driver for every timeout of [`Config`] (the handshake, connect and
+//! close timeouts are on by default), for a
+//! [`memory_budget`](crate::Config::memory_budget), for the hub and for the
+//! Redis link. `#[tokio::main]`, `#[tokio::test]` and `Runtime::new()`
+//! enable both.
+//!
+//! A runtime built with `enable_io()` alone (as fastwebsockets' examples
+//! build theirs) serves connections made with
+//! [`Config::without_timeouts`](crate::Config::without_timeouts): they make
+//! no timer, and every wait is as long as the peer makes it. With a
+//! timeout left on, Tokio panics at the first timer ("timers are
+//! disabled"); Tokio cannot be asked whether a runtime has a time driver,
+//! so wavesock cannot turn that into an error.
+//!
+//! ```
+//! use futures_util::{SinkExt, StreamExt};
+//! use wavesock::{Config, Message, Role, WebSocketStream};
+//!
+//! // No time driver.
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
+//! rt.block_on(async {
+//!     let (server_io, client_io) = tokio::io::duplex(4096);
+//!     let config = Config::default().without_timeouts();
+//!     let mut server = WebSocketStream::from_raw_socket(server_io, Role::Server, config.clone())?;
+//!     let mut client = WebSocketStream::from_raw_socket(client_io, Role::Client, config)?;
+//!     client.send(Message::text("hi")).await?;
+//!     assert_eq!(server.next().await.unwrap()?, Message::text("hi"));
+//!     // The closing handshake makes no timer either.
+//!     client.close(None).await?;
+//!     assert!(server.next().await.unwrap()?.is_close());
+//!     assert!(server.next().await.is_none());
+//!     assert!(client.next().await.unwrap()?.is_close());
+//!     assert!(client.next().await.is_none());
+//!     Ok::<(), wavesock::Error>(())
+//! })?;
+//! # Ok::<(), wavesock::Error>(())
+//! ```
 //!
 //! # Limits
 //!
