@@ -300,7 +300,7 @@ async fn node_server(dir: &Path, leaf: &str) -> Option<(tokio::process::Child, u
     if !services::available(
         "Node.js and the ws package",
         found,
-        "Node.js, then npm install in tests/interop",
+        "Node.js on the PATH and the ws package in tests/interop/node_modules, from its package.json",
     ) {
         return None;
     }

@@ -27,7 +27,7 @@ need() {
 }
 
 need "Chromium at /usr/bin/chromium" "the Debian package chromium" test -x /usr/bin/chromium
-need "playwright-core" "npm ci in tests/browser" test -d "$HERE/node_modules/playwright-core"
+need "playwright-core" "the package in tests/browser/node_modules, from its package-lock.json" test -d "$HERE/node_modules/playwright-core"
 
 PIDS=()
 LOGS=()

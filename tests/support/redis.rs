@@ -258,6 +258,6 @@ fn installed(cluster: bool) -> bool {
     services::available(
         "redis-server",
         found,
-        "the Debian or Ubuntu package redis-server; on macOS, brew install redis",
+        "redis-server on the PATH: the Debian or Ubuntu package redis-server, or Homebrew's redis",
     )
 }
