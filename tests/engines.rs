@@ -38,7 +38,7 @@ static GLOBAL: counting::Counting = counting::Counting;
 /// Scenarios run side by side; the one that counts the heap runs alone.
 static HEAP: RwLock<()> = RwLock::const_new(());
 
-use raw::{close_code, frame, read_frame, until, upgrade_raw, within};
+use raw::{budget_config, close_code, frame, read_frame, until, upgrade_raw, within};
 use wavesock::hub::{Closed, Handler, Hub, HubConfig, HubMessage, Readiness, Ws};
 use wavesock::{CloseCode, CloseFrame, Config, MemoryBudget, Message, OpCode};
 
@@ -299,13 +299,6 @@ where
     drop(queue);
     let _ = sender.await;
     ended
-}
-
-fn budget_config(budget: &MemoryBudget) -> Config {
-    Config::default()
-        .memory_budget(budget.clone())
-        .max_message_size(64 << 20)
-        .max_frame_size(64 << 20)
 }
 
 #[tokio::test]
@@ -792,7 +785,7 @@ async fn a_message_that_fits_the_empty_budget_waits_rather_than_1009() {
         let send = async {
             let _ = wr.write_all(&big).await;
         };
-        let echo = async { read_frame_from(&mut rd).await };
+        let echo = async { read_frame(&mut rd).await };
         let ((), (op, echo)) = within(30, futures_util::future::join(send, echo)).await;
         assert_eq!(
             op,
@@ -896,20 +889,6 @@ fn masked_frame(b0: u8, payload: &[u8]) -> Vec<u8> {
     f
 }
 
-/// Reads one server frame from a read half: its opcode and payload.
-async fn read_frame_from(rd: &mut (impl AsyncRead + Unpin)) -> (u8, Vec<u8>) {
-    let mut head = [0u8; 2];
-    rd.read_exact(&mut head).await.unwrap();
-    let len = match head[1] & 0x7f {
-        126 => rd.read_u16().await.unwrap() as usize,
-        127 => rd.read_u64().await.unwrap() as usize,
-        n => n as usize,
-    };
-    let mut payload = vec![0u8; len];
-    rd.read_exact(&mut payload).await.unwrap();
-    (head[0] & 0x0f, payload)
-}
-
 /// A close frame's code and reason, for a message.
 fn close_of(op: u8, payload: &[u8]) -> Option<(u16, String)> {
     (op == 0x8 && payload.len() >= 2).then(|| {
@@ -946,11 +925,8 @@ async fn a_read_into_shared_memory_never_pushes_the_budget_past_its_limit() {
         let send = async {
             let _ = wr.write_all(&big).await;
         };
-        let ((), (op, echo)) = within(
-            30,
-            futures_util::future::join(send, read_frame_from(&mut rd)),
-        )
-        .await;
+        let ((), (op, echo)) =
+            within(30, futures_util::future::join(send, read_frame(&mut rd))).await;
         assert_eq!(op, 0x2, "{engine:?}: {:?}", close_of(op, &echo));
         assert_eq!(echo.len(), 1 << 20, "{engine:?}");
         assert_eq!(close_code(&mut a).await, 1013, "{engine:?}");

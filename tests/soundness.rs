@@ -14,28 +14,18 @@ use tokio::sync::mpsc;
 #[path = "support/raw.rs"]
 mod raw;
 
-use raw::{frame, read_frame, until, upgrade_raw, within};
+use raw::{budget_config, frame, read_frame, until, upgrade_raw, within};
 use wavesock::hub::{Closed, Handler, Hub, HubConfig, HubMessage, Readiness, Ws};
 use wavesock::proto::budget::{BudgetAccount, Grant, Held};
 use wavesock::topics::{Topics, TopicsConfig};
 use wavesock::{Config, MemoryBudget, Message, OpCode, PreparedMessage};
 
-fn budget_config(budget: &MemoryBudget) -> Config {
-    Config::default()
-        .memory_budget(budget.clone())
-        .max_message_size(64 << 20)
-        .max_frame_size(64 << 20)
-}
-
 /// Under a budget with no allowance, a read into the Stream's stack (or
-/// the hub's shared buffer) first sets aside room in the budget; when the
-/// budget is full at that moment (others hold it all, if only for the
-/// length of their own read, as every such read takes all the room there
-/// is when it cannot have its full size), the read waits, and the core's
-/// budget wait starts. Nothing ends that wait but input: once budget comes
-/// back, a quiet client's read finds nothing, so the wait's deadline stays
-/// set, and the client, holding nothing and asking for nothing, is closed
-/// with 1013 when it runs out. On 61d5afe such a read took no budget.
+/// the hub's shared buffer) first sets aside room in the budget, and waits
+/// when the budget is full, which starts the core's budget wait. Once
+/// budget comes back and the read finds nothing, a client that holds
+/// nothing is no longer waiting: it is not closed with 1013 however long
+/// it stays quiet.
 #[tokio::test]
 async fn a_quiet_client_that_once_found_the_budget_full_is_not_refused_later() {
     let wait = Duration::from_millis(800);
@@ -218,13 +208,10 @@ impl Handler for HubEcho {
 
 /// The budget's allowance (128 KiB by default) is there so that
 /// "connections exchanging small messages never touch the shared counter"
-/// (`DEFAULT_ALLOWANCE`): a small echo costs the budget nothing. On the
-/// hub, every read into the engine's shared buffer now first sets aside
-/// its whole size (`read_buffer_size`, 512 KiB) under the budget, the part
-/// past the allowance from the shared counter, and gives it back after:
-/// each read of each connection moves the shared counter twice and, for
-/// that moment, takes 384 KiB others may be waiting for (and wakes every
-/// waiter when it gives it back). On 61d5afe the peak stayed 0.
+/// (`DEFAULT_ALLOWANCE`): a small echo costs the budget nothing. A hub read
+/// into the engine's shared buffer (512 KiB) sets aside room under the
+/// budget only within what is left of the allowance, so the budget's peak
+/// stays 0.
 #[tokio::test]
 async fn small_messages_on_the_hub_never_touch_the_shared_budget() {
     for readiness in [Readiness::Owned, Readiness::Tokio] {

@@ -45,8 +45,9 @@ pub fn frame(fin: bool, opcode: OpCode, payload: Vec<u8>) -> Vec<u8> {
     out.to_vec()
 }
 
-/// Reads one server frame: its opcode and payload.
-pub async fn read_frame(tcp: &mut TcpStream) -> (u8, Vec<u8>) {
+/// Reads one server frame from a socket or one half of it: its opcode and
+/// payload.
+pub async fn read_frame(tcp: &mut (impl tokio::io::AsyncRead + Unpin)) -> (u8, Vec<u8>) {
     let mut head = [0u8; 2];
     within(10, tcp.read_exact(&mut head)).await.unwrap();
     let len = match head[1] & 0x7f {
@@ -77,4 +78,13 @@ pub async fn until(mut f: impl FnMut() -> bool) {
         }
     })
     .await
+}
+
+/// A server's `Config` under `budget`, with limits large enough that only
+/// the budget refuses the scenarios' messages.
+pub fn budget_config(budget: &wavesock::MemoryBudget) -> wavesock::Config {
+    wavesock::Config::default()
+        .memory_budget(budget.clone())
+        .max_message_size(64 << 20)
+        .max_frame_size(64 << 20)
 }
