@@ -818,7 +818,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The repository's `tests/scripted.rs` scripts longer exchanges with
+//! The repository's `tests/protocol/scripted.rs` scripts longer exchanges with
 //! counting keys: a text frame, the pong to a server's ping, and the close
 //! handshake started by either side.
 //!
@@ -965,7 +965,7 @@
 //! sockets are ready with one call per turn
 //! ([`Readiness::Owned`](crate::hub::Readiness), the default). An idle
 //! TCP connection is then about 200 bytes of state and nothing else in
-//! user space (`tests/hub_memory.rs` holds it under 256 bytes of heap).
+//! user space (`tests/memory/hub_memory.rs` holds it under 256 bytes of heap).
 //! With [`Readiness::Tokio`](crate::hub::Readiness) (and for TLS and other
 //! transports under either) each socket has Tokio's registration and a
 //! waker too, under 512 bytes in all. Echoing small messages allocates

@@ -2,7 +2,7 @@
 //!
 //! Each `pub fn` takes the fuzzer's bytes and panics when a property fails.
 //! The cargo-fuzz targets in `fuzz_targets/` call them; the root crate's
-//! `tests/fuzz_props.rs` (proptest inputs) and `tests/fuzz_regressions.rs`
+//! `tests/protocol/fuzz_props.rs` (proptest inputs) and `tests/protocol/fuzz_regressions.rs`
 //! (every file under `fuzz/regressions/<target>/`) include this file with
 //! `#[path]`, so a crash the fuzzer finds is replayed by `cargo test` on the
 //! same function.

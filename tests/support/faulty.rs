@@ -1,8 +1,8 @@
-//! The misbehaving transport of `tests/faults.rs` and `tests/hub_faults.rs`:
+//! The misbehaving transport of `tests/protocol/faults.rs` and
+//! `tests/hub/hub_faults.rs`:
 //! short reads and writes, `Pending` with a later wake-up, `Interrupted`,
 //! `WouldBlock`, a `poll_flush` that waits, and an error or EOF at any
-//! byte, driven by a seed so a failing run replays. Included with
-//! `#[path = "support/faulty.rs"] mod faulty;`.
+//! byte, driven by a seed so a failing run replays.
 #![allow(dead_code)]
 
 use std::io;
@@ -47,7 +47,7 @@ pub struct Counts {
 /// `inner` with faults: each call may return `Pending` (waking the task
 /// at once, as a transport that becomes ready again would), `Interrupted`,
 /// or move fewer bytes than it could. Over an in-memory pipe by default;
-/// `tests/engines.rs` wraps a server's TCP stream.
+/// `tests/hub/engines.rs` wraps a server's TCP stream.
 pub struct Faulty<T = DuplexStream> {
     pub inner: T,
     rng: Rng,

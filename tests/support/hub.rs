@@ -1,8 +1,7 @@
 //! A [`Hub`] for the tests: a handler that echoes and records every call
 //! it gets, the hub served on a loopback listener (connections also come
 //! through [`HubHandle::accept`]), and a transport wrapper that says when
-//! the hub has let go of it. Included with
-//! `#[path = "support/hub.rs"] mod hub;`.
+//! the hub has let go of it.
 #![allow(dead_code)]
 
 use std::collections::HashMap;

@@ -1,6 +1,6 @@
-//! What both interleaving explorations (`tests/interleavings.rs`, the
-//! Stream's halves, and `tests/hub_interleavings.rs`, the hub) share.
-//! Included with `#[path = "support/interleave.rs"] mod interleave;`.
+//! What both interleaving explorations (`tests/protocol/interleavings.rs`,
+//! the Stream's halves, and `tests/hub/hub_interleavings.rs`, the hub)
+//! share.
 
 use wavesock::Message;
 

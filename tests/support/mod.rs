@@ -1,5 +1,19 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests: each test binary
+//! (`tests/<group>/main.rs`) includes this tree once, as `support`.
+//!
+//! The helpers here build and read raw frames and upgrades; the modules
+//! below hold what only some suites need.
 #![allow(dead_code)]
+
+pub mod counting;
+pub mod faulty;
+pub mod hub;
+pub mod interleave;
+pub mod model;
+pub mod proxy;
+pub mod raw;
+pub mod redis;
+pub mod services;
 
 use std::io;
 use std::net::SocketAddr;

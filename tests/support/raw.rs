@@ -1,7 +1,7 @@
-//! Raw-socket helpers of `tests/engines.rs` and `tests/hub_driver.rs`:
+//! Raw-socket helpers of the hub's suites (`tests/hub/engines.rs`,
+//! `tests/hub/hub_driver.rs`, ...):
 //! an upgrade by hand, client frames built with the core's encoder, server
-//! frames read off the wire, and bounded waits. Included with
-//! `#[path = "support/raw.rs"] mod raw;`.
+//! frames read off the wire, and bounded waits.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;

@@ -1,12 +1,10 @@
 //! A real `redis-server` for the tests, started on a free port without
 //! persistence, killed and started again on the same port; and a Redis
 //! Cluster. Without `redis-server` (and `redis-cli` for a cluster) on the
-//! PATH, `start` skips the test (see `services.rs`). Included with
-//! `#[path = "support/redis.rs"] mod redis_server;`.
+//! PATH, `start` skips the test (see `services.rs`).
 #![allow(dead_code)]
 
-#[path = "services.rs"]
-mod services;
+use super::services;
 
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};

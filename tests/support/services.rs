@@ -2,9 +2,7 @@
 //! finds its service or skips, printing one line that says what to
 //! install. CI, which must run every test, sets
 //! `WAVESOCK_TEST_SERVICES=require`: a missing service then fails the test
-//! that needed it. No test installs anything. Included with
-//! `#[path = "support/services.rs"] mod services;` (or through
-//! `support/redis.rs`).
+//! that needed it. No test installs anything.
 #![allow(dead_code)]
 
 use std::process::{Command, Stdio};

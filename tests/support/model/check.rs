@@ -46,7 +46,7 @@ fn pongs_owed(ending: &Ending) -> bool {
 /// is wrong, if anything.
 ///
 /// `known` is to tolerate findings reported and not fixed yet (each marked
-/// KNOWN where it is checked, with its reproducer among `tests/model.rs`'
+/// KNOWN where it is checked, with its reproducer among `tests/hub/model.rs`'
 /// ignored tests), so that the generated run looks past them for new
 /// ones; none is open now.
 pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<String> {

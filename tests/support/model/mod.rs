@@ -1,8 +1,7 @@
-//! The model-based harness of `tests/model.rs`: generated client scripts
-//! run over loopback against every engine, each transcript compared with
-//! the model and with the other engines, and each server's resources
-//! checked after. Included with
-//! `#[path = "support/model/mod.rs"] mod harness;`.
+//! The model-based harness of `tests/hub/model.rs`: generated client
+//! scripts run over loopback against every engine, each transcript
+//! compared with the model and with the other engines, and each server's
+//! resources checked after.
 #![allow(dead_code)]
 
 pub mod check;

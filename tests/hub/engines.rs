@@ -1,0 +1,1007 @@
+//! One suite of scenarios, written once and run against every engine: the
+//! Stream (`WebSocketStream` in a task per connection), the Stream split
+//! into halves, and the hub. Each serves an echo over real loopback TCP
+//! with the same `Config`; a client (wavesock's, or raw bytes where the
+//! wire is the point) drives the scenario and reads what comes back, and
+//! each server reports how its connection ended. The engines share the
+//! protocol core's rules, so every scenario must come out the same on all
+//! three: the memory budget's wait, resume and refusals (1009, 1013), a
+//! quiet client never refused, the handshake's deadline, the closing
+//! handshake either way and a hang-up after our close, keepalive, a
+//! protocol violation's 1002, settings of `Duration::MAX` (never), and an
+//! idle connection holding no buffer after a large message.
+//!
+//! Every scenario runs twice per engine: over plain loopback, and with the
+//! server's socket behind the fault-injection transport of
+//! `tests/protocol/faults.rs` (short reads and writes, `Pending`, `Interrupted`,
+//! `WouldBlock`), whose faults must change nothing a peer can see.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::support::counting;
+use crate::support::faulty;
+use crate::support::raw;
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+use raw::{budget_config, close_code, frame, read_frame, until, upgrade_raw, within};
+use wavesock::hub::{Closed, Handler, Hub, HubConfig, HubMessage, Readiness, Ws};
+use wavesock::{CloseCode, CloseFrame, Config, MemoryBudget, Message, OpCode};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Engine {
+    Stream,
+    Split,
+    /// The hub with its own poller (`Readiness::Owned`, the default).
+    Hub,
+    /// The hub with a Tokio registration per socket.
+    HubTokio,
+}
+
+/// An engine, and whether the server's socket misbehaves.
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    engine: Engine,
+    faults: bool,
+}
+
+const ENGINES: [Case; 7] = {
+    const fn case(engine: Engine, faults: bool) -> Case {
+        Case { engine, faults }
+    }
+    [
+        case(Engine::Stream, false),
+        case(Engine::Split, false),
+        case(Engine::Hub, false),
+        case(Engine::HubTokio, false),
+        case(Engine::Stream, true),
+        case(Engine::Split, true),
+        case(Engine::Hub, true),
+    ]
+};
+
+/// The faulty transport's seed: fixed, so a failure replays.
+const SEED: u64 = 0x5eed;
+
+/// How a server connection ended: `None` cleanly, else its error's text.
+type Ended = Option<String>;
+
+struct Server {
+    addr: SocketAddr,
+    ended: mpsc::UnboundedReceiver<Ended>,
+}
+
+impl Server {
+    async fn ended(&mut self) -> Ended {
+        within(15, self.ended.recv())
+            .await
+            .expect("the server reports the end")
+    }
+}
+
+/// What every echo server does with a text message `close`: closes with
+/// 4000 and this reason. With `close-then-send` it then tries to send
+/// [`LATE`] too, which the rules refuse (the Stream with an error, the hub
+/// with `SendStatus::Closed`): it must never reach the wire.
+const CLOSE_REASON: &str = "asked to";
+/// With `close-long`, the reason is this, over the 123 bytes a close frame
+/// holds: the hub's `close` cuts it at a character, the Stream refuses the
+/// frame (an error, nothing on the wire); neither sends it whole.
+fn long_reason() -> String {
+    "é".repeat(100)
+}
+const LATE: &str = "sent after our close";
+
+/// The hub's echo.
+#[derive(Clone)]
+struct HubEcho(mpsc::UnboundedSender<Ended>);
+
+impl Handler for HubEcho {
+    type Data = ();
+
+    fn upgrade(
+        &mut self,
+        _: &wavesock::http::Request<()>,
+        _: &mut wavesock::http::Response<()>,
+    ) -> Result<(), wavesock::hub::HttpResponse> {
+        Ok(())
+    }
+
+    fn message(&mut self, ws: &mut Ws<'_, ()>, msg: HubMessage<'_>) {
+        if let HubMessage::Text(t @ ("close" | "close-then-send" | "close-long")) = msg {
+            let reason = if t == "close-long" {
+                long_reason()
+            } else {
+                CLOSE_REASON.to_owned()
+            };
+            ws.close(CloseCode::from(4000), &reason).unwrap();
+            if t == "close-then-send" {
+                let status = ws.send_text(LATE).unwrap();
+                assert_eq!(status, wavesock::hub::SendStatus::Closed);
+            }
+            return;
+        }
+        let _ = ws.send_borrowed(msg);
+    }
+
+    fn close(&mut self, closed: Closed, _: ()) {
+        let _ = self.0.send(closed.error.map(|e| e.to_string()));
+    }
+}
+
+async fn start(case: Case, config: Config) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, ended) = mpsc::unbounded_channel();
+    match (case.engine, case.faults) {
+        (Engine::Hub | Engine::HubTokio, false) => {
+            let readiness = if case.engine == Engine::Hub {
+                Readiness::Owned
+            } else {
+                Readiness::Tokio
+            };
+            let config = HubConfig::default()
+                .engines(Some(1))
+                .readiness(readiness)
+                .config(config);
+            let hub = Hub::new(HubEcho(tx), config).unwrap();
+            tokio::spawn(hub.serve(listener));
+        }
+        (Engine::Hub | Engine::HubTokio, true) => {
+            let config = HubConfig::default().engines(Some(1)).config(config);
+            let hub = Hub::new(HubEcho(tx), config).unwrap();
+            let handle = hub.handle();
+            tokio::spawn(hub.run());
+            tokio::spawn(async move {
+                let counts = Arc::new(faulty::Counts::default());
+                for seed in SEED.. {
+                    let (tcp, _) = listener.accept().await.unwrap();
+                    let io = faulty::Faulty::new(tcp, seed, counts.clone());
+                    if handle.accept(io).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        (engine, faults) => {
+            tokio::spawn(async move {
+                let counts = Arc::new(faulty::Counts::default());
+                for seed in SEED.. {
+                    let (tcp, _) = listener.accept().await.unwrap();
+                    let tx = tx.clone();
+                    let config = config.clone();
+                    let counts = counts.clone();
+                    tokio::spawn(async move {
+                        let ended = if faults {
+                            let io = faulty::Faulty::new(tcp, seed, counts);
+                            serve_any(engine, io, config).await
+                        } else {
+                            serve_any(engine, tcp, config).await
+                        };
+                        if let Some(ended) = ended {
+                            let _ = tx.send(ended);
+                        }
+                    });
+                }
+            });
+        }
+    }
+    Server { addr, ended }
+}
+
+/// Accepts and serves one connection on the Stream, unsplit or split;
+/// `None` if the handshake did not finish.
+async fn serve_any<S>(engine: Engine, io: S, config: Config) -> Option<Ended>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    // A refused or unfinished handshake ends nothing that was open: it is
+    // not reported, as on the hub.
+    let ws = wavesock::accept_async_with_config(io, config).await.ok()?;
+    Some(if engine == Engine::Split {
+        serve_split(ws).await
+    } else {
+        serve_stream(ws).await
+    })
+}
+
+async fn serve_stream<S>(mut ws: wavesock::WebSocketStream<S>) -> Ended
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    while let Some(msg) = ws.next().await {
+        match msg {
+            Ok(Message::Text(t)) if t.as_str().starts_with("close") => {
+                let reason = if t.as_str() == "close-long" {
+                    long_reason()
+                } else {
+                    CLOSE_REASON.to_owned()
+                };
+                let frame = CloseFrame::new(CloseCode::from(4000), reason);
+                if let Err(e) = ws.send(Message::Close(Some(frame))).await {
+                    return Some(e.to_string());
+                }
+                if t.as_str() == "close-then-send" {
+                    let late = ws.send(Message::text(LATE)).await;
+                    assert!(
+                        matches!(late, Err(wavesock::Error::AlreadyClosed)),
+                        "{late:?}"
+                    );
+                }
+            }
+            Ok(m) if m.is_data() => {
+                if let Err(e) = ws.send(m).await {
+                    return Some(e.to_string());
+                }
+            }
+            Ok(_) => {}
+            Err(e) => return Some(e.to_string()),
+        }
+    }
+    None
+}
+
+async fn serve_split<S>(ws: wavesock::WebSocketStream<S>) -> Ended
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut tx, mut rx) = ws.split();
+    let (queue, mut queued) = mpsc::unbounded_channel::<Message>();
+    // The sending half in a task of its own, as split halves are used.
+    let sender = tokio::spawn(async move {
+        while let Some(m) = queued.recv().await {
+            if tx.send(m).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut ended = None;
+    while let Some(msg) = rx.next().await {
+        match msg {
+            Ok(Message::Text(t)) if t.as_str().starts_with("close") => {
+                let reason = if t.as_str() == "close-long" {
+                    long_reason()
+                } else {
+                    CLOSE_REASON.to_owned()
+                };
+                let frame = CloseFrame::new(CloseCode::from(4000), reason);
+                let _ = queue.send(Message::Close(Some(frame)));
+                if t.as_str() == "close-then-send" {
+                    // The sender fails this one and stops; the receiver
+                    // goes on to the peer's close reply.
+                    let _ = queue.send(Message::text(LATE));
+                }
+            }
+            Ok(m) if m.is_data() => {
+                let _ = queue.send(m);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                ended = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    drop(queue);
+    let _ = sender.await;
+    ended
+}
+
+#[tokio::test]
+async fn echo_and_a_client_close_echoed_with_its_code() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let (mut ws, _) = wavesock::connect_async(format!("ws://{}/", server.addr))
+            .await
+            .unwrap();
+        ws.send(Message::text("hi")).await.unwrap();
+        assert_eq!(
+            within(5, ws.next()).await.unwrap().unwrap(),
+            Message::text("hi")
+        );
+        ws.close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "bye")))
+            .await
+            .unwrap();
+        let echo = within(5, ws.next()).await.unwrap().unwrap();
+        assert_eq!(
+            echo,
+            Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "bye"))),
+            "{engine:?}"
+        );
+        assert_eq!(server.ended().await, None, "{engine:?}: a clean close");
+    }
+}
+
+#[tokio::test]
+async fn a_server_close_answered_by_a_hang_up_is_a_clean_end() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let mut tcp = upgrade_raw(server.addr).await;
+        tcp.write_all(&frame(true, OpCode::Text, b"close".to_vec()))
+            .await
+            .unwrap();
+        assert_eq!(close_code(&mut tcp).await, 4000, "{engine:?}");
+        // No close reply: the client hangs up instead, as many do.
+        drop(tcp);
+        assert_eq!(server.ended().await, None, "{engine:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_close_reason_over_the_limit_never_goes_out_whole() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let mut tcp = upgrade_raw(server.addr).await;
+        tcp.write_all(&frame(true, OpCode::Text, b"close-long".to_vec()))
+            .await
+            .unwrap();
+        let mut close = None;
+        loop {
+            let mut head = [0u8; 2];
+            // The split Stream's sender fails and its receiver stays open:
+            // nothing more comes.
+            let read = tokio::time::timeout(Duration::from_secs(2), tcp.read_exact(&mut head));
+            if !matches!(read.await, Ok(Ok(_))) {
+                break;
+            }
+            let len = usize::from(head[1] & 0x7f);
+            assert!(len <= 125, "{engine:?}: a control frame of {len} bytes");
+            let mut payload = vec![0; len];
+            tcp.read_exact(&mut payload).await.unwrap();
+            if head[0] & 0x0f == 0x8 {
+                close = Some(payload);
+                break;
+            }
+        }
+        drop(tcp);
+        let ended = server.ended().await;
+        if matches!(engine.engine, Engine::Hub | Engine::HubTokio) {
+            let payload = close.expect("the hub closes");
+            assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 4000);
+            let reason = std::str::from_utf8(&payload[2..]).expect("UTF-8");
+            assert_eq!(reason, "é".repeat(61), "cut at a character");
+        } else {
+            assert_eq!(close, None, "{engine:?}: refused, not sent");
+            if engine.engine == Engine::Stream {
+                let err = ended.expect("the Stream reports the refusal");
+                assert!(err.contains("123"), "{engine:?}: {err}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn nothing_sent_after_our_close_reaches_the_wire() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let mut tcp = upgrade_raw(server.addr).await;
+        tcp.write_all(&frame(true, OpCode::Text, b"close-then-send".to_vec()))
+            .await
+            .unwrap();
+        let (op, payload) = read_frame(&mut tcp).await;
+        assert_eq!(
+            (op, &payload[..2]),
+            (0x8, &[0x0f, 0xa0][..]),
+            "{engine:?}: 4000"
+        );
+        // Our close reply; then the server ends, and nothing came between.
+        tcp.write_all(&frame(true, OpCode::Close, vec![0x0f, 0xa0]))
+            .await
+            .unwrap();
+        let mut rest = Vec::new();
+        within(5, tcp.read_to_end(&mut rest)).await.unwrap();
+        assert!(rest.is_empty(), "{engine:?}: {rest:?} after the close");
+        assert_eq!(server.ended().await, None, "{engine:?}: a clean close");
+    }
+}
+
+#[tokio::test]
+async fn a_refused_client_that_reads_nothing_is_answered_and_cut() {
+    let config = Config::default().handshake_timeout(Some(Duration::from_millis(300)));
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let server = start(engine, config.clone()).await;
+        let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+        // No Upgrade: refused. The client reads nothing for a while.
+        tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let mut answer = Vec::new();
+        within(5, tcp.read_to_end(&mut answer))
+            .await
+            .expect("the connection ends");
+        let head = String::from_utf8_lossy(&answer);
+        assert!(head.starts_with("HTTP/1.1 4"), "{engine:?}: {head}");
+    }
+}
+
+#[tokio::test]
+async fn a_hang_up_without_closing_is_reported() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let tcp = upgrade_raw(server.addr).await;
+        drop(tcp);
+        let ended = server.ended().await;
+        assert!(ended.is_some(), "{engine:?}: an end without a close");
+    }
+}
+
+/// The last bytes a peer sends, then its FIN in the same segment burst:
+/// the server must read the bytes, answer them, and then see the end,
+/// with no further readiness edge to wake it (issue: the owned poller took
+/// a short read as "empty" and never read the FIN).
+#[tokio::test]
+async fn data_then_fin_is_answered_and_ends_the_connection() {
+    let lasts: [(&str, Vec<u8>, Option<u8>); 3] = [
+        ("text", frame(true, OpCode::Text, b"hi".to_vec()), Some(0x1)),
+        ("ping", frame(true, OpCode::Ping, b"p".to_vec()), Some(0xA)),
+        ("pong", frame(true, OpCode::Pong, b"p".to_vec()), None),
+    ];
+    for engine in ENGINES {
+        for (what, bytes, answer) in &lasts {
+            eprintln!("engine {engine:?}, {what} then FIN");
+            let mut server = start(engine, Config::default()).await;
+            let mut tcp = upgrade_raw(server.addr).await;
+            tcp.write_all(bytes).await.unwrap();
+            tcp.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            within(10, tcp.read_to_end(&mut got))
+                .await
+                .expect("the server lets go of the socket");
+            let ended = server.ended().await;
+            assert!(ended.is_some(), "{engine:?}, {what}: ended without a close");
+            // The split server's echo is sent by another task, which the
+            // end read meanwhile may beat: sends after the end are refused
+            // (the guide's "Closing"). The core's own answer, a pong, and
+            // every other engine's echo come before the end.
+            let raced = engine.engine == Engine::Split && *what == "text";
+            match answer {
+                Some(op) if !(raced && got.is_empty()) => {
+                    assert_eq!(
+                        got.first().map(|b| b & 0x0f),
+                        Some(*op),
+                        "{engine:?}, {what}"
+                    );
+                }
+                Some(_) => {}
+                None => assert_eq!(got, b"", "{engine:?}, {what}: nothing to answer"),
+            }
+        }
+    }
+}
+
+/// The upgrade request and the FIN together: the server answers, and the
+/// end that came with the request ends the connection.
+#[tokio::test]
+async fn a_handshake_then_fin_is_answered_and_ends_the_connection() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+        let mut request = raw::REQUEST.to_vec();
+        request.extend_from_slice(&frame(true, OpCode::Text, b"hi".to_vec()));
+        tcp.write_all(&request).await.unwrap();
+        tcp.shutdown().await.unwrap();
+        let mut answer = Vec::new();
+        within(10, tcp.read_to_end(&mut answer))
+            .await
+            .expect("the server lets go of the socket");
+        assert!(answer.starts_with(b"HTTP/1.1 101"), "{engine:?}");
+        let ended = server.ended().await;
+        assert!(ended.is_some(), "{engine:?}: ended without a close");
+    }
+}
+
+/// A reset (`SO_LINGER` 0) after a message: the server's side ends and
+/// reports it, on every engine.
+#[tokio::test]
+async fn a_reset_ends_the_connection() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let mut tcp = upgrade_raw(server.addr).await;
+        tcp.write_all(&frame(true, OpCode::Text, b"hi".to_vec()))
+            .await
+            .unwrap();
+        let (op, _) = read_frame(&mut tcp).await;
+        assert_eq!(op, 0x1, "{engine:?}: the echo");
+        tcp.write_all(&frame(true, OpCode::Pong, Vec::new()))
+            .await
+            .unwrap();
+        tcp.set_zero_linger().unwrap();
+        drop(tcp);
+        let ended = server.ended().await;
+        assert!(ended.is_some(), "{engine:?}: ended without a close");
+    }
+}
+
+/// A flood of pings behind a message the server closes on: the pings read
+/// before the close goes out owe a bounded number of pongs (the hub holds
+/// its close until the end of the turn; the Stream sends it first), so
+/// one peer costs its engine time linear in what it sent, not quadratic.
+#[tokio::test]
+async fn a_ping_flood_behind_a_close_owes_a_bounded_number_of_pongs() {
+    const PINGS: usize = 54_567;
+    let ping = frame(true, OpCode::Ping, Vec::new());
+    let mut burst = frame(true, OpCode::Text, b"close".to_vec());
+    for _ in 0..PINGS {
+        burst.extend_from_slice(&ping);
+    }
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let mut tcp = upgrade_raw(server.addr).await;
+        let (mut rd, mut wr) = tcp.split();
+        let write = async {
+            // The server may close before it has read the whole burst.
+            let _ = wr.write_all(&burst).await;
+        };
+        let read = async {
+            let mut pongs = 0;
+            loop {
+                let mut head = [0u8; 2];
+                rd.read_exact(&mut head).await.unwrap();
+                let mut payload = vec![0; usize::from(head[1] & 0x7f)];
+                rd.read_exact(&mut payload).await.unwrap();
+                match head[0] & 0x0f {
+                    0xA => pongs += 1,
+                    0x8 => return (pongs, u16::from_be_bytes([payload[0], payload[1]])),
+                    op => panic!("{engine:?}: opcode {op}"),
+                }
+            }
+        };
+        let ((), (pongs, code)) = within(30, futures_util::future::join(write, read)).await;
+        assert_eq!(code, 4000, "{engine:?}");
+        eprintln!("{pongs} pongs");
+        // The split server's close goes out from its sending task: until
+        // that runs, its receiver answers each ping as it reads it, with
+        // nothing held back, so no bound but the scheduler's applies.
+        if engine.engine != Engine::Split {
+            assert!(
+                pongs <= wavesock::proto::conn::OWED_PONGS_MAX,
+                "{engine:?}: {pongs} pongs before the close"
+            );
+        }
+        drop(tcp);
+        server.ended().await;
+    }
+}
+
+#[tokio::test]
+async fn a_protocol_violation_gets_1002() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, Config::default()).await;
+        let mut tcp = upgrade_raw(server.addr).await;
+        // Unmasked, from a client.
+        tcp.write_all(&[0x81, 0x02, b'h', b'i']).await.unwrap();
+        assert_eq!(close_code(&mut tcp).await, 1002, "{engine:?}");
+        assert!(server.ended().await.is_some(), "{engine:?}");
+    }
+}
+
+#[tokio::test]
+async fn keepalive_closes_a_silent_peer_and_keeps_a_live_one() {
+    let config = Config::default()
+        .ping_interval(Some(Duration::from_millis(100)))
+        .pong_timeout(Duration::from_millis(200));
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, config.clone()).await;
+        // wavesock's client answers pings: kept past several intervals.
+        let (mut live, _) = wavesock::connect_async(format!("ws://{}/", server.addr))
+            .await
+            .unwrap();
+        let pinger = tokio::spawn(async move {
+            // Reading answers the server's pings.
+            while let Some(Ok(_)) = live.next().await {}
+        });
+        // A raw peer that never answers.
+        let mut silent = upgrade_raw(server.addr).await;
+        assert_eq!(read_frame(&mut silent).await.0, 0x9, "{engine:?}: a ping");
+        let ended = server.ended().await;
+        assert!(
+            ended.as_deref().is_some_and(|e| e.contains("keepalive")),
+            "{engine:?}: {ended:?}"
+        );
+        assert!(!pinger.is_finished(), "{engine:?}: the live peer stays");
+        pinger.abort();
+    }
+}
+
+#[tokio::test]
+async fn an_unfinished_handshake_is_cut_at_its_timeout() {
+    let config = Config::default().handshake_timeout(Some(Duration::from_millis(200)));
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let server = start(engine, config.clone()).await;
+        let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+        tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        let mut rest = Vec::new();
+        let n = within(5, tcp.read_to_end(&mut rest)).await.unwrap_or(0);
+        assert_eq!(n, 0, "{engine:?}: cut without an answer");
+    }
+}
+
+#[tokio::test]
+async fn a_message_larger_than_the_whole_budget_gets_1009() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let budget = MemoryBudget::new(1 << 20).allowance(0);
+        let mut server = start(engine, budget_config(&budget)).await;
+        let mut tcp = upgrade_raw(server.addr).await;
+        tcp.write_all(&frame(true, OpCode::Binary, vec![7; 2 << 20]))
+            .await
+            .unwrap_or(());
+        assert_eq!(close_code(&mut tcp).await, 1009, "{engine:?}");
+        assert!(server.ended().await.is_some(), "{engine:?}");
+        assert!(budget.peak() <= budget.limit(), "{engine:?}");
+    }
+}
+
+#[tokio::test]
+async fn under_contention_a_client_waits_then_resumes_and_is_not_refused_later() {
+    let wait = Duration::from_millis(800);
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let budget = MemoryBudget::new(16 << 20).allowance(0).wait_timeout(wait);
+        let server = start(engine, budget_config(&budget)).await;
+        let mut a = upgrade_raw(server.addr).await;
+        a.write_all(&frame(false, OpCode::Binary, vec![1; 5 << 20]))
+            .await
+            .unwrap();
+        until(|| budget.in_use() >= 5 << 20).await;
+        // B's message needs budget that A holds (reading a frame holds up
+        // to twice its size while the buffer grows): B waits.
+        let mut b = upgrade_raw(server.addr).await;
+        // B writes while A stays quiet for less than the wait (a write of
+        // 8 MiB to a slow server may take longer than that by itself).
+        let b_writes = tokio::spawn(async move {
+            b.write_all(&frame(true, OpCode::Binary, vec![2; 8 << 20]))
+                .await
+                .unwrap();
+            b
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            budget.peak() <= budget.limit(),
+            "{engine:?}: {}",
+            budget.peak()
+        );
+        // A finishes and gives its budget back: B resumes.
+        a.write_all(&frame(true, OpCode::Continuation, vec![]))
+            .await
+            .unwrap();
+        assert_eq!(read_frame(&mut a).await.1.len(), 5 << 20, "{engine:?}");
+        let mut b = within(10, b_writes).await.unwrap();
+        assert_eq!(read_frame(&mut b).await.1.len(), 8 << 20, "{engine:?}");
+        // Quiet for longer than the wait, then a request: answered.
+        tokio::time::sleep(wait * 2).await;
+        b.write_all(&frame(true, OpCode::Text, b"again".to_vec()))
+            .await
+            .unwrap();
+        assert_eq!(
+            read_frame(&mut b).await,
+            (0x1, b"again".to_vec()),
+            "{engine:?}"
+        );
+        assert!(
+            budget.peak() <= budget.limit(),
+            "{engine:?}: {}",
+            budget.peak()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_client_holding_budget_while_silent_gets_1013_and_the_waiting_one_resumes() {
+    let wait = Duration::from_millis(1000);
+    for engine in ENGINES {
+        let budget = MemoryBudget::new(16 << 20).allowance(0).wait_timeout(wait);
+        let mut server = start(engine, budget_config(&budget)).await;
+        let mut a = upgrade_raw(server.addr).await;
+        a.write_all(&frame(false, OpCode::Binary, vec![1; 5 << 20]))
+            .await
+            .unwrap();
+        until(|| budget.in_use() >= 5 << 20).await;
+        // B comes well after A went silent: A's wait runs out first, with
+        // most of B's still to go.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let mut b = upgrade_raw(server.addr).await;
+        b.write_all(&frame(true, OpCode::Binary, vec![2; 8 << 20]))
+            .await
+            .unwrap();
+        // A never finishes its message: it is refused once it has held
+        // budget without sending for the wait's length, which gives the
+        // budget back to B, waiting since later.
+        assert_eq!(close_code(&mut a).await, 1013, "{engine:?}");
+        assert!(server.ended().await.is_some(), "{engine:?}");
+        assert_eq!(read_frame(&mut b).await.1.len(), 8 << 20, "{engine:?}");
+        drop(b);
+        until(|| budget.in_use() == 0).await;
+        assert!(budget.peak() <= budget.limit(), "{engine:?}");
+    }
+}
+
+/// A message that fits in the whole budget, but not beside what another
+/// connection holds, waits on every engine (1009 means it could never
+/// fit, even in an empty budget), and goes through once the other's wait
+/// runs out; the budget's peak never passes its limit meanwhile.
+#[tokio::test]
+async fn a_message_that_fits_the_empty_budget_waits_rather_than_1009() {
+    let wait = Duration::from_millis(1000);
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let budget = MemoryBudget::new(32 << 20).allowance(0).wait_timeout(wait);
+        let mut server = start(engine, budget_config(&budget)).await;
+        let mut a = upgrade_raw(server.addr).await;
+        a.write_all(&frame(false, OpCode::Binary, vec![1; 14 << 20]))
+            .await
+            .unwrap();
+        until(|| budget.in_use() >= 14 << 20).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let mut b = upgrade_raw(server.addr).await;
+        let (mut rd, mut wr) = b.split();
+        let big = frame(true, OpCode::Binary, vec![2; 20 << 20]);
+        let send = async {
+            let _ = wr.write_all(&big).await;
+        };
+        let echo = async { read_frame(&mut rd).await };
+        let ((), (op, echo)) = within(30, futures_util::future::join(send, echo)).await;
+        assert_eq!(
+            op,
+            0x2,
+            "{engine:?}: not refused ({:?})",
+            close_of(op, &echo)
+        );
+        assert_eq!(echo.len(), 20 << 20, "{engine:?}");
+        assert_eq!(close_code(&mut a).await, 1013, "{engine:?}");
+        drop(b);
+        until(|| budget.in_use() == 0).await;
+        assert!(
+            budget.peak() <= budget.limit(),
+            "{engine:?}: peak {} over {}",
+            budget.peak(),
+            budget.limit()
+        );
+        let _ = server.ended().await;
+    }
+}
+
+/// The same with permessage-deflate, where the budget holds inflated
+/// output: a peer stalled inside a compressed message holding 14 MiB of
+/// it, and an honest client's 20 MiB message, which fits the 32 MiB
+/// budget once the other is gone: it waits on every engine, then is
+/// echoed, and the stalled peer gets 1013.
+#[cfg(feature = "deflate")]
+#[tokio::test]
+async fn a_compressed_message_that_fits_the_empty_budget_waits_rather_than_1009() {
+    let wait = Duration::from_millis(1000);
+    let deflate = || wavesock::DeflateConfig::default().compression_threshold(0);
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let budget = MemoryBudget::new(32 << 20).allowance(0).wait_timeout(wait);
+        let config = budget_config(&budget).deflate(deflate());
+        let mut server = start(engine, config).await;
+        let mut a = TcpStream::connect(server.addr).await.unwrap();
+        let mut request = raw::REQUEST[..raw::REQUEST.len() - 2].to_vec();
+        request.extend_from_slice(b"Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n");
+        a.write_all(&request).await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            head.push(a.read_u8().await.unwrap());
+        }
+        let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        assert!(head.contains("permessage-deflate"), "{engine:?}: {head}");
+        // The first fragment of a compressed message (RSV1, no FIN): 14 MiB
+        // once inflated.
+        let mut z = flate2::Compress::new(flate2::Compression::new(6), false);
+        let mut packed = Vec::with_capacity(64 << 10);
+        z.compress_vec(
+            &vec![1u8; 14 << 20],
+            &mut packed,
+            flate2::FlushCompress::Sync,
+        )
+        .unwrap();
+        a.write_all(&masked_frame(0x42, &packed)).await.unwrap();
+        until(|| budget.in_use() >= 14 << 20).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let client = Config::default()
+            .deflate(deflate())
+            .max_message_size(64 << 20)
+            .max_frame_size(64 << 20);
+        let url = format!("ws://{}/", server.addr);
+        let (mut b, _) = wavesock::connect_async_with_config(url, client)
+            .await
+            .unwrap();
+        b.send(Message::binary(vec![2u8; 20 << 20])).await.unwrap();
+        let echo = within(30, b.next())
+            .await
+            .expect("an answer")
+            .expect("no error");
+        assert_eq!(echo.len(), 20 << 20, "{engine:?}: {echo:?}");
+        assert_eq!(close_code(&mut a).await, 1013, "{engine:?}");
+        assert!(budget.peak() <= budget.limit(), "{engine:?}");
+        drop(b);
+        until(|| budget.in_use() == 0).await;
+        let _ = server.ended().await;
+    }
+}
+
+/// A masked client frame with first byte `b0`.
+#[cfg(feature = "deflate")]
+fn masked_frame(b0: u8, payload: &[u8]) -> Vec<u8> {
+    let key = [9u8, 8, 7, 6];
+    let mut f = vec![b0];
+    match payload.len() {
+        n @ 0..=125 => f.push(0x80 | n as u8),
+        n @ 126..=0xFFFF => {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(0x80 | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    f.extend_from_slice(&key);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    f
+}
+
+/// A close frame's code and reason, for a message.
+fn close_of(op: u8, payload: &[u8]) -> Option<(u16, String)> {
+    (op == 0x8 && payload.len() >= 2).then(|| {
+        (
+            u16::from_be_bytes([payload[0], payload[1]]),
+            String::from_utf8_lossy(&payload[2..]).into_owned(),
+        )
+    })
+}
+
+/// The hub reads into a buffer its connections share and keeps what is
+/// left of a frame; the Stream reads into the stack and keeps what came.
+/// Under a budget nearly full, what a connection keeps of such a read must
+/// fit in the budget, never push it past its limit: the read takes no more
+/// than the budget has room for, and waits when it has none.
+#[tokio::test]
+async fn a_read_into_shared_memory_never_pushes_the_budget_past_its_limit() {
+    let wait = Duration::from_millis(1000);
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let budget = MemoryBudget::new(4 << 20).allowance(0).wait_timeout(wait);
+        let mut server = start(engine, budget_config(&budget)).await;
+        let mut a = upgrade_raw(server.addr).await;
+        let held = (4 << 20) - (100 << 10);
+        a.write_all(&frame(false, OpCode::Binary, vec![1; held]))
+            .await
+            .unwrap();
+        until(|| budget.in_use() >= held).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let mut b = upgrade_raw(server.addr).await;
+        let (mut rd, mut wr) = b.split();
+        let big = frame(true, OpCode::Binary, vec![2; 1 << 20]);
+        let send = async {
+            let _ = wr.write_all(&big).await;
+        };
+        let ((), (op, echo)) =
+            within(30, futures_util::future::join(send, read_frame(&mut rd))).await;
+        assert_eq!(op, 0x2, "{engine:?}: {:?}", close_of(op, &echo));
+        assert_eq!(echo.len(), 1 << 20, "{engine:?}");
+        assert_eq!(close_code(&mut a).await, 1013, "{engine:?}");
+        assert!(
+            budget.peak() <= budget.limit(),
+            "{engine:?}: peak {} over {}",
+            budget.peak(),
+            budget.limit()
+        );
+        drop(b);
+        until(|| budget.in_use() == 0).await;
+        let _ = server.ended().await;
+    }
+}
+
+#[tokio::test]
+async fn an_idle_connection_holds_no_budget_after_a_large_message() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let budget = MemoryBudget::new(64 << 20).allowance(0);
+        let server = start(engine, budget_config(&budget)).await;
+        let (mut ws, _) = wavesock::connect_async(format!("ws://{}/", server.addr))
+            .await
+            .unwrap();
+        ws.send(Message::binary(vec![3u8; 8 << 20])).await.unwrap();
+        let echo = within(10, ws.next()).await.unwrap().unwrap();
+        assert_eq!(echo.len(), 8 << 20, "{engine:?}");
+        until(|| budget.in_use() == 0).await;
+        assert!(budget.peak() >= 8 << 20, "{engine:?}: the budget saw it");
+    }
+}
+
+#[tokio::test]
+async fn settings_of_duration_max_mean_never_on_every_engine() {
+    let config = Config::default()
+        .handshake_timeout(Some(Duration::MAX))
+        .ping_interval(Some(Duration::MAX))
+        .pong_timeout(Duration::MAX)
+        .close_timeout(Duration::MAX)
+        .memory_budget(MemoryBudget::new(1 << 20).wait_timeout(Duration::MAX));
+    for engine in ENGINES {
+        let mut server = start(engine, config.clone()).await;
+        let (mut ws, _) = wavesock::connect_async(format!("ws://{}/", server.addr))
+            .await
+            .unwrap();
+        ws.send(Message::text("x")).await.unwrap();
+        assert_eq!(
+            within(5, ws.next()).await.unwrap().unwrap(),
+            Message::text("x")
+        );
+        ws.close(None).await.unwrap();
+        while within(5, ws.next()).await.is_some() {}
+        assert_eq!(server.ended().await, None, "{engine:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_idle_connection_holds_no_buffer_after_a_large_message() {
+    // Alone: the heap is the process's.
+    if !counting::alone() {
+        return;
+    }
+    let mut held = Vec::new();
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let server = start(engine, Config::default().max_message_size(16 << 20)).await;
+        let (mut ws, _) = wavesock::connect_async(format!("ws://{}/", server.addr))
+            .await
+            .unwrap();
+        // Warm: the pools and the runtime hold what they keep anyway.
+        for _ in 0..3 {
+            ws.send(Message::binary(vec![1u8; 100 << 10]))
+                .await
+                .unwrap();
+            within(10, ws.next()).await.unwrap().unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let idle = counting::LIVE.load(Ordering::SeqCst);
+        ws.send(Message::binary(vec![3u8; 8 << 20])).await.unwrap();
+        let echo = within(10, ws.next()).await.unwrap().unwrap();
+        assert_eq!(echo.len(), 8 << 20, "{engine:?}");
+        drop(echo);
+        // The client waits for more, as a read loop does: a Stream gives
+        // its memory back when it waits, so this one must be polled.
+        let _ = tokio::time::timeout(Duration::from_millis(50), ws.next()).await;
+        // Both ends idle again: neither keeps the message's buffers (the
+        // pools keep at most a few buffers of their bounded size).
+        let slack = 1 << 20;
+        let mut live = counting::LIVE.load(Ordering::SeqCst);
+        for _ in 0..500 {
+            if live < idle + slack {
+                break;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(1), ws.next()).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            live = counting::LIVE.load(Ordering::SeqCst);
+        }
+        if live >= idle + slack {
+            held.push(format!(
+                "{engine:?}: {live} bytes live, {idle} before the 8 MiB echo"
+            ));
+        }
+        drop(ws);
+    }
+    assert!(held.is_empty(), "{held:#?}");
+}

@@ -1,0 +1,29 @@
+//! The hub's suites, one binary: its API, deliveries, driver, faults,
+//! hostile peers, interleavings, topics (with a real Redis and Redis
+//! Cluster where `redis-server` is installed), every engine side by side
+//! on real sockets (`engines`), and the model-based harness (`model`).
+//! One module a suite: `cargo test --test hub topics::` runs one.
+//!
+//! Some tests count the heap; each of those runs in a process of its own
+//! (`support::counting::alone`).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+#[global_allocator]
+static GLOBAL: support::counting::Counting = support::counting::Counting;
+
+mod engines;
+mod hub;
+mod hub_api;
+mod hub_deliveries;
+mod hub_driver;
+mod hub_faults;
+mod hub_hostile;
+mod hub_interleavings;
+mod model;
+mod soundness;
+mod topics;
+mod topics_cluster;
+mod topics_interest;
+mod topics_redis;

@@ -1,0 +1,397 @@
+//! Close semantics over real loopback sockets: `close()` starts the
+//! handshake and nothing the peer sent before its close frame is lost; a
+//! peer that hangs up after our close frame ends the stream cleanly.
+
+use crate::support;
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use wavesock::{CloseCode, CloseFrame, Config, Error, Message};
+
+use crate::support::{
+    accept, client, close_payload, listener, masked, raw_upgrade, read_frame, unmasked,
+};
+
+/// A server that sends three messages and its close frame in one write,
+/// while the client closes: the client still gets all three, then the
+/// server's close frame, then the end.
+#[tokio::test]
+async fn client_close_keeps_messages_sent_before_the_peers_close() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(async move {
+        let (mut tcp, _) = l.accept().await.unwrap();
+        support::read_head(&mut tcp).await;
+        let mut out = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
+            support::ACCEPT
+        )
+        .into_bytes();
+        for text in ["one", "two", "three"] {
+            out.extend(unmasked(0x81, text.as_bytes()));
+        }
+        out.extend(unmasked(0x88, &close_payload(1001, "going away")));
+        tcp.write_all(&out).await.unwrap();
+        // Our close frame crosses theirs; then the server ends TCP.
+        let mut b0 = [0u8; 1];
+        tokio::io::AsyncReadExt::read_exact(&mut tcp, &mut b0)
+            .await
+            .unwrap();
+        drop(tcp);
+        b0[0]
+    });
+    let request = http::Request::builder()
+        .uri(format!("ws://{addr}/"))
+        .header("Sec-WebSocket-Key", support::KEY)
+        .body(())
+        .unwrap();
+    let (mut ws, _) = wavesock::connect_async(request).await.unwrap();
+    // Let everything the server sent arrive before we close.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "done")))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while let Some(msg) = ws.next().await {
+        got.push(msg.unwrap());
+    }
+    assert_eq!(
+        got,
+        vec![
+            Message::text("one"),
+            Message::text("two"),
+            Message::text("three"),
+            Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "going away"))),
+        ]
+    );
+    assert_eq!(server.await.unwrap(), 0x88, "our close frame went out");
+}
+
+/// The server side of the same: a client sends messages and then its close
+/// frame right after our close; they are delivered, and our close is not
+/// sent twice.
+#[tokio::test]
+async fn server_close_keeps_messages_sent_before_the_peers_close() {
+    let (l, addr) = listener().await;
+    let peer = tokio::spawn(async move {
+        let (mut tcp, mut buf) = raw_upgrade(addr).await;
+        let (b0, payload) = read_frame(&mut tcp, &mut buf).await.unwrap();
+        assert_eq!((b0, &payload[..2]), (0x88, &1000u16.to_be_bytes()[..]));
+        let mut out = Vec::new();
+        for i in 0..100u32 {
+            out.extend(masked(0x82, &i.to_be_bytes()));
+        }
+        out.extend(masked(0x88, &close_payload(1000, "")));
+        tcp.write_all(&out).await.unwrap();
+        // The server closes TCP once the handshake is done; nothing more.
+        assert!(read_frame(&mut tcp, &mut buf).await.is_none());
+    });
+    let mut ws = accept(&l, Config::default()).await;
+    ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "")))
+        .await
+        .unwrap();
+    for i in 0..100u32 {
+        assert_eq!(
+            ws.next().await.unwrap().unwrap(),
+            Message::binary(i.to_be_bytes().to_vec())
+        );
+    }
+    assert!(ws.next().await.unwrap().unwrap().is_close());
+    assert!(ws.next().await.is_none());
+    peer.await.unwrap();
+}
+
+/// A server that reads our close frame and hangs up without answering (as
+/// many do): the stream ends with `None`, not an error.
+#[tokio::test]
+async fn a_peer_that_hangs_up_after_our_close_ends_the_stream_cleanly() {
+    for reset in [false, true] {
+        let (l, addr) = listener().await;
+        let server = tokio::spawn(async move {
+            let (tcp, _) = l.accept().await.unwrap();
+            let mut ws = wavesock::accept_async(tcp).await.unwrap();
+            ws.send(Message::text("before")).await.unwrap();
+            // Wait for the client's close frame, then vanish.
+            let tcp = ws.get_mut();
+            let mut byte = [0u8; 1];
+            tokio::io::AsyncReadExt::read_exact(tcp, &mut byte)
+                .await
+                .unwrap();
+            assert_eq!(byte[0], 0x88);
+            if reset {
+                // Close with unread data and SO_LINGER 0: a TCP reset.
+                ws.get_ref().set_zero_linger().unwrap();
+            }
+            drop(ws);
+        });
+        let mut ws = client(addr, Config::default()).await;
+        ws.close(None).await.unwrap();
+        assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("before"));
+        let end = ws.next().await;
+        assert!(end.is_none(), "reset={reset}: {end:?}");
+        assert!(ws.is_close_sent());
+        assert!(!ws.is_close_received());
+        server.await.unwrap();
+    }
+}
+
+/// Without our close frame, the peer hanging up stays an error: the
+/// conversation may have been cut short.
+#[tokio::test]
+async fn a_peer_that_hangs_up_unasked_is_still_an_error() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(async move {
+        let (tcp, _) = l.accept().await.unwrap();
+        let ws = wavesock::accept_async(tcp).await.unwrap();
+        drop(ws);
+    });
+    let mut ws = client(addr, Config::default()).await;
+    let err = ws.next().await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, Error::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof),
+        "{err:?}"
+    );
+    server.await.unwrap();
+}
+
+/// A split sender closing (what `SinkExt::close` on tokio-tungstenite's
+/// `SplitSink` does): the receiver still gets what was in flight.
+#[tokio::test]
+async fn split_sender_close_leaves_the_receiver_reading() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(async move {
+        let mut ws = accept(&l, Config::default()).await;
+        for i in 0..10 {
+            ws.feed(Message::text(format!("m{i}"))).await.unwrap();
+        }
+        ws.flush().await.unwrap();
+        // Echoes the close, then ends.
+        while ws.next().await.is_some() {}
+    });
+    let (mut tx, mut rx) = client(addr, Config::default()).await.split();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    tx.close().await.unwrap();
+    for i in 0..10 {
+        assert_eq!(
+            rx.next().await.unwrap().unwrap(),
+            Message::text(format!("m{i}"))
+        );
+    }
+    assert!(rx.next().await.unwrap().unwrap().is_close());
+    assert!(rx.next().await.is_none());
+    server.await.unwrap();
+}
+
+/// A split receiver already waiting for input when a sender sends our
+/// close frame learns of it and runs the close timer: a peer that never
+/// answers (nor hangs up) ends the receiver with `CloseTimeout`, not a
+/// wait for ever.
+#[tokio::test]
+async fn a_waiting_split_receiver_times_out_a_close_its_sender_sent() {
+    let (l, addr) = listener().await;
+    let peer = tokio::spawn(async move {
+        // Upgrades, then reads nothing and answers nothing.
+        let (tcp, _) = raw_upgrade(addr).await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(tcp);
+    });
+    let config = Config::default().close_timeout(Duration::from_millis(200));
+    let (mut tx, mut rx) = accept(&l, config).await.split();
+    let receiving = tokio::spawn(async move { rx.next().await });
+    // The receiver is parked on the socket before the close goes out.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    tx.send(Message::Close(None)).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), receiving)
+        .await
+        .expect("the receiver never ran the close timer")
+        .unwrap();
+    assert!(matches!(got, Some(Err(Error::CloseTimeout))), "{got:?}");
+    peer.abort();
+}
+
+/// `close()` waits no longer than the core's close deadline, which runs
+/// from when our close was recorded (here by `feed`), not from the call:
+/// a peer that never reads costs the close timeout once.
+#[tokio::test(start_paused = true)]
+async fn close_is_bounded_by_the_deadline_armed_when_the_close_was_recorded() {
+    use wavesock::{Role, WebSocketStream};
+    let (a, _peer_never_reads) = tokio::io::duplex(64);
+    let config = Config::default().close_timeout(Duration::from_secs(10));
+    let mut ws = WebSocketStream::from_raw_socket(a, Role::Client, config).unwrap();
+    ws.feed(Message::binary(vec![0u8; 4096])).await.unwrap();
+    ws.feed(Message::Close(None)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let start = tokio::time::Instant::now();
+    let r = ws.close(None).await;
+    assert!(matches!(r, Err(Error::CloseTimeout)), "{r:?}");
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(3),
+        "{waited:?}: the rest of the deadline, not a fresh timeout"
+    );
+}
+
+/// How long a peer waits for a close reply before the test fails: a guard
+/// against hanging, not a bound on how fast the reply comes.
+const REPLY_GUARD: Duration = Duration::from_secs(5);
+
+/// Reads one frame a client sent: its first byte and its payload, unmasked.
+async fn read_masked_frame(tcp: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut head = [0u8; 2];
+    tcp.read_exact(&mut head).await.unwrap();
+    assert_eq!(head[1] & 0x80, 0x80, "client frames are masked");
+    let len = match head[1] & 0x7f {
+        126 => tcp.read_u16().await.unwrap() as usize,
+        127 => tcp.read_u64().await.unwrap() as usize,
+        n => n as usize,
+    };
+    let mut key = [0u8; 4];
+    tcp.read_exact(&mut key).await.unwrap();
+    let mut payload = vec![0u8; len];
+    tcp.read_exact(&mut payload).await.unwrap();
+    for (i, b) in payload.iter_mut().enumerate() {
+        *b ^= key[i % 4];
+    }
+    (head[0], payload)
+}
+
+/// A raw client sends its close frame (1001 "restart") to a wavesock
+/// server; the reply it reads, within [`REPLY_GUARD`].
+async fn close_and_read_the_reply(addr: std::net::SocketAddr) -> Option<(u8, Vec<u8>)> {
+    let (mut tcp, mut buf) = raw_upgrade(addr).await;
+    tcp.write_all(&masked(0x88, &close_payload(1001, "restart")))
+        .await
+        .unwrap();
+    tokio::time::timeout(REPLY_GUARD, read_frame(&mut tcp, &mut buf))
+        .await
+        .expect("no close reply from a server polled no more after the close")
+}
+
+fn restart() -> Message {
+    Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "restart")))
+}
+
+/// The server closes; the client's `next()` yields that close once and the
+/// stream is then kept but never polled again: the server still reads the
+/// client's reply, its code and reason echoed.
+#[tokio::test]
+async fn a_client_that_stops_polling_at_the_peers_close_has_sent_the_reply() {
+    let (l, addr) = listener().await;
+    let server = tokio::spawn(async move {
+        let (mut tcp, _) = l.accept().await.unwrap();
+        support::read_head(&mut tcp).await;
+        let mut out = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
+            support::ACCEPT
+        )
+        .into_bytes();
+        out.extend(unmasked(0x88, &close_payload(1001, "restart")));
+        tcp.write_all(&out).await.unwrap();
+        tokio::time::timeout(REPLY_GUARD, read_masked_frame(&mut tcp))
+            .await
+            .expect("no close reply from a client polled no more after the close")
+    });
+    let mut ws = client(addr, Config::default()).await;
+    assert_eq!(ws.next().await.unwrap().unwrap(), restart());
+    // `ws` stays alive, unpolled, until the server has read the reply.
+    let reply = server.await.unwrap();
+    assert_eq!(reply, (0x88, close_payload(1001, "restart")));
+    drop(ws);
+}
+
+/// The client closes; the server's `next()` yields that close once and the
+/// stream is then kept but never polled again: the client still reads the
+/// server's reply, its code and reason echoed.
+#[tokio::test]
+async fn a_server_that_stops_polling_at_the_peers_close_has_sent_the_reply() {
+    let (l, addr) = listener().await;
+    let (done, until_done) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let mut ws = accept(&l, Config::default()).await;
+        let msg = ws.next().await.unwrap().unwrap();
+        // Kept, unpolled, until the client has read the reply.
+        until_done.await.unwrap();
+        drop(ws);
+        msg
+    });
+    let reply = close_and_read_the_reply(addr).await;
+    assert_eq!(reply, Some((0x88, close_payload(1001, "restart"))));
+    done.send(()).unwrap();
+    assert_eq!(server.await.unwrap(), restart());
+}
+
+/// The same with the connection split: the receiver yields the client's
+/// close once and is not polled again, the sender held idle meanwhile; the
+/// client still reads the reply.
+#[tokio::test]
+async fn a_split_receiver_that_stops_polling_at_the_peers_close_has_sent_the_reply() {
+    let (l, addr) = listener().await;
+    let (done, until_done) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let (tx, mut rx) = accept(&l, Config::default()).await.split();
+        let msg = rx.next().await.unwrap().unwrap();
+        // Both halves kept, unpolled, until the client has read the reply.
+        until_done.await.unwrap();
+        drop((tx, rx));
+        msg
+    });
+    let reply = close_and_read_the_reply(addr).await;
+    assert_eq!(reply, Some((0x88, close_payload(1001, "restart"))));
+    done.send(()).unwrap();
+    assert_eq!(server.await.unwrap(), restart());
+}
+
+/// A split receiver yields the client's close while a sender waits on a
+/// full socket (the client reads nothing yet), then is not polled again.
+/// Once the client reads, the sender's send completes and the reply, queued
+/// behind the sender's message, reaches the client: the receiver's attempt
+/// to write it on a full socket leaves the sender able to finish.
+#[tokio::test]
+async fn a_sender_waiting_on_the_socket_writes_the_reply_of_a_receiver_that_stopped() {
+    const BIG: usize = 32 << 20;
+    let (l, addr) = listener().await;
+    let ((mut tcp, mut buf), ws) = tokio::join!(raw_upgrade(addr), accept(&l, Config::default()));
+    let (mut tx, mut rx) = ws.split();
+    let sending = tokio::spawn(async move {
+        let sent = tx.send(Message::binary(vec![7u8; BIG])).await;
+        (tx, sent)
+    });
+    // Let the send fill the socket and wait on it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !sending.is_finished(),
+        "the socket took {BIG} bytes at once"
+    );
+    let (yielded, close_yielded) = oneshot::channel();
+    let (done, until_done) = oneshot::channel::<()>();
+    let receiving = tokio::spawn(async move {
+        yielded.send(rx.next().await.unwrap().unwrap()).unwrap();
+        // Kept, unpolled, until the client has read the reply.
+        until_done.await.unwrap();
+        drop(rx);
+    });
+    tcp.write_all(&masked(0x88, &close_payload(1001, "restart")))
+        .await
+        .unwrap();
+    let msg = tokio::time::timeout(REPLY_GUARD, close_yielded)
+        .await
+        .expect("the receiver did not yield the close")
+        .unwrap();
+    assert_eq!(msg, restart());
+    // Only now does the client read.
+    let (first, reply) = tokio::time::timeout(REPLY_GUARD, async {
+        let first = read_frame(&mut tcp, &mut buf).await.unwrap();
+        (first, read_frame(&mut tcp, &mut buf).await)
+    })
+    .await
+    .expect("the sender's message and the reply did not both arrive");
+    assert_eq!((first.0, first.1.len()), (0x82, BIG));
+    assert_eq!(reply, Some((0x88, close_payload(1001, "restart"))));
+    let (_tx, sent) = sending.await.unwrap();
+    sent.unwrap();
+    done.send(()).unwrap();
+    receiving.await.unwrap();
+}

@@ -1,0 +1,91 @@
+//! A global allocator that counts live and peak heap bytes, for the tests
+//! that prove memory bounds, and [`alone`], which gives such a test a
+//! process of its own. A test binary with counting tests installs the
+//! allocator in its `main.rs`:
+//!
+//! ```ignore
+//! #[global_allocator]
+//! static GLOBAL: support::counting::Counting = support::counting::Counting;
+//! ```
+#![allow(dead_code)]
+
+use std::process::Command;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Forwards to the system allocator and counts.
+pub struct Counting;
+
+/// Bytes allocated and not yet freed.
+pub static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// The most `LIVE` has been since it was last reset.
+pub static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Allocations made (reallocations included).
+pub static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator and only counts.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let live = LIVE.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
+        PEAK.fetch_max(live, Ordering::SeqCst);
+        ALLOCS.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: same layout contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
+        // SAFETY: ptr came from System.alloc with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+/// The variable that tells a test process it was started by [`alone`] to
+/// run the named test.
+const ALONE: &str = "WAVESOCK_TEST_ALONE";
+
+/// Makes the calling test run in a process of its own, where the heap the
+/// allocator counts is that test's alone, whatever else its binary runs in
+/// parallel. Call it first; the test goes on only if it returns `true`:
+///
+/// ```ignore
+/// if !counting::alone() {
+///     return;
+/// }
+/// ```
+///
+/// In the test binary it runs this same binary again with the calling test
+/// as its one exact filter, waits, fails with the child's output if the
+/// child failed or did not run the test, and returns `false`. In that
+/// child it returns `true`.
+pub fn alone() -> bool {
+    // libtest names each test's thread after the test's path.
+    let name = std::thread::current()
+        .name()
+        .filter(|n| *n != "main")
+        .expect("alone() is called on a test's own thread")
+        .to_owned();
+    if std::env::var_os(ALONE).is_some_and(|v| v == name.as_str()) {
+        return true;
+    }
+    let out = Command::new(std::env::current_exe().expect("the test binary"))
+        .args([name.as_str(), "--exact", "--include-ignored", "--nocapture"])
+        .args(["--test-threads", "1"])
+        .env(ALONE, &name)
+        .output()
+        .expect("the test binary runs again");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{name}, alone in a process:\n{text}");
+    assert!(
+        text.contains("1 passed"),
+        "{name} did not run alone in a process:\n{text}"
+    );
+    // What the child printed is the test's own output.
+    print!("{text}");
+    false
+}
