@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-#[path = "../../tests/counting/mod.rs"]
+#[path = "../../tests/support/counting.rs"]
 mod counting;
 
 #[global_allocator]
