@@ -45,6 +45,9 @@ unsafe impl GlobalAlloc for Counting {
 /// run the named test.
 const ALONE: &str = "WAVESOCK_TEST_ALONE";
 
+/// Held while a child of [`alone`] runs.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Makes the calling test run in a process of its own, where the heap the
 /// allocator counts is that test's alone, whatever else its binary runs in
 /// parallel. Call it first; the test goes on only if it returns `true`:
@@ -69,6 +72,10 @@ pub fn alone() -> bool {
     if std::env::var_os(ALONE).is_some_and(|v| v == name.as_str()) {
         return true;
     }
+    // One counting test at a time, as when each had a binary of its own:
+    // they move hundreds of MiB, and two at once (with the rest of the
+    // binary beside them) missed their deadlines on two loaded cores.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let out = Command::new(std::env::current_exe().expect("the test binary"))
         .args([name.as_str(), "--exact", "--include-ignored", "--nocapture"])
         .args(["--test-threads", "1"])
