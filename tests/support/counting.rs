@@ -9,8 +9,6 @@
 //! ```
 #![allow(dead_code)]
 
-use std::process::Command;
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -58,10 +56,10 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// }
 /// ```
 ///
-/// In the test binary it runs this same binary again with the calling test
-/// as its one exact filter, waits, fails with the child's output if the
-/// child failed or did not run the test, and returns `false`. In that
-/// child it returns `true`.
+/// In the test binary it runs the calling test again in a child process
+/// ([`run_test`](super::child::run_test)), which fails with the child's
+/// output if the test failed there, and returns `false`. In that child it
+/// returns `true`.
 pub fn alone() -> bool {
     // libtest names each test's thread after the test's path.
     let name = std::thread::current()
@@ -76,22 +74,9 @@ pub fn alone() -> bool {
     // they move hundreds of MiB, and two at once (with the rest of the
     // binary beside them) missed their deadlines on two loaded cores.
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let out = Command::new(std::env::current_exe().expect("the test binary"))
-        .args([name.as_str(), "--exact", "--include-ignored", "--nocapture"])
-        .args(["--test-threads", "1"])
-        .env(ALONE, &name)
-        .output()
-        .expect("the test binary runs again");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{name}, alone in a process:\n{text}");
-    assert!(
-        text.contains("1 passed"),
-        "{name} did not run alone in a process:\n{text}"
-    );
+    let text = super::child::run_test(&name, |command| {
+        command.env(ALONE, &name);
+    });
     // What the child printed is the test's own output.
     print!("{text}");
     false

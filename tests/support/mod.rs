@@ -5,6 +5,7 @@
 //! below hold what only some suites need.
 #![allow(dead_code)]
 
+pub mod child;
 pub mod counting;
 pub mod faulty;
 pub mod hub;

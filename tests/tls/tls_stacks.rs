@@ -10,7 +10,6 @@
 #![cfg(any(feature = "rustls", feature = "native-tls"))]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use futures_util::{SinkExt, StreamExt};
@@ -24,6 +23,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 use wavesock::{ConnectError, Error, MaybeTlsStream};
 
+use crate::support::child;
 #[cfg(feature = "native-tls")]
 use crate::support::services;
 
@@ -91,26 +91,16 @@ fn run_child(child: &str) {
 
 /// Runs the ignored test `child` in a new process whose system store is
 /// `store`, one of the files [`make_certificates`] writes.
+/// The certificates stay for a look when the child fails.
 fn run_child_trusting(child: &str, store: &str) {
     let dir = make_certificates(child);
-    // libtest names a test by its path without the crate's name.
-    let path = module_path!().split_once("::").map_or("", |(_, m)| m);
-    let child = format!("{path}::{child}");
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([child.as_str(), "--exact", "--ignored", "--nocapture"])
-        .env("SSL_CERT_FILE", dir.join(store))
-        .env_remove("SSL_CERT_DIR")
-        .env(DIR, &dir)
-        .output()
-        .unwrap();
+    child::run_test(&child::test_path(module_path!(), child), |command| {
+        command
+            .env("SSL_CERT_FILE", dir.join(store))
+            .env_remove("SSL_CERT_DIR")
+            .env(DIR, &dir);
+    });
     let _ = std::fs::remove_dir_all(&dir);
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{child} failed:\n{text}");
-    assert!(text.contains("1 passed"), "{child} did not run:\n{text}");
 }
 
 /// A wavesock echo server behind TLS with the certificate `leaf`.
