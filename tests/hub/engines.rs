@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::support::child;
 use crate::support::counting;
 use crate::support::faulty;
 use crate::support::raw;
@@ -958,7 +959,7 @@ async fn settings_of_duration_max_mean_never_on_every_engine() {
 #[tokio::test]
 async fn an_idle_connection_holds_no_buffer_after_a_large_message() {
     // Alone: the heap is the process's.
-    if !counting::alone() {
+    if !child::alone() {
         return;
     }
     let mut held = Vec::new();

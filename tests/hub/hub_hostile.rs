@@ -12,12 +12,13 @@
 //! ended exactly once.
 //!
 //! The test that counts the heap runs in a process of its own
-//! (`counting::alone`), so what the allocator counts is that test's.
+//! (`child::alone`), so what the allocator counts is that test's.
 //!
 //! [`Hub`]: wavesock::hub::Hub
 
 use crate::support;
 
+use crate::support::child;
 use crate::support::counting;
 use crate::support::hub;
 
@@ -237,7 +238,7 @@ async fn peak_during<F: std::future::Future<Output = ()>>(f: F) -> usize {
 
 #[tokio::test]
 async fn announced_huge_frames_allocate_nothing_of_their_size() {
-    if !counting::alone() {
+    if !child::alone() {
         return;
     }
     // Limits that let a 32 MiB frame through; the default 512 KiB read

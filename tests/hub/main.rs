@@ -5,7 +5,7 @@
 //! One module a suite: `cargo test --test hub topics::` runs one.
 //!
 //! Some tests count the heap; each of those runs in a process of its own
-//! (`support::counting::alone`).
+//! (`support::child::alone`).
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -8,6 +8,7 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::io::AsyncWriteExt;
 use wavesock::{Config, Error, Role, WebSocketStream};
 
+use crate::support::child;
 use crate::support::counting;
 
 use counting::{LIVE, PEAK};
@@ -29,7 +30,7 @@ fn masked_header(len: u64) -> Vec<u8> {
 
 #[test]
 fn limits_are_checked_before_allocation() {
-    if !counting::alone() {
+    if !child::alone() {
         return;
     }
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -24,6 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wavesock::{Config, DeflateConfig, MemoryBudget, Message};
 
+use crate::support::child;
 use crate::support::counting;
 
 use counting::{LIVE, PEAK};
@@ -139,7 +140,7 @@ async fn hostile(addr: SocketAddr, deflate: bool, head: Vec<u8>, body: Arc<Vec<u
 
 #[test]
 fn hostile_peers_stay_within_the_budget() {
-    if !counting::alone() {
+    if !child::alone() {
         return;
     }
     let off = std::env::var_os("WAVESOCK_BUDGET_OFF").is_some();

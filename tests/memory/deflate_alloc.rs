@@ -1,7 +1,7 @@
 //! Decompression bombs cost at most `max_message_size`, not what they
 //! would inflate to, and compression state costs nothing until a
 //! compressed message needs it: measured with a counting global allocator.
-//! Each test runs in a process of its own (`counting::alone`).
+//! Each test runs in a process of its own (`child::alone`).
 #![cfg(feature = "deflate")]
 
 use std::sync::atomic::Ordering;
@@ -10,13 +10,14 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wavesock::{Config, DeflateConfig, DeflateParams, Error, Role, WebSocketStream};
 
+use crate::support::child;
 use crate::support::counting;
 
 use counting::{LIVE, PEAK};
 
 /// Runs `f` on a runtime of its own, in a process of its own.
 fn alone(f: impl std::future::Future<Output = ()>) {
-    if !counting::alone() {
+    if !child::alone() {
         return;
     }
     tokio::runtime::Builder::new_current_thread()

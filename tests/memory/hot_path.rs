@@ -18,6 +18,7 @@ use std::sync::{Arc, Barrier};
 
 use futures_util::{SinkExt, StreamExt};
 
+use crate::support::child;
 use crate::support::counting;
 
 use counting::ALLOCS;
@@ -64,7 +65,7 @@ fn client(addr: std::net::SocketAddr, id: u8, barrier: Arc<Barrier>) {
 
 #[test]
 fn echoing_a_small_message_allocates_nothing_of_its_own_on_a_multi_threaded_runtime() {
-    if !counting::alone() {
+    if !child::alone() {
         return;
     }
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();

@@ -20,6 +20,7 @@ use wavesock::http::{Request, Response};
 use wavesock::hub::HttpResponse;
 use wavesock::hub::{Handler, Hub, HubConfig, HubMessage, Readiness, Ws};
 
+use crate::support::child;
 use crate::support::counting;
 
 use counting::{ALLOCS, LIVE};
@@ -153,7 +154,7 @@ fn allocations_per_echo(addr: SocketAddr, conns: usize, len: usize) -> usize {
 
 #[test]
 fn hub_memory_per_connection_and_per_message() {
-    if !counting::alone() {
+    if !child::alone() {
         return;
     }
     // Idle connections, on a current-thread runtime.

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 
+use crate::support::child;
 use crate::support::counting;
 
 use counting::LIVE;
@@ -40,7 +41,7 @@ fn idle_client(addr: std::net::SocketAddr) -> std::net::TcpStream {
 
 #[test]
 fn an_idle_echo_connection_costs_under_1_kib_of_heap() {
-    if !counting::alone() {
+    if !child::alone() {
         return;
     }
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();

@@ -2,7 +2,7 @@
 //! before allocation, the memory budget under hostile peers, decompression
 //! bombs, memory per idle connection and per message on every engine, and
 //! a 1 GiB message streamed in bounded memory. Each test runs in a process
-//! of its own (`support::counting::alone`), so what it counts is its own.
+//! of its own (`support::child::alone`), so what it counts is its own.
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -18,6 +18,7 @@ use futures_util::StreamExt;
 use tokio::io::{AsyncRead, ReadBuf};
 use wavesock::{Config, OpCode};
 
+use crate::support::child;
 use crate::support::counting;
 
 use counting::{LIVE, PEAK};
@@ -113,7 +114,7 @@ const PEAK_LIMIT: usize = 4 << 20;
 
 #[test]
 fn one_gib_message_streams_in_bounded_memory() {
-    if !counting::alone() {
+    if !child::alone() {
         return;
     }
     let rt = tokio::runtime::Builder::new_current_thread()
