@@ -49,9 +49,11 @@ const ALONE: &str = "WAVESOCK_TEST_ALONE";
 /// Held while a child of [`alone`] runs.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Makes the calling test run in a process of its own, where the heap the
-/// allocator counts is that test's alone, whatever else its binary runs in
-/// parallel. Call it first; the test goes on only if it returns `true`:
+/// Makes the calling test run in a process of its own, where process-wide
+/// state is that test's alone, whatever else its binary runs in parallel:
+/// the heap the allocator counts, or `tracing`'s per-callsite interest
+/// (which another thread registering a callsite while a test installs its
+/// subscriber can leave at "never"). Call it first; the test goes on only if it returns `true`:
 ///
 /// ```ignore
 /// if !child::alone() {
@@ -73,7 +75,7 @@ pub fn alone() -> bool {
     if std::env::var_os(ALONE).is_some_and(|v| v == name.as_str()) {
         return true;
     }
-    // One counting test at a time, as when each had a binary of its own:
+    // One such test at a time, as when each had a binary of its own:
     // they move hundreds of MiB, and two at once (with the rest of the
     // binary beside them) missed their deadlines on two loaded cores.
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
