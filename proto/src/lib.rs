@@ -49,6 +49,7 @@ pub mod limits;
 pub mod mask;
 pub mod message;
 pub mod outbox;
+pub mod receive;
 mod role;
 pub mod text;
 pub mod utf8;

@@ -17,7 +17,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
-use crate::proto::conn::{Connection, Outgoing, State};
+use crate::proto::conn::{Connection, Outgoing};
 use crate::proto::driver::Driver;
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::message::{Message, PreparedMessage};
@@ -36,15 +36,6 @@ pub(crate) struct Core {
     pub(crate) write: WriteState,
 }
 
-/// What the core said after an input: its state and its next deadline.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Fed {
-    pub(crate) state: State,
-    pub(crate) deadline: Option<Instant>,
-    /// Frames it owed were queued, which the feeding side must see written.
-    pub(crate) queued: bool,
-}
-
 impl Core {
     pub(crate) fn new(role: Role, config: &Config) -> Self {
         Core {
@@ -54,18 +45,6 @@ impl Core {
             ),
             write: WriteState::new(config),
         }
-    }
-
-    /// Gives the core an input, queues what it then owes the peer, and
-    /// says where it stands.
-    pub(crate) fn feed(&mut self, input: impl FnOnce(&mut Connection)) -> Result<Fed> {
-        input(self.d.conn_mut());
-        let queued = self.transmit()?;
-        Ok(Fed {
-            state: self.d.conn().state(),
-            deadline: self.d.conn().poll_timeout(),
-            queued,
-        })
     }
 
     /// Encodes the frames the core owes the peer; whether there were any.
@@ -259,12 +238,6 @@ impl Core {
             // (taking its waker back), and its flush writes the reply too.
             w.wake_writers();
         }
-    }
-
-    /// Ends the connection without waiting for anything more.
-    pub(crate) fn abandon(&mut self) {
-        self.d.conn_mut().abandon();
-        self.d.discard_writes(&mut ThreadQueues);
     }
 }
 

@@ -98,7 +98,6 @@ struct UnsplitLink<'a, S> {
 impl<S: AsyncRead + AsyncWrite + Unpin> CoreLink for UnsplitLink<'_, S> {
     type Read = S;
     type Write = S;
-    const FLUSHES_ALL_BEFORE_READ: bool = true;
 
     fn read_io(&mut self) -> &mut S {
         self.io
@@ -320,7 +319,10 @@ impl<S> WebSocketStream<S> {
     /// that could not be done.
     #[cfg(feature = "deflate")]
     pub(crate) fn fail_setup(&mut self, e: crate::proto::Error) {
-        let _ = self.core.feed(|c| c.handle_error(e, now()));
+        self.core.d.conn_mut().handle_error(e, now());
+        // What it owes (the close saying why) goes out with the first
+        // write; an encoding error here would only repeat this one.
+        let _ = self.core.transmit();
     }
 
     /// Whether the peer's close frame has been received.

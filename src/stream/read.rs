@@ -1,7 +1,8 @@
-//! The receiving side of a connection: reads, decodes, hands the core what
-//! arrives and serves its one clock, for the unsplit stream and the
-//! receiving half alike. Every protocol decision is the core's
-//! ([`Connection`]); this moves bytes and time.
+//! The receiving side of a connection, for the unsplit stream and the
+//! receiving half alike: a loop around the core's receive step
+//! ([`Receiver::step`]), doing what each step asks (read, flush, wait) and
+//! serving the core's one clock. Every decision is the core's; this moves
+//! bytes and time.
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -17,15 +18,18 @@ use tokio_util::io::poll_read_buf;
 use crate::config::Config;
 use crate::error::Result;
 use crate::proto::Role;
-use crate::proto::budget::Grant;
-use crate::proto::conn::{Connection, Phase, State};
+use crate::proto::conn::{Connection, State};
 use crate::proto::decoder::MessageDecoder;
 use crate::proto::inbox::{Inbox, Plan};
 use crate::proto::message::Message;
+#[cfg(feature = "tracing")]
+use crate::proto::receive::Note;
+use crate::proto::receive::{Ended, Input, Link, Receiver, Step};
 use crate::retry::Retrying;
-use crate::stream::core::{Core, Fed, now};
-use crate::stream::pool::ThreadMemory;
-use crate::stream::write::Task;
+use crate::stream::core::{Core, now};
+use crate::stream::pool::{STACK_READ, ThreadMemory};
+use crate::stream::write::{Task, ThreadQueues};
+#[cfg(feature = "tracing")]
 use crate::trace;
 
 /// How the receiving side reaches what it does not own: the transport to
@@ -34,11 +38,6 @@ use crate::trace;
 pub(crate) trait CoreLink {
     type Read: AsyncRead + Unpin;
     type Write: AsyncWrite + Unpin;
-    /// Whether the receiving side writes out everything queued before it
-    /// waits for input, the user's messages too (write coalescing for `feed`
-    /// in a read loop). A split receiver writes only what it owes itself and
-    /// leaves the sender's messages to the sender.
-    const FLUSHES_ALL_BEFORE_READ: bool;
 
     fn read_io(&mut self) -> &mut Self::Read;
     fn with_core<T>(&mut self, f: impl FnOnce(&mut Core, &mut Self::Write) -> T) -> T;
@@ -80,153 +79,110 @@ impl CoreTimer {
     }
 }
 
-use super::pool::STACK_READ;
-
-/// How a read ended.
-enum Read {
-    /// Bytes came (`Ok(0)`: the transport ended), or it failed.
-    Io(io::Result<usize>),
-    /// The memory budget had no room for it: nothing was read.
-    Refused(Grant),
-}
-
-/// The receiving side: the inbox (decoder and read buffer), and the timer
-/// that serves the core's clock.
+/// The receiving side: the core's receiver (decoder, read buffer and
+/// decisions), and the timer that serves the core's clock.
 #[derive(Debug)]
 pub(crate) struct ReadState {
-    inbox: Inbox,
-    /// This stream has yielded its last item. Not the core's: the core
-    /// knows how the connection ended, this only that the stream did.
-    terminated: bool,
-    /// This side queued frames (pongs, a close reply) that it must see
-    /// written even when the sending side is idle.
-    must_flush: bool,
+    rx: Receiver,
     timer: CoreTimer,
     #[cfg(feature = "tracing")]
     pub(crate) span: tracing::Span,
 }
 
+/// The core as the receive step reaches it: through the engine's link,
+/// setting the timer after every input.
+struct Reach<'a, L> {
+    link: &'a mut L,
+    timer: &'a mut CoreTimer,
+}
+
+impl<L: CoreLink> Link for Reach<'_, L> {
+    #[inline]
+    fn state(&self) -> State {
+        self.link.state()
+    }
+
+    fn with_conn<T>(
+        &mut self,
+        f: impl FnOnce(&mut Connection) -> T,
+    ) -> std::result::Result<T, crate::proto::Error> {
+        let (out, state, deadline) = self.link.with_core(|c, _| {
+            let out = f(c.d.conn_mut());
+            c.d.transmit(&mut ThreadQueues)
+                .map(|_| (out, c.d.conn().state(), c.d.conn().poll_timeout()))
+        })?;
+        self.timer.set(deadline, state);
+        Ok(out)
+    }
+
+    fn transport_ended(&mut self) {
+        self.link.with_core(|c, _| c.end_transport());
+    }
+
+    fn abandon(&mut self) {
+        self.link
+            .with_core(|c, _| c.d.discard_writes(&mut ThreadQueues));
+    }
+
+    #[cfg(feature = "tracing")]
+    fn note(&mut self, note: Note<'_>) {
+        match note {
+            Note::CloseReceived(code) => {
+                trace::debug_event!(code = ?code, "close frame received");
+            }
+            Note::Failing(e) => {
+                trace::warn_event!(error = %e, close_code = ?e.close_code(), "failing the connection");
+            }
+            Note::OverBudget(grant) => {
+                trace::warn_event!(?grant, "failing the connection: over the memory budget");
+            }
+            Note::WaitingForBudget(wanted) => {
+                trace::debug_event!(wanted, "waiting for memory budget");
+            }
+            Note::TimedOut => trace::warn_event!("connection timed out"),
+            Note::PeerEndedAfterClose => {
+                trace::debug_event!("peer ended the connection after our close frame");
+            }
+            _ => {}
+        }
+    }
+}
+
 impl ReadState {
+    /// For the unsplit stream, which flushes everything queued before it
+    /// waits for input ([`set_split`](Self::set_split) for a receiver).
     pub(crate) fn new(role: Role, config: &Config, read_buf: BytesMut) -> Self {
+        let inbox = Inbox::new(crate::codec::decoder(role, config), read_buf);
         ReadState {
-            inbox: Inbox::new(crate::codec::decoder(role, config), read_buf),
-            terminated: false,
-            must_flush: false,
+            rx: Receiver::new(inbox, true),
             timer: CoreTimer::default(),
             #[cfg(feature = "tracing")]
             span: tracing::debug_span!("websocket", ?role),
         }
     }
 
+    /// Whether this is a split receiver's: it flushes only what it owes
+    /// itself, and leaves the senders' messages to them.
+    pub(crate) fn set_split(&mut self, split: bool) {
+        self.rx.set_flush_all(!split);
+    }
+
     pub(crate) fn role(&self) -> Role {
-        self.inbox.decoder().role()
+        self.rx.inbox().decoder().role()
     }
 
     pub(crate) fn decoder_mut(&mut self) -> &mut MessageDecoder {
-        self.inbox.decoder_mut()
+        self.rx.inbox_mut().decoder_mut()
     }
 
     pub(crate) fn is_terminated(&self) -> bool {
-        self.terminated
-    }
-
-    /// Gives the core an input, queues what it then owes the peer, and
-    /// sets the timer to its next deadline. Once the connection is no
-    /// longer open nothing more is decoded: the memory held for input goes
-    /// back at once.
-    fn feed<L: CoreLink>(
-        &mut self,
-        link: &mut L,
-        input: impl FnOnce(&mut Connection),
-    ) -> Result<()> {
-        let fed = link.with_core(|c, _| c.feed(input))?;
-        self.fed(fed);
-        Ok(())
-    }
-
-    /// [`feed`](Self::feed) for a message decoded from the peer, before it
-    /// is yielded. When the core ends the connection on it (the peer's
-    /// close frame), what it then owes (the echo) is handed to the
-    /// transport at once, with this poll's context: the user may never
-    /// poll again after the close, and the peer would wait for the echo
-    /// until its close timeout. A split receiver does it under the lock it
-    /// takes anyway to queue the echo, held for the write call, never
-    /// across a wait, as for every write.
-    fn feed_message<L: CoreLink>(
-        &mut self,
-        link: &mut L,
-        cx: &mut Context<'_>,
-        msg: &Message,
-    ) -> Result<()> {
-        let at = now();
-        let fed = link.with_core(|c, io| -> Result<Fed> {
-            let fed = c.feed(|conn| conn.handle_message(msg, at))?;
-            if fed.state.phase() == Phase::Closed {
-                c.write_close_reply(io, cx);
-            }
-            Ok(fed)
-        })?;
-        self.fed(fed);
-        Ok(())
-    }
-
-    /// Acts on what the core said after an input.
-    fn fed(&mut self, fed: Fed) {
-        self.timer.set(fed.deadline, fed.state);
-        if fed.queued {
-            self.must_flush = true;
-        }
-        if fed.state.phase() != Phase::Open {
-            self.release_input();
-        }
-    }
-
-    fn release_input(&mut self) {
-        self.inbox.release();
-    }
-
-    /// The core's error once the connection has ended, if it ended with one.
-    fn take_error<L: CoreLink>(&mut self, link: &mut L) -> Option<Result<Message>> {
-        link.with_core(|c, _| c.d.conn_mut().take_error())
-            .map(|e| Err(e.into()))
+        self.rx.is_done()
     }
 
     /// Ends the connection without waiting for anything more.
     pub(crate) fn give_up<L: CoreLink>(&mut self, link: &mut L) {
-        self.terminated = true;
-        self.release_input();
-        link.with_core(|c, _| c.abandon());
-    }
-
-    /// Flushes what is queued (our close frame) and ends the connection:
-    /// at once when failing or as the server, after the server's TCP close
-    /// as a client. Bounded by the close timeout; transport errors are
-    /// ignored, as the peer may be gone.
-    fn poll_finish<L: CoreLink>(
-        &mut self,
-        link: &mut L,
-        cx: &mut Context<'_>,
-        wait_for_peer: bool,
-    ) -> Poll<()> {
-        if self.poll_timer(link, cx).is_ready() {
-            // Past the close deadline (the core moves to `TimedOut`).
-            let _ = self.feed(link, |c| c.handle_timeout(now()));
-            if link.state().phase() == Phase::TimedOut {
-                return Poll::Ready(());
-            }
-        }
-        ready!(link.with_core(|c, io| c.poll_finish_writes(io, cx, wait_for_peer)));
-        if !wait_for_peer {
-            return Poll::Ready(());
-        }
-        // A client waits for the server to close the TCP connection.
-        loop {
-            self.inbox.clear();
-            match ready!(self.poll_read(link, cx)) {
-                Read::Io(Ok(n)) if n > 0 => {}
-                _ => return Poll::Ready(()),
-            }
-        }
+        let timer = &mut self.timer;
+        self.rx.give_up(&mut Reach { link, timer });
     }
 
     /// Ready once the core's next deadline has passed.
@@ -243,118 +199,45 @@ impl ReadState {
         }
     }
 
-    /// Serves the clock once: `Ready` if a deadline passed and the core
-    /// was told.
-    fn poll_deadline<L: CoreLink>(
+    /// Reads where the plan says: into the stack when nothing is
+    /// buffered, else into the inbox's buffer.
+    fn poll_read<L: CoreLink>(
         &mut self,
         link: &mut L,
         cx: &mut Context<'_>,
-    ) -> Poll<Result<()>> {
-        ready!(self.poll_timer(link, cx));
-        Poll::Ready(self.feed(link, |c| c.handle_timeout(now())))
-    }
-
-    /// Reads where the inbox says: into the stack when nothing is
-    /// buffered, else into its buffer.
-    fn poll_read<L: CoreLink>(&mut self, link: &mut L, cx: &mut Context<'_>) -> Poll<Read> {
+        plan: Plan,
+    ) -> Poll<io::Result<usize>> {
         let mut mem = ThreadMemory;
         let mut io = Retrying(link.read_io());
         let io = Pin::new(&mut io);
-        match self.inbox.plan(&mut mem) {
+        let inbox = self.rx.inbox_mut();
+        match plan {
             Plan::Scratch { limit } => {
                 let mut stack = [MaybeUninit::<u8>::uninit(); STACK_READ];
                 let mut into = tokio::io::ReadBuf::uninit(&mut stack[..limit.min(STACK_READ)]);
                 let read = io.poll_read(cx, &mut into);
                 if !matches!(read, Poll::Ready(Ok(()))) || into.filled().is_empty() {
-                    self.inbox.scratch_unused();
+                    inbox.scratch_unused();
                 }
-                if let Err(e) = ready!(read) {
-                    return Poll::Ready(Read::Io(Err(e)));
-                }
+                ready!(read)?;
                 let got = into.filled();
-                self.inbox.received(got, got.len() == STACK_READ, &mut mem);
-                Poll::Ready(Read::Io(Ok(got.len())))
+                inbox.received(got, got.len() == STACK_READ, &mut mem);
+                Poll::Ready(Ok(got.len()))
             }
-            Plan::Own => {
-                let r = poll_read_buf(io, cx, &mut self.inbox.target());
+            // `Own` (the plan never asks to read when refused).
+            _ => {
+                let r = poll_read_buf(io, cx, &mut inbox.target());
                 let got = match &r {
                     Poll::Ready(Ok(n)) => Some(*n),
                     _ => None,
                 };
-                self.inbox.read_done(got, &mut mem);
-                r.map(Read::Io)
-            }
-            Plan::Refused(grant) => Poll::Ready(Read::Refused(grant)),
-        }
-    }
-
-    /// Under a memory budget: reading waits for budget, or holds some while
-    /// nothing arrives. The core runs the wait (and fails the connection
-    /// with 1013 past its timeout); this side only makes sure its timer
-    /// watches it.
-    fn poll_budget_wait<L: CoreLink>(
-        &mut self,
-        link: &mut L,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<()>> {
-        if !link.state().is_waiting_for_budget() {
-            self.feed(link, |c| c.handle_budget_wait(now()))?;
-        }
-        self.poll_deadline(link, cx)
-    }
-
-    /// The memory budget answered `grant` to a request for more: the
-    /// message is refused at once if it can never fit (1009); else this
-    /// side waits for budget to be given back. `Ready` means: try again
-    /// (or see the connection failed).
-    fn poll_budget<L: CoreLink>(
-        &mut self,
-        link: &mut L,
-        cx: &mut Context<'_>,
-        grant: Grant,
-    ) -> Poll<Result<()>> {
-        if grant == Grant::Granted {
-            return Poll::Ready(Ok(()));
-        }
-        if matches!(grant, Grant::Never { .. }) {
-            trace::warn_event!(?grant, "failing the connection: over the memory budget");
-        }
-        let mut wanted = None;
-        self.feed(link, |c| wanted = c.handle_grant(grant, now()))?;
-        let Some(wanted) = wanted else {
-            // Refused for good: the core fails the connection (1009).
-            return Poll::Ready(Ok(()));
-        };
-        if self.inbox.wait_for_budget(wanted, cx.waker()) {
-            return Poll::Ready(Ok(()));
-        }
-        trace::debug_event!(wanted, "waiting for memory budget");
-        self.poll_budget_wait(link, cx)
-    }
-
-    /// Writes out what this side owes (or, when corking, everything queued)
-    /// before waiting for input. `Pending` means: stop reading, the peer is
-    /// not taking what we owe it.
-    fn poll_flush_owed<L: CoreLink>(
-        &mut self,
-        link: &mut L,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<()>> {
-        if !L::FLUSHES_ALL_BEFORE_READ && !self.must_flush {
-            return Poll::Ready(Ok(()));
-        }
-        match ready!(link.with_core(|c, io| c.poll_write_owed(io, cx))) {
-            Ok(still_owed) => {
-                self.must_flush &= still_owed;
-                Poll::Ready(Ok(()))
-            }
-            Err(e) => {
-                self.terminated = true;
-                Poll::Ready(Err(e.into()))
+                inbox.read_done(got, &mut mem);
+                r
             }
         }
     }
 
+    /// The next message: a loop around the core's receive step.
     pub(crate) fn poll_next<L: CoreLink>(
         &mut self,
         link: &mut L,
@@ -363,159 +246,67 @@ impl ReadState {
         #[cfg(feature = "tracing")]
         let _span = self.span.clone().entered();
         link.watch_state(cx);
+        let mut input = Input::Start;
         loop {
-            if self.terminated {
-                return Poll::Ready(None);
-            }
-            let state = link.state();
-            match state.phase() {
-                Phase::Open => {}
-                phase @ (Phase::Failing | Phase::Closed) => {
-                    let wait = phase.awaits_transport_end(self.role());
-                    ready!(self.poll_finish(link, cx, wait));
-                    if link.state().phase() == Phase::TimedOut {
-                        continue;
-                    }
-                    self.terminated = true;
-                    return Poll::Ready(self.take_error(link));
+            let step = {
+                let timer = &mut self.timer;
+                let mut reach = Reach {
+                    link: &mut *link,
+                    timer,
+                };
+                self.rx.step(&mut reach, input, &mut ThreadMemory, &now)
+            };
+            input = match step {
+                Step::Message(msg) => return Poll::Ready(Some(Ok(msg))),
+                Step::Read(plan) => match self.poll_read(link, cx, plan) {
+                    Poll::Ready(r) => Input::Read(r),
+                    Poll::Pending => Input::ReadPending,
+                },
+                Step::Flush => match link.with_core(|c, io| c.poll_write_owed(io, cx)) {
+                    Poll::Ready(Ok(still_owed)) => Input::Flushed(still_owed),
+                    Poll::Ready(Err(e)) => Input::WriteFailed(e),
+                    Poll::Pending => Input::FlushBlocked,
+                },
+                Step::WriteNow => {
+                    link.with_core(|c, io| c.write_close_reply(io, cx));
+                    Input::Start
                 }
-                // `TimedOut` (the core's phases are non-exhaustive: one it
-                // might add is ended the same way, at once).
-                _ => {
-                    trace::warn_event!("connection timed out");
-                    // Write what the core owes (a close saying why) if the
-                    // transport takes it at once; wait for nothing.
+                Step::WaitForBudget(wanted) => {
+                    if self.rx.inbox().wait_for_budget(wanted, cx.waker()) {
+                        Input::BudgetReady
+                    } else {
+                        ready!(self.poll_timer(link, cx));
+                        Input::Timer
+                    }
+                }
+                Step::Wait => {
+                    ready!(self.poll_timer(link, cx));
+                    Input::Timer
+                }
+                Step::Finish { shut_down } => {
+                    match link.with_core(|c, io| c.poll_finish_writes(io, cx, !shut_down)) {
+                        Poll::Ready(()) => Input::Finished,
+                        Poll::Pending => {
+                            ready!(self.poll_timer(link, cx));
+                            Input::Timer
+                        }
+                    }
+                }
+                Step::WriteLast => {
+                    // What the transport takes at once; nothing is awaited.
                     link.with_core(|c, io| {
                         let _ = c.transmit();
                         let _ = c.write.poll_drain(&mut c.d, io, cx, Task::Receiving);
                     });
-                    let err = self.take_error(link);
-                    self.give_up(link);
-                    return Poll::Ready(err);
+                    Input::Start
                 }
-            }
-            let budget = match self.inbox.decode() {
-                Ok(Some(msg)) => {
-                    if state.hears_message(&msg) {
-                        if msg.is_close() {
-                            trace::debug_event!(code = ?msg.close_frame().map(|f| f.code), "close frame received");
-                        }
-                        self.feed_message(link, cx, &msg)?;
-                    }
-                    return Poll::Ready(Some(Ok(msg)));
-                }
-                Ok(None) => self.inbox.held_back(),
-                Err(e) => {
-                    trace::warn_event!(error = %e, close_code = ?e.close_code(), "failing the connection");
-                    self.feed(link, |c| c.handle_error(e, now()))?;
-                    continue;
-                }
+                Step::End(None) => return Poll::Ready(None),
+                Step::End(Some(Ended::Error(e))) => return Poll::Ready(Some(Err(e.into()))),
+                Step::End(Some(Ended::Transport(e))) => return Poll::Ready(Some(Err(e.into()))),
+                // The core's steps are non-exhaustive: one it might add
+                // ends the stream rather than spin.
+                _ => return Poll::Ready(None),
             };
-            // About to wait for input: write out what was queued meanwhile
-            // (replies fed by the user, pongs), all in one write. This is
-            // what makes `feed` in a read loop cork replies to pipelined
-            // messages without delaying a lone one.
-            match self.poll_flush_owed(link, cx) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(e))),
-                Poll::Pending => {
-                    // Waiting for the peer to take what we owe it: as when
-                    // waiting for input, hold no more than in proportion.
-                    self.inbox.wait(&mut ThreadMemory);
-                    // The clock runs meanwhile: a peer that reads nothing
-                    // for the keepalive's interval and timeout is as dead
-                    // as one that sends nothing, and a close still times
-                    // out.
-                    if self.poll_timer(link, cx).is_ready() {
-                        self.feed(link, |c| c.handle_timeout(now()))?;
-                        continue;
-                    }
-                    return Poll::Pending;
-                }
-            }
-            if self.poll_timer(link, cx).is_ready() {
-                self.feed(link, |c| c.handle_timeout(now()))?;
-                continue;
-            }
-            if link.state().is_transport_ended() {
-                // A write failed: no input is coming either.
-                let err = io::Error::new(
-                    io::ErrorKind::BrokenPipe,
-                    "the transport failed while sending",
-                );
-                return self.ended(link, err);
-            }
-            if let Some(grant) = budget {
-                // Decoding waits for memory budget: read nothing meanwhile.
-                ready!(self.poll_budget(link, cx, grant))?;
-                continue;
-            }
-            if self.inbox.holds_budget() {
-                // Holding budget while the peer sends nothing.
-                if let Poll::Ready(r) = self.poll_budget_wait(link, cx) {
-                    r?;
-                    continue;
-                }
-            }
-            let read = match self.poll_read(link, cx) {
-                Poll::Ready(Read::Io(r)) => r,
-                Poll::Ready(Read::Refused(grant)) => {
-                    ready!(self.poll_budget(link, cx, grant))?;
-                    continue;
-                }
-                Poll::Pending => {
-                    if state.is_waiting_for_budget() && !self.inbox.holds_budget() {
-                        // It waited for room to read, and holds nothing
-                        // now: a quiet connection is not refused for that.
-                        self.feed(link, |c| c.handle_budget_idle())?;
-                        continue;
-                    }
-                    if link.state() != state {
-                        // Changed by another task between the checks above
-                        // and the wait.
-                        continue;
-                    }
-                    return Poll::Pending;
-                }
-            };
-            let err = match read {
-                Ok(n) if n > 0 => {
-                    if link.state().hears_input() {
-                        let at = now();
-                        link.with_core(|c, _| c.d.conn_mut().handle_input(at));
-                    }
-                    continue;
-                }
-                Ok(_) => io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "connection closed without a close frame",
-                ),
-                Err(e) => e,
-            };
-            return self.ended(link, err);
-        }
-    }
-
-    /// The transport ended: the end of the stream, or an error.
-    fn ended<L: CoreLink>(
-        &mut self,
-        link: &mut L,
-        err: io::Error,
-    ) -> Poll<Option<Result<Message>>> {
-        self.terminated = true;
-        // Senders waiting on the transport learn it has ended; the core
-        // says whether the end is part of closing.
-        let err = link.with_core(|c, _| {
-            let err = c.d.conn_mut().handle_transport_error(err);
-            c.end_transport();
-            err
-        });
-        match err {
-            None => {
-                trace::debug_event!("peer ended the connection after our close frame");
-                Poll::Ready(None)
-            }
-            Some(err) => Poll::Ready(Some(Err(err.into()))),
         }
     }
 }

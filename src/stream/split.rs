@@ -28,6 +28,9 @@ struct Shared<S> {
     /// The receiver waiting for input: a sender that changes the core's
     /// state (a failed write, our close frame) wakes it to act on that.
     reader: AtomicWaker,
+    /// How often the lock was taken, for the tests that count it.
+    #[cfg(test)]
+    locks: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -38,6 +41,8 @@ struct Locked<S> {
 
 impl<S> Shared<S> {
     fn lock(&self) -> MutexGuard<'_, Locked<S>> {
+        #[cfg(test)]
+        self.locks.fetch_add(1, Ordering::Relaxed);
         // A panic while holding the lock leaves the queue consistent (every
         // update is a whole frame), so a poisoned lock is still usable.
         self.locked.lock().unwrap_or_else(PoisonError::into_inner)
@@ -71,16 +76,19 @@ impl<S> Shared<S> {
 
 pub(super) fn split<S>(
     io: S,
-    reader: ReadState,
+    mut reader: ReadState,
     core: Core,
 ) -> (WebSocketSender<S>, WebSocketReceiver<S>)
 where
     S: AsyncRead + AsyncWrite,
 {
+    reader.set_split(true);
     let (rd, wr) = tokio::io::split(io);
     let shared = Arc::new(Shared {
         state: AtomicU8::new(core.d.conn().state().to_bits()),
         reader: AtomicWaker::new(),
+        #[cfg(test)]
+        locks: Default::default(),
         locked: Mutex::new(Locked { core, io: wr }),
     });
     (
@@ -188,7 +196,6 @@ struct SplitLink<'a, S> {
 impl<S: AsyncRead + AsyncWrite> CoreLink for SplitLink<'_, S> {
     type Read = ReadHalf<S>;
     type Write = WriteHalf<S>;
-    const FLUSHES_ALL_BEFORE_READ: bool = false;
 
     fn read_io(&mut self) -> &mut ReadHalf<S> {
         self.rd
@@ -242,7 +249,9 @@ where
         .locked
         .into_inner()
         .unwrap_or_else(PoisonError::into_inner);
-    Ok((rx.rd.unsplit(locked.io), rx.reader, locked.core))
+    let mut reader = rx.reader;
+    reader.set_split(false);
+    Ok((rx.rd.unsplit(locked.io), reader, locked.core))
 }
 
 impl<S> WebSocketSender<S> {
@@ -344,5 +353,63 @@ where
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         self.shared.with(|w, io| w.poll_close(io, cx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures_util::{SinkExt, StreamExt};
+
+    use super::*;
+    use crate::config::Config;
+    use crate::stream::WebSocketStream;
+
+    /// Data messages read through a split receiver take the shared lock
+    /// only a bounded number of times (setting the timer once), keepalive
+    /// on or off; a ping, whose pong is owed, takes it.
+    #[tokio::test]
+    async fn the_split_receiver_reads_data_without_the_lock() {
+        for keepalive in [None, Some(Duration::from_secs(30))] {
+            let (a, b) = tokio::io::duplex(1 << 20);
+            let config = Config::default().ping_interval(keepalive);
+            let server = WebSocketStream::from_raw_socket(a, Role::Server, config).unwrap();
+            let mut client =
+                WebSocketStream::from_raw_socket(b, Role::Client, Config::default()).unwrap();
+            let (_tx, mut rx) = server.split();
+            const N: usize = 1000;
+            let before = rx.shared.locks.load(Ordering::Relaxed);
+            // One message per read: each is sent, then read.
+            for i in 0..N {
+                client.send(Message::text(i.to_string())).await.unwrap();
+                let msg = tokio::time::timeout(Duration::from_secs(5), rx.next())
+                    .await
+                    .unwrap_or_else(|_| panic!("message {i}"))
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(msg, Message::text(i.to_string()));
+            }
+            let data = rx.shared.locks.load(Ordering::Relaxed) - before;
+            assert!(
+                data <= 2,
+                "keepalive {keepalive:?}: {data} locks for {N} data messages"
+            );
+            client
+                .send(Message::Ping(Default::default()))
+                .await
+                .unwrap();
+            let ping = tokio::time::timeout(Duration::from_secs(5), rx.next());
+            assert!(ping.await.expect("the ping").unwrap().unwrap().is_ping());
+            let ping = rx.shared.locks.load(Ordering::Relaxed) - before - data;
+            assert!(ping >= 1, "keepalive {keepalive:?}: a ping took no lock");
+            // The pong it owed is written when the receiver next waits for
+            // input.
+            let pong = tokio::time::timeout(Duration::from_secs(5), client.next());
+            tokio::select! {
+                msg = rx.next() => panic!("nothing more was sent: {msg:?}"),
+                pong = pong => assert!(pong.expect("the pong").unwrap().unwrap().is_pong()),
+            }
+        }
     }
 }

@@ -1,0 +1,619 @@
+//! One connection's receiving side as one step: every decision about what
+//! arrives, for every engine.
+//!
+//! An engine keeps a [`Receiver`] per connection and calls
+//! [`Receiver::step`] in a loop, doing what each [`Step`] asks (read into
+//! a place, flush, write what the core owes, wait) and passing what came
+//! of it as the next step's [`Input`]. The receiver decodes, tells the
+//! [`Connection`] what it must hear, decides when to read, flush, wait for
+//! memory budget or end, and says how the connection ended; the engine
+//! moves bytes and time and decides nothing.
+//!
+//! The engine reaches the connection through a [`Link`]. A receiver that
+//! shares the connection with a sending task (behind a lock) reaches it
+//! only when the connection must change: a control frame, an error, a
+//! timer, the memory budget, the end. A plain data message, and input
+//! while keepalive runs, take no lock: the time of the last input is kept
+//! here and handed to the connection when its timer fires.
+//!
+//! ```
+//! use std::time::Instant;
+//! use wavesock_proto::bytes::BytesMut;
+//! use wavesock_proto::conn::{Connection, State, Timers};
+//! use wavesock_proto::decoder::MessageDecoder;
+//! use wavesock_proto::encoder::FrameEncoder;
+//! use wavesock_proto::inbox::{Inbox, OwnMemory, Plan};
+//! use wavesock_proto::receive::{Input, Link, Receiver, Step};
+//! use wavesock_proto::{Error, Limits, Message, Role};
+//!
+//! // An engine that owns its connection outright.
+//! struct Own(Connection);
+//! impl Link for Own {
+//!     fn state(&self) -> State {
+//!         self.0.state()
+//!     }
+//!     fn with_conn<T>(&mut self, f: impl FnOnce(&mut Connection) -> T) -> Result<T, Error> {
+//!         Ok(f(&mut self.0))
+//!     }
+//!     fn transport_ended(&mut self) {}
+//!     fn abandon(&mut self) {}
+//! }
+//!
+//! let mut wire = BytesMut::new();
+//! FrameEncoder::new(Role::Client).encode_message(&Message::text("hi"), &mut wire)?;
+//! let now = Instant::now();
+//! let mut link = Own(Connection::new(Role::Server, Timers::default(), now));
+//! let inbox = Inbox::new(MessageDecoder::new(Role::Server, Limits::default()), BytesMut::new());
+//! let mut rx = Receiver::new(inbox, false);
+//! let mut mem = OwnMemory;
+//!
+//! // Nothing buffered: read into scratch memory, hand the inbox what came.
+//! let Step::Read(Plan::Scratch { .. }) = rx.step(&mut link, Input::Start, &mut mem, &|| now)
+//! else { panic!() };
+//! rx.inbox_mut().received(&wire, false, &mut mem);
+//! let step = rx.step(&mut link, Input::Read(Ok(wire.len())), &mut mem, &|| now);
+//! assert_eq!(step, Step::Message(Message::text("hi")));
+//! // The peer leaves without a close frame.
+//! let Step::Read(_) = rx.step(&mut link, Input::Start, &mut mem, &|| now) else { panic!() };
+//! let Step::End(Some(_)) = rx.step(&mut link, Input::Read(Ok(0)), &mut mem, &|| now)
+//! else { panic!() };
+//! # Ok::<(), wavesock_proto::Error>(())
+//! ```
+
+use std::io;
+use std::time::Instant;
+
+use crate::budget::Grant;
+use crate::close::CloseCode;
+use crate::conn::{Connection, Phase, State};
+use crate::error::Error;
+use crate::inbox::{Inbox, Plan, ReadMemory};
+use crate::message::Message;
+
+/// How a [`Receiver`] reaches its connection, which an engine may share
+/// with a sending task.
+pub trait Link {
+    /// The connection's [`State`] as of its last input, from whichever
+    /// task: cheap, called on every step.
+    fn state(&self) -> State;
+
+    /// Runs `f` on the connection; the engine then encodes what the
+    /// connection owes the peer (its queue, to be written on the next
+    /// flush or write step) and sets its timer to
+    /// [`Connection::poll_timeout`]. An error: what it owes could not be
+    /// encoded.
+    fn with_conn<T>(&mut self, f: impl FnOnce(&mut Connection) -> T) -> Result<T, Error>;
+
+    /// The transport has ended: tasks waiting to write, or for room to,
+    /// must learn it.
+    fn transport_ended(&mut self);
+
+    /// The connection is given up: frames still queued are dropped.
+    fn abandon(&mut self);
+
+    /// Something worth reporting happened (for logs); nothing to act on.
+    fn note(&mut self, note: Note<'_>) {
+        let _ = note;
+    }
+}
+
+/// What [`Link::note`] reports.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Note<'a> {
+    /// The peer's close frame arrived, with this code.
+    CloseReceived(Option<CloseCode>),
+    /// The connection fails with this error (its close frame is owed).
+    Failing(&'a Error),
+    /// The memory budget refused room for good.
+    OverBudget(Grant),
+    /// Reading waits for this many bytes of memory budget.
+    WaitingForBudget(usize),
+    /// A deadline passed: the connection ends without waiting.
+    TimedOut,
+    /// The peer ended the transport after our close frame: a clean end.
+    PeerEndedAfterClose,
+}
+
+/// What the engine did since the last step.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Input {
+    /// Nothing yet: the first step of a poll, or after [`Step::WriteNow`].
+    Start,
+    /// The read [`Step::Read`] asked for: bytes (already handed to the
+    /// inbox: [`Inbox::received`], [`Inbox::read_done`]), `Ok(0)` when the
+    /// transport ended, or its error.
+    Read(io::Result<usize>),
+    /// That read found nothing yet (the engine is woken when it can).
+    ReadPending,
+    /// [`Step::Flush`] wrote what it could: whether some is still owed
+    /// (the transport was not ready; the engine is woken when it is).
+    Flushed(bool),
+    /// [`Step::Flush`] waits: the peer does not take what is owed, and
+    /// more is owed than the engine buffers.
+    FlushBlocked,
+    /// A write failed: the transport is gone.
+    WriteFailed(io::Error),
+    /// The engine's timer reached the connection's deadline.
+    Timer,
+    /// [`Step::WaitForBudget`]: the budget has room already.
+    BudgetReady,
+    /// [`Step::Finish`] is done (written and shut down, or given up on).
+    Finished,
+}
+
+/// What the engine does next.
+#[derive(Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Step {
+    /// A message for the application.
+    Message(Message),
+    /// Read where the plan says ([`Plan`]), then step with
+    /// [`Input::Read`] or [`Input::ReadPending`].
+    Read(Plan),
+    /// Write out what is queued before waiting for input, then step with
+    /// [`Input::Flushed`], [`Input::FlushBlocked`] or
+    /// [`Input::WriteFailed`].
+    Flush,
+    /// Hand what is queued (the answer to the peer's close) to the
+    /// transport now, without waiting for it, then step with
+    /// [`Input::Start`]: the application may never poll again.
+    WriteNow,
+    /// Wait for `0` bytes of memory budget
+    /// ([`Inbox::wait_for_budget`](crate::inbox::Inbox::wait_for_budget)
+    /// with the engine's waker; [`Input::BudgetReady`] if it has room at
+    /// once), or for the timer.
+    WaitForBudget(usize),
+    /// Wait for the timer or a wake-up (from the transport or the budget).
+    Wait,
+    /// The connection is ending: write out what is queued (our close
+    /// frame) and flush, ignoring failures, then shut the transport's
+    /// writing side down if `shut_down`; step with [`Input::Finished`].
+    /// Meanwhile the timer runs ([`Input::Timer`]).
+    Finish {
+        /// Shut the writing side down (else the peer ends the transport).
+        shut_down: bool,
+    },
+    /// A deadline passed: write what the transport takes at once (a close
+    /// saying why), wait for nothing, then step with [`Input::Start`].
+    WriteLast,
+    /// The connection has ended: how, if not cleanly.
+    End(Option<Ended>),
+}
+
+/// How a connection ended, when not cleanly.
+#[derive(Debug)]
+pub enum Ended {
+    /// The protocol's error (a close frame with its code was owed).
+    Error(Error),
+    /// The transport's.
+    Transport(io::Error),
+}
+
+impl PartialEq for Ended {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Ended::Error(a), Ended::Error(b)) => a.to_string() == b.to_string(),
+            (Ended::Transport(a), Ended::Transport(b)) => a.kind() == b.kind(),
+            _ => false,
+        }
+    }
+}
+
+/// Where the receiver is in a connection's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Open,
+    /// The close is being written ([`Step::Finish`]).
+    Finishing,
+    /// Written; a client waits for the server to end the transport.
+    Draining,
+    /// Timed out: what the transport takes at once is being written.
+    Abandoning,
+    Done,
+}
+
+/// One connection's receiving side; see the [module docs](self).
+#[derive(Debug)]
+pub struct Receiver {
+    inbox: Inbox,
+    stage: Stage,
+    /// Flush everything queued before waiting for input (the sender's
+    /// messages too: write coalescing for an application that sends
+    /// from its read loop), rather than only what this side owes.
+    flush_all: bool,
+    /// This side queued frames (pongs, a close) that it must see written
+    /// even when the sending side is idle.
+    must_flush: bool,
+    /// Flushed since the last read: read now.
+    flushed: bool,
+    /// A message held back while [`Step::WriteNow`] answers it.
+    pending: Option<Message>,
+    /// When input last came while keepalive ran, not yet told to the
+    /// connection: it hears it when its timer fires.
+    last_input: Option<Instant>,
+    /// The state seen before the last read, to notice another task's
+    /// change while the read found nothing.
+    read_state: Option<State>,
+}
+
+impl Receiver {
+    /// A receiver for `inbox`. `flush_all`: before waiting for input,
+    /// everything queued is written out (the engine sends from the task
+    /// that reads); otherwise only what the receiver itself queued.
+    pub fn new(inbox: Inbox, flush_all: bool) -> Self {
+        Receiver {
+            inbox,
+            stage: Stage::Open,
+            flush_all,
+            must_flush: false,
+            flushed: false,
+            pending: None,
+            last_input: None,
+            read_state: None,
+        }
+    }
+
+    /// Changes what is flushed before waiting for input (see
+    /// [`new`](Self::new)): an engine that splits a connection's tasks
+    /// apart, or joins them again.
+    pub fn set_flush_all(&mut self, flush_all: bool) {
+        self.flush_all = flush_all;
+    }
+
+    /// The inbox: the decoder and the read buffer.
+    #[inline]
+    pub fn inbox(&self) -> &Inbox {
+        &self.inbox
+    }
+
+    /// The inbox, for the engine's reads ([`Inbox::received`],
+    /// [`Inbox::read_done`], [`Inbox::target`]) and set-up.
+    #[inline]
+    pub fn inbox_mut(&mut self) -> &mut Inbox {
+        &mut self.inbox
+    }
+
+    /// Whether the last step ended the connection.
+    pub fn is_done(&self) -> bool {
+        self.stage == Stage::Done
+    }
+
+    /// Ends the connection without waiting for anything more (the
+    /// application gave it up).
+    pub fn give_up(&mut self, link: &mut impl Link) {
+        self.stage = Stage::Done;
+        self.inbox.release();
+        let _ = link.with_conn(|c| c.abandon());
+        link.abandon();
+    }
+
+    /// The next step, given what came of the last one. `now` reads the
+    /// engine's clock, called only when a time is needed.
+    pub fn step(
+        &mut self,
+        link: &mut impl Link,
+        input: Input,
+        mem: &mut impl ReadMemory,
+        now: &impl Fn() -> Instant,
+    ) -> Step {
+        match self.take(link, input, mem, now) {
+            Ok(Some(step)) => step,
+            Ok(None) => self.next(link, mem, now),
+            Err(e) => self.end(Some(Ended::Error(e))),
+        }
+    }
+
+    /// Acts on what the engine did: a step to return at once, or `None`
+    /// to go on.
+    fn take(
+        &mut self,
+        link: &mut impl Link,
+        input: Input,
+        mem: &mut impl ReadMemory,
+        now: &impl Fn() -> Instant,
+    ) -> Result<Option<Step>, Error> {
+        // A flush is asked for once before each read: again after the
+        // read, and in every new poll (the application may have queued
+        // messages meanwhile).
+        self.flushed = matches!(input, Input::Flushed(_))
+            || (self.flushed && matches!(input, Input::ReadPending));
+        match input {
+            Input::Start | Input::BudgetReady => {}
+            Input::Read(Ok(n)) if n > 0 => {
+                if self.stage == Stage::Draining {
+                    // Whatever the server still sends is dropped.
+                    self.inbox.clear();
+                    return Ok(None);
+                }
+                let state = link.state();
+                if state.is_waiting_for_budget() {
+                    // Progress ends the budget's wait at once.
+                    let at = now();
+                    self.tell(link, |c| c.handle_input(at))?;
+                } else if state.hears_input() {
+                    // Keepalive: told when its timer fires.
+                    self.last_input = Some(now());
+                }
+            }
+            Input::Read(read) => {
+                if self.stage == Stage::Draining {
+                    // The server ended the transport (or it failed): done.
+                    return Ok(Some(self.end_with_error(link)));
+                }
+                let err = match read {
+                    Ok(_) => io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "connection closed without a close frame",
+                    ),
+                    Err(e) => e,
+                };
+                return Ok(Some(self.transport_ended(link, err)));
+            }
+            Input::ReadPending => {
+                if self.stage == Stage::Draining {
+                    return Ok(Some(Step::Wait));
+                }
+                let state = link.state();
+                if state.is_waiting_for_budget() && !self.inbox.holds_budget() {
+                    // It waited for room to read, and holds nothing now: a
+                    // quiet connection is not refused for that.
+                    self.tell(link, |c| c.handle_budget_idle())?;
+                    return Ok(None);
+                }
+                if self.read_state == Some(state) {
+                    return Ok(Some(Step::Wait));
+                }
+                // Changed by another task meanwhile: look again.
+            }
+            Input::Flushed(still_owed) => {
+                self.must_flush &= still_owed;
+            }
+            Input::FlushBlocked => {
+                // Waiting for the peer to take what we owe it: as when
+                // waiting for input, hold no more than in proportion. The
+                // timer runs meanwhile: a peer that reads nothing for the
+                // keepalive's interval and timeout is as dead as one that
+                // sends nothing.
+                self.inbox.wait(mem);
+                return Ok(Some(Step::Wait));
+            }
+            Input::WriteFailed(e) => {
+                self.stage = Stage::Done;
+                self.inbox.release();
+                return Ok(Some(Step::End(Some(Ended::Transport(e)))));
+            }
+            Input::Timer => {
+                let at = now();
+                let heard = self.last_input.take();
+                self.tell(link, |c| {
+                    if let Some(t) = heard {
+                        c.handle_input(t);
+                    }
+                    c.handle_timeout(at)
+                })?;
+            }
+            Input::Finished => {
+                if link.state().phase() == Phase::TimedOut {
+                    return Ok(None);
+                }
+                let wait = link.state().phase().awaits_transport_end(self.role());
+                if !wait {
+                    return Ok(Some(self.end_with_error(link)));
+                }
+                self.stage = Stage::Draining;
+            }
+        }
+        Ok(None)
+    }
+
+    /// The next step from where the connection stands.
+    fn next(
+        &mut self,
+        link: &mut impl Link,
+        mem: &mut impl ReadMemory,
+        now: &impl Fn() -> Instant,
+    ) -> Step {
+        loop {
+            match self.stage {
+                Stage::Done => return Step::End(None),
+                Stage::Abandoning => {
+                    let err = link.with_conn(|c| c.take_error()).ok().flatten();
+                    self.give_up(link);
+                    return Step::End(err.map(Ended::Error));
+                }
+                Stage::Draining => {
+                    if link.state().phase() == Phase::TimedOut {
+                        return self.time_out(link);
+                    }
+                    self.inbox.clear();
+                    return match self.inbox.plan(mem) {
+                        Plan::Refused(_) => self.end_with_error(link),
+                        plan => Step::Read(plan),
+                    };
+                }
+                Stage::Open | Stage::Finishing => {}
+            }
+            if let Some(msg) = self.pending.take() {
+                return Step::Message(msg);
+            }
+            let mut state = link.state();
+            match state.phase() {
+                Phase::Open => {}
+                Phase::Failing | Phase::Closed => {
+                    self.stage = Stage::Finishing;
+                    self.inbox.release();
+                    let wait = state.phase().awaits_transport_end(self.role());
+                    return Step::Finish { shut_down: !wait };
+                }
+                // `TimedOut`.
+                _ => return self.time_out(link),
+            }
+            let held = match self.inbox.decode() {
+                Ok(Some(msg)) => {
+                    if !state.hears_message(&msg) {
+                        return Step::Message(msg);
+                    }
+                    if let Message::Close(frame) = &msg {
+                        link.note(Note::CloseReceived(frame.as_ref().map(|f| f.code)));
+                    }
+                    let at = now();
+                    let heard = self.tell(link, |c| {
+                        c.handle_message(&msg, at);
+                        c.phase()
+                    });
+                    match heard {
+                        Ok(Phase::Closed) => {
+                            // The peer's close: its echo goes to the
+                            // transport before the frame is handed out.
+                            self.inbox.release();
+                            self.pending = Some(msg);
+                            return Step::WriteNow;
+                        }
+                        Ok(_) => return Step::Message(msg),
+                        Err(e) => return self.end(Some(Ended::Error(e))),
+                    }
+                }
+                Ok(None) => self.inbox.held_back(),
+                Err(e) => {
+                    link.note(Note::Failing(&e));
+                    let at = now();
+                    if let Err(e) = self.tell(link, |c| c.handle_error(e, at)) {
+                        return self.end(Some(Ended::Error(e)));
+                    }
+                    continue;
+                }
+            };
+            // About to wait for input: write out what was queued meanwhile
+            // (replies the application fed, pongs), all in one write. This
+            // is what corks replies to pipelined messages without delaying
+            // a lone one.
+            if !self.flushed && (self.flush_all || self.must_flush) {
+                return Step::Flush;
+            }
+            if state.is_transport_ended() {
+                // A write failed: no input is coming either.
+                let err = io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "the transport failed while sending",
+                );
+                return self.transport_ended(link, err);
+            }
+            if let Some(grant) = held {
+                // Decoding waits for memory budget: read nothing meanwhile.
+                match self.grant(link, grant, now) {
+                    Ok(Some(step)) => return step,
+                    Ok(None) => continue,
+                    Err(e) => return self.end(Some(Ended::Error(e))),
+                }
+            }
+            if self.inbox.holds_budget() && !state.is_waiting_for_budget() {
+                // Holding budget while the peer sends nothing: the wait
+                // runs (1013 past it) until input comes.
+                // (Without a budget wait in the connection's timers,
+                // nothing runs: read on.)
+                let at = now();
+                if let Err(e) = self.tell(link, |c| c.handle_budget_wait(at)) {
+                    return self.end(Some(Ended::Error(e)));
+                }
+                state = link.state();
+            }
+            match self.inbox.plan(mem) {
+                Plan::Refused(grant) => match self.grant(link, grant, now) {
+                    Ok(Some(step)) => return step,
+                    Ok(None) => continue,
+                    Err(e) => return self.end(Some(Ended::Error(e))),
+                },
+                plan => {
+                    self.read_state = Some(state);
+                    return Step::Read(plan);
+                }
+            }
+        }
+    }
+
+    /// The memory budget answered `grant`: the connection fails if the
+    /// message can never fit (1009), else waits for budget to be given
+    /// back. `None`: look again.
+    fn grant(
+        &mut self,
+        link: &mut impl Link,
+        grant: Grant,
+        now: &impl Fn() -> Instant,
+    ) -> Result<Option<Step>, Error> {
+        if grant == Grant::Granted {
+            return Ok(None);
+        }
+        if matches!(grant, Grant::Never { .. }) {
+            link.note(Note::OverBudget(grant));
+        }
+        let at = now();
+        let wanted = self.tell(link, |c| c.handle_grant(grant, at))?;
+        Ok(wanted.map(|wanted| {
+            link.note(Note::WaitingForBudget(wanted));
+            Step::WaitForBudget(wanted)
+        }))
+    }
+
+    /// Tells the connection an input; what it then owes this side must
+    /// see written.
+    fn tell<T>(
+        &mut self,
+        link: &mut impl Link,
+        f: impl FnOnce(&mut Connection) -> T,
+    ) -> Result<T, Error> {
+        let (out, owes, phase) = link.with_conn(|c| {
+            let out = f(c);
+            (out, c.owes(), c.phase())
+        })?;
+        if owes {
+            self.must_flush = true;
+        }
+        if phase != Phase::Open {
+            // Nothing more is decoded: the memory held for input goes back.
+            self.inbox.release();
+        }
+        Ok(out)
+    }
+
+    fn role(&self) -> crate::Role {
+        self.inbox.decoder().role()
+    }
+
+    fn time_out(&mut self, link: &mut impl Link) -> Step {
+        link.note(Note::TimedOut);
+        self.stage = Stage::Abandoning;
+        self.inbox.release();
+        Step::WriteLast
+    }
+
+    /// The transport ended with `err` before the connection did: the
+    /// connection says whether that was part of closing.
+    fn transport_ended(&mut self, link: &mut impl Link, err: io::Error) -> Step {
+        let err = link
+            .with_conn(|c| c.handle_transport_error(err))
+            .unwrap_or(None);
+        link.transport_ended();
+        if err.is_none() {
+            link.note(Note::PeerEndedAfterClose);
+        }
+        self.end(err.map(Ended::Transport))
+    }
+
+    /// Ends with the connection's error, if it failed.
+    fn end_with_error(&mut self, link: &mut impl Link) -> Step {
+        let err = link.with_conn(|c| c.take_error()).ok().flatten();
+        self.end(err.map(Ended::Error))
+    }
+
+    fn end(&mut self, how: Option<Ended>) -> Step {
+        self.stage = Stage::Done;
+        self.inbox.release();
+        Step::End(how)
+    }
+}
+
+#[cfg(test)]
+#[path = "receive_tests.rs"]
+mod tests;
