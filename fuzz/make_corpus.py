@@ -271,6 +271,27 @@ def inbox():
     write("inbox", "hub_budget", bytes([3 | (4 << 2), 5]) + msgs + budget)
 
 
+def receive():
+    # [flags: 1 client, 2 keepalive, 4 budget of 16 KiB + (flags >> 6) * 8
+    # KiB, 8 flush all, 16 garbage after the messages, 32 a close at the
+    # end] [count % 6 + 1] [a byte per message: size class (% 4) and kind
+    # (% 5)] [with 16: a length % 32 and that many bytes], then events of
+    # two bytes: op (% 8 on a read: 5 nothing yet, 6 with arg 0 a reset, 7
+    # another connection takes (even arg) or gives back budget; on a flush:
+    # 6 some left, 7 blocked or with arg 0 failed; op >> 3 scales the
+    # read), arg (the read's size, or the seconds the clock moves on).
+    msgs = bytes([4, 0x21, 0x05, 0x47, 0x12, 0x03])
+    events = bytes([0, 1, 0, 40, 5, 7, 0, 200, 14, 255, 7, 3, 0, 9, 8, 90])
+    write("receive", "server_reads", bytes([32, 5]) + msgs + events)
+    write("receive", "client_flush_all", bytes([1 | 8 | 32, 5]) + msgs + events)
+    write("receive", "keepalive_time", bytes([2, 5]) + msgs + events + bytes([5, 63] * 4))
+    budget = bytes([7, 60, 0, 30, 7, 1, 0, 200, 0, 200, 7, 2, 7, 3, 0, 255])
+    write("receive", "budget", bytes([4 | (1 << 6) | 32, 5]) + msgs + budget)
+    write("receive", "garbage", bytes([16, 2, 0x21, 0x47, 6]) + b"\x83\x80abcd" + events)
+    failing = bytes([0, 3, 6, 0, 0, 50, 7, 0])
+    write("receive", "failures", bytes([8, 5]) + msgs + failing)
+
+
 if __name__ == "__main__":
     frame_decoder()
     utf8()
@@ -280,5 +301,6 @@ if __name__ == "__main__":
     hub()
     driver()
     inbox()
+    receive()
     for t in sorted(os.listdir(ROOT)):
         print(t, len(os.listdir(os.path.join(ROOT, t))))

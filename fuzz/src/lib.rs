@@ -42,6 +42,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("hub", hub),
     ("driver", driver),
     ("inbox", inbox),
+    ("receive", receive),
 ];
 
 /// Takes bytes off the front of the input; zeros once it runs out.
@@ -1689,5 +1690,273 @@ pub fn inbox(data: &[u8]) {
     if got.len() == sent.len() {
         inbox.wait(&mut mem);
         assert_eq!(inbox.buffered().capacity(), 0, "all decoded: nothing held");
+    }
+}
+
+/// An engine's link for the `receive` target: it owns the connection, and
+/// keeps what the connection owes as sent.
+struct ReceiveLink {
+    conn: Connection,
+    sent: Vec<Message>,
+    transport_ended: bool,
+}
+
+impl wavesock::proto::receive::Link for ReceiveLink {
+    fn state(&self) -> State {
+        self.conn.state()
+    }
+
+    fn with_conn<T>(&mut self, f: impl FnOnce(&mut Connection) -> T) -> Result<T, Error> {
+        let out = f(&mut self.conn);
+        while let Some(msg) = self.conn.poll_transmit() {
+            self.sent.push(msg);
+        }
+        Ok(out)
+    }
+
+    fn transport_ended(&mut self) {
+        self.transport_ended = true;
+    }
+
+    fn abandon(&mut self) {}
+}
+
+/// The receive step (`proto::receive::Receiver`) as an engine drives it:
+/// input-chosen messages from the peer (then, optionally, input-chosen
+/// garbage and a close frame), read in input-chosen sizes the Stream's way,
+/// with every outcome an engine can report chosen by the input (reads that
+/// find nothing or fail, flushes that take all, some or nothing, or fail,
+/// the clock moving on, another connection taking and giving back budget),
+/// with keepalive and a memory budget optional. Properties: the data
+/// messages handed out are what was sent, in order; the budget is never
+/// over its limit; the connection ends, once, within a bound on steps
+/// (ending the input ends the transport, and the clock runs); a
+/// connection that fails with a close code has sent a close frame; with
+/// nothing in the way (no garbage, no failures, no budget, no keepalive)
+/// every message arrives; nothing panics.
+pub fn receive(data: &[u8]) {
+    use std::io;
+    use wavesock::proto::budget::{BudgetAccount, Held};
+    use wavesock::proto::encoder::FrameEncoder;
+    use wavesock::proto::inbox::{Inbox, Plan};
+    use wavesock::proto::receive::{Ended, Input as Did, Receiver, Step};
+
+    let mut input = Input(data);
+    let flags = input.byte();
+    let role = if flags & 1 != 0 {
+        Role::Client
+    } else {
+        Role::Server
+    };
+    let peer = match role {
+        Role::Client => Role::Server,
+        Role::Server => Role::Client,
+    };
+    let keepalive = flags & 2 != 0;
+    let budget = (flags & 4 != 0).then(|| {
+        wavesock::MemoryBudget::new((16 << 10) + usize::from(flags >> 6) * 8192).allowance(0)
+    });
+    let flush_all = flags & 8 != 0;
+    let garbage = flags & 16 != 0;
+    let close_at_end = flags & 32 != 0;
+
+    let mut wire = BytesMut::new();
+    let mut sent = Vec::new();
+    let mut encoder = FrameEncoder::new(peer);
+    for _ in 0..input.byte() % 6 + 1 {
+        let b = input.byte();
+        let len = match b % 4 {
+            0 => usize::from(b % 32),
+            1 => 100 + usize::from(b) * 4,
+            2 => 2000 + usize::from(b) * 40,
+            _ => 12_000 + usize::from(b) * 100,
+        };
+        let msg = match b % 5 {
+            0 => Message::Ping(vec![b; usize::from(b % 126)].into()),
+            1 | 2 => Message::text("é".repeat(len / 2)),
+            _ => Message::binary(vec![b; len]),
+        };
+        encoder.encode_message(&msg, &mut wire).unwrap();
+        if msg.is_data() {
+            sent.push(msg);
+        }
+    }
+    if garbage {
+        let n = usize::from(input.byte()) % 32;
+        wire.extend_from_slice(input.take(n));
+    }
+    if close_at_end {
+        let close = Message::Close(Some(CloseFrame::new(CloseCode::NORMAL, "bye")));
+        encoder.encode_message(&close, &mut wire).unwrap();
+    }
+    let wire = wire.freeze();
+
+    let start = Instant::now();
+    let mut clock = start;
+    let timers = Timers::default()
+        .ping_interval(keepalive.then(|| Duration::from_secs(30)))
+        .budget_wait(budget.as_ref().map(|_| Duration::from_secs(5)));
+    let limits = Limits::default()
+        .max_frame_size(1 << 20)
+        .max_message_size(1 << 20)
+        .budget(budget.clone());
+    let inbox = Inbox::new(MessageDecoder::new(role, limits), BytesMut::new());
+    let mut rx = Receiver::new(inbox, flush_all);
+    let mut link = ReceiveLink {
+        conn: Connection::new(role, timers, start),
+        sent: Vec::new(),
+        transport_ended: false,
+    };
+    let mut other = BudgetAccount::new(budget.clone());
+    let mut mem = FuzzMemory::default();
+    let mut got: Vec<Message> = Vec::new();
+    let mut at = 0;
+    let mut failures = false;
+    let mut did = Did::Start;
+    let mut steps = 0;
+    let ended = loop {
+        steps += 1;
+        assert!(steps < 200_000, "no end after {steps} steps");
+        let now = clock;
+        let step = rx.step(&mut link, did, &mut mem, &|| now);
+        if let Some(b) = &budget {
+            assert!(b.in_use() <= b.limit(), "budget over: {}", b.in_use());
+        }
+        // Once the input is spent, the engine reads what is left in full
+        // and lets time pass.
+        let (op, arg) = if input.is_empty() {
+            (0, 255)
+        } else {
+            (input.byte(), input.byte())
+        };
+        did = match step {
+            Step::Message(msg) => {
+                if msg.is_data() {
+                    got.push(msg);
+                }
+                Did::Start
+            }
+            Step::Read(plan) => {
+                let rest = &wire[at..];
+                let read = match op % 8 {
+                    5 => rest.is_empty(),
+                    6 => arg != 0,
+                    7 => false,
+                    _ => true,
+                };
+                if !read && matches!(plan, Plan::Scratch { .. }) {
+                    // Room set aside for a read that did not happen.
+                    rx.inbox_mut().scratch_unused();
+                }
+                match op % 8 {
+                    5 if !rest.is_empty() => Did::ReadPending,
+                    6 if arg == 0 => {
+                        failures = true;
+                        Did::Read(Err(io::ErrorKind::ConnectionReset.into()))
+                    }
+                    7 => {
+                        // Another connection takes budget or gives it back.
+                        if arg & 1 == 0 {
+                            let _ = other.try_set(Held::Fragments, usize::from(arg) * 128);
+                        } else {
+                            other.release_all();
+                        }
+                        Did::ReadPending
+                    }
+                    _ => {
+                        let want = 1 + usize::from(arg) * (1 + usize::from(op >> 3));
+                        let chunk = &rest[..rest.len().min(want)];
+                        let inbox = rx.inbox_mut();
+                        let n = match plan {
+                            Plan::Scratch { limit } => {
+                                let n = chunk.len().min(limit).min(FUZZ_SCRATCH);
+                                if n > 0 {
+                                    inbox.received(&chunk[..n], n == FUZZ_SCRATCH, &mut mem);
+                                } else {
+                                    inbox.scratch_unused();
+                                }
+                                n
+                            }
+                            Plan::Own => {
+                                use bytes::BufMut;
+                                let mut target = inbox.target();
+                                let n = chunk.len().min(target.chunk_mut().len());
+                                target.put_slice(&chunk[..n]);
+                                inbox.read_done((n > 0).then_some(n), &mut mem);
+                                n
+                            }
+                            Plan::Refused(g) => panic!("a read planned when refused: {g:?}"),
+                        };
+                        at += n;
+                        Did::Read(Ok(n))
+                    }
+                }
+            }
+            Step::Flush => match op % 8 {
+                6 => Did::Flushed(true),
+                7 if arg == 0 => {
+                    failures = true;
+                    Did::WriteFailed(io::ErrorKind::BrokenPipe.into())
+                }
+                7 => Did::FlushBlocked,
+                _ => Did::Flushed(false),
+            },
+            Step::WriteNow | Step::WriteLast => Did::Start,
+            Step::WaitForBudget(wanted) => {
+                if budget.as_ref().is_some_and(|b| b.available() >= wanted) {
+                    Did::BudgetReady
+                } else if op % 2 == 0 && other.total() > 0 {
+                    other.release_all();
+                    Did::Start
+                } else {
+                    clock += Duration::from_secs(u64::from(arg % 8));
+                    Did::Timer
+                }
+            }
+            Step::Wait => {
+                // Woken by input while some is left, else by the timer.
+                if at < wire.len() && op % 4 != 0 {
+                    Did::Start
+                } else {
+                    clock += Duration::from_secs(1 + u64::from(arg % 64));
+                    Did::Timer
+                }
+            }
+            Step::Finish { .. } => {
+                if op % 4 == 3 {
+                    clock += Duration::from_secs(u64::from(arg % 16));
+                    Did::Timer
+                } else {
+                    Did::Finished
+                }
+            }
+            Step::End(how) => break how,
+            other => panic!("a step this engine does not know: {other:?}"),
+        };
+    };
+    assert!(rx.is_done());
+    let now = clock;
+    assert!(
+        matches!(
+            rx.step(&mut link, Did::Start, &mut mem, &|| now),
+            Step::End(None)
+        ),
+        "ended once"
+    );
+    // Garbage may decode to messages of its own, after those sent.
+    let k = got.len().min(sent.len());
+    assert_eq!(got[..k], sent[..k], "handed out what was sent, in order");
+    assert!(garbage || got.len() <= sent.len(), "more than was sent");
+    if let Some(Ended::Error(e)) = &ended
+        && e.close_code().is_some()
+        && !failures
+    {
+        assert!(
+            link.sent.iter().any(Message::is_close),
+            "failed with {e} and sent no close frame"
+        );
+    }
+    if !garbage && !failures && !keepalive && budget.is_none() {
+        assert_eq!(got.len(), sent.len(), "nothing in the way: all arrive");
     }
 }

@@ -143,6 +143,12 @@ impl Core {
         Poll::Ready(Ok(()))
     }
 
+    /// Whether frames are queued, or written and not yet flushed.
+    #[inline]
+    pub(crate) fn has_writes(&self) -> bool {
+        self.d.buffered() > 0 || self.write.unflushed
+    }
+
     /// Writes out what is queued and flushes the transport, for the
     /// receiving side before it waits for input. `Pending` only when more
     /// is owed than the write buffer holds: the caller then stops reading
@@ -157,10 +163,10 @@ impl Core {
     where
         W: AsyncWrite + Unpin,
     {
-        let w = &mut self.write;
-        if self.d.buffered() == 0 && !w.unflushed {
+        if !self.has_writes() {
             return Poll::Ready(Ok(false));
         }
+        let w = &mut self.write;
         let r = match w.poll_drain(&mut self.d, io, cx, Task::Receiving) {
             Poll::Ready(Ok(())) => match w.poll_flush_io(io, cx, Task::Receiving) {
                 Poll::Ready(r) => r,
@@ -180,8 +186,7 @@ impl Core {
         if r.is_err() {
             self.end_transport();
         }
-        let owed = self.d.buffered() > 0 || self.write.unflushed;
-        Poll::Ready(r.map(|()| owed))
+        Poll::Ready(r.map(|()| self.has_writes()))
     }
 
     /// The write half of finishing the connection: write out what is owed

@@ -110,6 +110,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> CoreLink for UnsplitLink<'_, S> {
     fn state(&self) -> State {
         self.core.d.conn().state()
     }
+
+    #[inline]
+    fn has_writes(&self) -> bool {
+        self.core.has_writes()
+    }
 }
 
 impl<S> WebSocketStream<S>

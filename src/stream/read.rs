@@ -43,6 +43,11 @@ pub(crate) trait CoreLink {
     fn with_core<T>(&mut self, f: impl FnOnce(&mut Core, &mut Self::Write) -> T) -> T;
     /// The core's [`State`] as of its last input, from whichever task.
     fn state(&self) -> State;
+    /// Whether frames wait to be written or flushed; `true` when that
+    /// cannot be told without the lock.
+    fn has_writes(&self) -> bool {
+        true
+    }
     /// Called at the start of every poll of the receiving side: another
     /// task that changes the core's state (a sender whose write fails, or
     /// that sends our close) must wake this one, whichever way the poll
@@ -100,6 +105,11 @@ impl<L: CoreLink> Link for Reach<'_, L> {
     #[inline]
     fn state(&self) -> State {
         self.link.state()
+    }
+
+    #[inline]
+    fn has_writes(&self) -> bool {
+        self.link.has_writes()
     }
 
     fn with_conn<T>(
@@ -246,7 +256,14 @@ impl ReadState {
         #[cfg(feature = "tracing")]
         let _span = self.span.clone().entered();
         link.watch_state(cx);
-        let mut input = Input::Start;
+        // The deadline first: input that is always ready must not starve
+        // it (a close timeout against a peer that floods and never
+        // answers).
+        let mut input = if !self.rx.is_done() && self.poll_timer(link, cx).is_ready() {
+            Input::Timer
+        } else {
+            Input::Start
+        };
         loop {
             let step = {
                 let timer = &mut self.timer;

@@ -395,3 +395,104 @@ async fn a_sender_waiting_on_the_socket_writes_the_reply_of_a_receiver_that_stop
     done.send(()).unwrap();
     receiving.await.unwrap();
 }
+
+/// A peer whose input never runs out (every read is ready) and that takes
+/// every write: a flood that never answers our close.
+struct Firehose {
+    frame: Vec<u8>,
+    at: usize,
+}
+
+impl tokio::io::AsyncRead for Firehose {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        while buf.remaining() > 0 {
+            let at = self.at;
+            let n = (self.frame.len() - at).min(buf.remaining());
+            buf.put_slice(&self.frame[at..at + n]);
+            self.at = (at + n) % self.frame.len();
+        }
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+impl tokio::io::AsyncWrite for Firehose {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// Our close against a peer that floods and never answers: the close
+/// timeout ends the stream, unsplit and split, though every read finds
+/// input (the deadline is looked at before reading, not only when a read
+/// waits).
+#[tokio::test]
+async fn a_close_times_out_against_a_peer_that_floods_and_never_answers() {
+    for split in [false, true] {
+        let io = Firehose {
+            frame: masked(0x82, &[7; 1000]),
+            at: 0,
+        };
+        let config = Config::default().close_timeout(Duration::from_millis(300));
+        let mut ws =
+            wavesock::WebSocketStream::from_raw_socket(io, wavesock::Role::Server, config).unwrap();
+        let start = std::time::Instant::now();
+        let mut read = 0u64;
+        let next = |read: &mut u64, msg: Option<wavesock::Result<Message>>| {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "split {split}: no close timeout 5 s after our close ({read} messages read)"
+            );
+            match msg {
+                Some(Ok(_)) => {
+                    *read += 1;
+                    None
+                }
+                end => Some(end),
+            }
+        };
+        let end = if split {
+            let (mut tx, mut rx) = ws.split();
+            tx.close().await.unwrap();
+            loop {
+                if let Some(end) = next(&mut read, rx.next().await) {
+                    break end;
+                }
+                tokio::task::yield_now().await;
+            }
+        } else {
+            ws.close(None).await.unwrap();
+            loop {
+                if let Some(end) = next(&mut read, ws.next().await) {
+                    break end;
+                }
+                tokio::task::yield_now().await;
+            }
+        };
+        assert!(
+            matches!(end, Some(Err(Error::CloseTimeout))),
+            "split {split}: {end:?}"
+        );
+    }
+}
