@@ -342,8 +342,10 @@ impl Counts {
     fn charge_with(&self, kind: Held, bytes: usize) -> usize {
         let mut held = self.held;
         held[kind.index()] = bytes;
+        // Saturating: a request for "as much as there is" (an engine
+        // whose scratch memory has no bound) is refused, not an overflow.
         held.iter()
-            .sum::<usize>()
+            .fold(0usize, |sum, &n| sum.saturating_add(n))
             .saturating_sub(self.budget.allowance)
     }
 

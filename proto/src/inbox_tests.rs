@@ -472,3 +472,18 @@ fn scratch_reads_stay_within_the_allowance_when_they_can() {
     inbox.scratch_unused();
     assert_eq!(budget.in_use(), 0);
 }
+
+#[test]
+fn scratch_memory_without_a_bound_reads_within_the_budget() {
+    // `OwnMemory` names no scratch size: the plan asks for what the
+    // budget has (found by fuzzing: the account's sum overflowed).
+    let budget = MemoryBudget::new(64 << 10).allowance(0);
+    let mut inbox = inbox_with(Limits::default().budget(budget.clone()));
+    let Plan::Scratch { limit } = inbox.plan(&mut OwnMemory) else {
+        panic!()
+    };
+    assert!(limit <= 64 << 10, "{limit}");
+    assert!(budget.in_use() <= budget.limit());
+    inbox.scratch_unused();
+    assert_eq!(budget.in_use(), 0);
+}

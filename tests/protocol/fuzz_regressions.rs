@@ -96,3 +96,10 @@ fn error_after_peer_close_left_closed_phase() {
     assert_eq!(c.poll_transmit(), None);
     assert_eq!(c.take_error(), None);
 }
+
+#[test]
+fn driver_inbox_and_receive_regressions() {
+    replay("driver");
+    replay("inbox");
+    replay("receive");
+}
