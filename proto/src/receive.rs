@@ -331,8 +331,7 @@ impl Receiver {
         // A flush is asked for once before each read: again after the
         // read, and in every new poll (the application may have queued
         // messages meanwhile).
-        self.flushed = matches!(input, Input::Flushed(_))
-            || (self.flushed && matches!(input, Input::ReadPending));
+        let flushed = std::mem::replace(&mut self.flushed, false);
         match input {
             Input::Start => {}
             Input::BudgetReady => self.drained = false,
@@ -370,6 +369,7 @@ impl Receiver {
                 return Ok(Some(self.transport_ended(link, err)));
             }
             Input::ReadPending => {
+                self.flushed = flushed;
                 if self.stage == Stage::Draining {
                     return Ok(Some(Step::Wait));
                 }
@@ -386,6 +386,7 @@ impl Receiver {
                 // Changed by another task meanwhile: look again.
             }
             Input::Flushed(still_owed) => {
+                self.flushed = true;
                 self.must_flush &= still_owed;
             }
             Input::FlushBlocked => {
