@@ -405,7 +405,14 @@ impl Receiver {
             }
             Input::Timer => {
                 let at = now();
-                let heard = self.last_input.take();
+                let mut heard = self.last_input.take();
+                if !self.drained && !self.inbox.buffered().is_empty() {
+                    // Messages the application has not taken yet: the peer
+                    // is not silent, this side is slow. Nothing is read
+                    // until they are taken, so a ping's answer could not be
+                    // heard either.
+                    heard = Some(at);
+                }
                 self.tell(link, |c| {
                     if let Some(t) = heard {
                         c.handle_input(t);

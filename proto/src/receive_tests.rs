@@ -366,3 +366,20 @@ fn holding_budget_without_a_budget_wait_reads_on() {
     assert!(matches!(step, Step::Read(_)), "{step:?}");
     assert_eq!(s.step(Input::ReadPending), Step::Wait);
 }
+
+#[test]
+fn messages_not_yet_taken_are_the_peer_alive_when_the_timer_fires() {
+    let mut s = Side::new(
+        Role::Server,
+        Timers::default().ping_interval(Some(Duration::from_secs(30))),
+        false,
+    );
+    let mut bytes = wire(&Message::text("a"), Role::Client);
+    bytes.extend_from_slice(&wire(&Message::text("b"), Role::Client));
+    let first = s.step(Input::Start);
+    assert_eq!(s.read(first, &bytes), Step::Message(Message::text("a")));
+    // The application is slow to take "b": no ping, no timeout.
+    s.at(31);
+    assert_eq!(s.step(Input::Timer), Step::Message(Message::text("b")));
+    assert!(s.link.sent.is_empty(), "pinged: {:?}", s.link.sent);
+}

@@ -655,6 +655,50 @@ async fn keepalive_counts_any_traffic_as_life() {
     assert_eq!(written, unmasked(0x88, b""), "no keepalive ping was needed");
 }
 
+/// A peer that sent a burst in one write and answers every ping is not
+/// timed out while a slow application takes the burst: messages still in
+/// the read buffer are the peer alive (split and unsplit; the burst takes
+/// 500 ms to take, keepalive gives up after 200 ms of silence).
+#[tokio::test(start_paused = true)]
+async fn keepalive_keeps_a_peer_whose_burst_the_application_is_slow_to_take() {
+    for split in [false, true] {
+        let (a, mut peer) = tokio::io::duplex(1 << 16);
+        let config = Config::default()
+            .ping_interval(Some(Duration::from_millis(100)))
+            .pong_timeout(Duration::from_millis(100));
+        let ws = WebSocketStream::from_raw_socket(a, Role::Server, config).unwrap();
+        let answering = tokio::spawn(async move {
+            let burst: Vec<u8> = (0..100)
+                .flat_map(|i| masked(0x81, format!("m{i}").as_bytes()))
+                .collect();
+            peer.write_all(&burst).await.unwrap();
+            let mut buf = BytesMut::new();
+            while let Some((b0, payload)) = read_frame(&mut peer, &mut buf).await {
+                if b0 == 0x89 {
+                    peer.write_all(&masked(0x8A, &payload)).await.unwrap();
+                }
+            }
+        });
+        let (tx, mut rx) = if split {
+            let (tx, rx) = ws.split();
+            (Some(tx), futures_util::future::Either::Left(rx))
+        } else {
+            (None, futures_util::future::Either::Right(ws))
+        };
+        for i in 0..100 {
+            let msg = rx.next().await.unwrap();
+            assert!(
+                matches!(&msg, Ok(Message::Text(t)) if t.as_str() == format!("m{i}")),
+                "split {split}: message {i}: {msg:?}"
+            );
+            // The slow application.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop((tx, rx));
+        answering.await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn a_prepared_message_reaches_many_connections_unchanged() {
     use wavesock::PreparedMessage;
