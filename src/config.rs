@@ -64,7 +64,9 @@ pub struct Config {
     /// them; default `false`.
     pub accept_unmasked_frames: bool,
     /// Send a ping after this long without hearing from the peer. Default
-    /// `None` (no keepalive).
+    /// `None` (no keepalive). Messages read but not yet taken by the
+    /// application count as hearing from it: a slow reader does not make a
+    /// live peer look silent (nothing more is read until they are taken).
     pub ping_interval: Option<Duration>,
     /// With `ping_interval` set: how long to wait for anything from the peer
     /// after a keepalive ping before giving it up for dead. Default 10 s.
