@@ -247,6 +247,15 @@ pub struct Receiver {
     /// The state seen before the last read, to notice another task's
     /// change while the read found nothing.
     read_state: Option<State>,
+    /// The connection's next deadline ([`Connection::poll_timeout`]) as
+    /// of `deadline_for`: looked at before every read, so that input that
+    /// is always ready cannot starve it, and only then, so that messages
+    /// the application has not taken yet (the peer's answer among them)
+    /// are heard before it.
+    deadline: Option<Instant>,
+    /// The state the deadline was read in: it changes only with the state
+    /// or with this side's inputs, which read it again.
+    deadline_for: Option<State>,
 }
 
 impl Receiver {
@@ -264,6 +273,8 @@ impl Receiver {
             pending: None,
             last_input: None,
             read_state: None,
+            deadline: None,
+            deadline_for: None,
         }
     }
 
@@ -344,11 +355,9 @@ impl Receiver {
                 }
                 let state = link.state();
                 if state.is_waiting_for_budget() {
-                    // Progress ends the budget's wait at once (and is the
-                    // latest input: one remembered is older).
-                    let at = now();
-                    self.last_input = None;
-                    self.tell(link, |c| c.handle_input(at))?;
+                    // Progress ends the budget's wait at once.
+                    self.last_input = Some(now());
+                    self.tell(link, |_| ())?;
                 } else if state.hears_input() {
                     // Keepalive: told when its timer fires.
                     self.last_input = Some(now());
@@ -405,20 +414,7 @@ impl Receiver {
             }
             Input::Timer => {
                 let at = now();
-                let mut heard = self.last_input.take();
-                if !self.drained && !self.inbox.buffered().is_empty() {
-                    // Messages the application has not taken yet: the peer
-                    // is not silent, this side is slow. Nothing is read
-                    // until they are taken, so a ping's answer could not be
-                    // heard either.
-                    heard = Some(at);
-                }
-                self.tell(link, |c| {
-                    if let Some(t) = heard {
-                        c.handle_input(t);
-                    }
-                    c.handle_timeout(at)
-                })?;
+                self.tell(link, |c| c.handle_timeout(at))?;
             }
             Input::Finished => {
                 if link.state().phase() == Phase::TimedOut {
@@ -453,6 +449,11 @@ impl Receiver {
                     return Step::End(err.map(Ended::Error));
                 }
                 Stage::Draining => {
+                    let state = link.state();
+                    if state.phase() != Phase::TimedOut && self.deadline_passed(link, state, now) {
+                        let at = now();
+                        let _ = self.tell(link, |c| c.handle_timeout(at));
+                    }
                     if link.state().phase() == Phase::TimedOut {
                         return self.time_out(link);
                     }
@@ -562,6 +563,13 @@ impl Receiver {
                 }
                 state = link.state();
             }
+            if self.deadline_passed(link, state, now) {
+                let at = now();
+                if let Err(e) = self.tell(link, |c| c.handle_timeout(at)) {
+                    return self.end(Some(Ended::Error(e)));
+                }
+                continue;
+            }
             match self.inbox.plan(mem) {
                 Plan::Refused(grant) => match self.grant(link, grant, now) {
                     Ok(Some(step)) => return step,
@@ -609,10 +617,18 @@ impl Receiver {
         link: &mut impl Link,
         f: impl FnOnce(&mut Connection) -> T,
     ) -> Result<T, Error> {
-        let (out, owes, phase) = link.with_conn(|c| {
+        // Input remembered while keepalive ran came before whatever this
+        // is: the connection hears it first.
+        let heard = self.last_input.take();
+        let (out, owes, phase, state, deadline) = link.with_conn(|c| {
+            if let Some(t) = heard {
+                c.handle_input(t);
+            }
             let out = f(c);
-            (out, c.owes(), c.phase())
+            (out, c.owes(), c.phase(), c.state(), c.poll_timeout())
         })?;
+        self.deadline = deadline;
+        self.deadline_for = Some(state);
         if owes {
             self.must_flush = true;
         }
@@ -621,6 +637,21 @@ impl Receiver {
             self.inbox.release();
         }
         Ok(out)
+    }
+
+    /// Whether the connection's deadline has passed, read again when
+    /// another task changed its state. No clock is read without one.
+    fn deadline_passed(
+        &mut self,
+        link: &mut impl Link,
+        state: State,
+        now: &impl Fn() -> Instant,
+    ) -> bool {
+        if self.deadline_for != Some(state) {
+            self.deadline = link.with_conn(|c| c.poll_timeout()).unwrap_or(None);
+            self.deadline_for = Some(state);
+        }
+        self.deadline.is_some_and(|d| now() >= d)
     }
 
     fn role(&self) -> crate::Role {

@@ -159,7 +159,15 @@ fn a_data_message_reaches_the_application_without_the_connection() {
         s.receive(&Message::text("a")),
         Step::Message(Message::text("a"))
     );
-    assert_eq!(s.link.calls, 0);
+    // Once, before the first read: the deadline.
+    assert_eq!(s.link.calls, 1);
+    for text in ["b", "c"] {
+        assert_eq!(
+            s.receive(&Message::text(text)),
+            Step::Message(Message::text(text))
+        );
+    }
+    assert_eq!(s.link.calls, 1, "data messages reach the connection");
 }
 
 #[test]
@@ -179,9 +187,10 @@ fn input_under_keepalive_is_told_when_the_timer_fires() {
     };
     // The keepalive deadline set at the start (30 s) fires: the input at
     // 20 s is heard first, so no ping is due yet.
+    let before = s.link.calls;
     s.at(31);
     let _ = s.step(Input::Timer);
-    assert_eq!(s.link.calls, 1);
+    assert_eq!(s.link.calls, before + 1);
     assert!(s.link.sent.is_empty(), "pinged: {:?}", s.link.sent);
     // Nothing since: at 51 s the ping goes out.
     s.at(51);
@@ -368,7 +377,7 @@ fn holding_budget_without_a_budget_wait_reads_on() {
 }
 
 #[test]
-fn messages_not_yet_taken_are_the_peer_alive_when_the_timer_fires() {
+fn a_deadline_is_looked_at_before_each_read_and_only_then() {
     let mut s = Side::new(
         Role::Server,
         Timers::default().ping_interval(Some(Duration::from_secs(30))),
@@ -378,8 +387,68 @@ fn messages_not_yet_taken_are_the_peer_alive_when_the_timer_fires() {
     bytes.extend_from_slice(&wire(&Message::text("b"), Role::Client));
     let first = s.step(Input::Start);
     assert_eq!(s.read(first, &bytes), Step::Message(Message::text("a")));
-    // The application is slow to take "b": no ping, no timeout.
+    // Past the keepalive deadline, "b" is still to be taken: it is, and
+    // nothing is sent meanwhile.
     s.at(31);
-    assert_eq!(s.step(Input::Timer), Step::Message(Message::text("b")));
+    assert_eq!(s.step(Input::Start), Step::Message(Message::text("b")));
     assert!(s.link.sent.is_empty(), "pinged: {:?}", s.link.sent);
+    // Before the next read the deadline is looked at (the input at 0 s
+    // was heard): the ping goes out before reading on.
+    assert_eq!(s.step(Input::Start), Step::Flush);
+    assert!(
+        s.link.sent.iter().any(Message::is_ping),
+        "{:?}",
+        s.link.sent
+    );
+}
+
+#[test]
+fn a_close_deadline_passes_though_input_is_always_ready() {
+    let mut s = Side::new(
+        Role::Server,
+        Timers::default().close_timeout(Duration::from_secs(5)),
+        false,
+    );
+    let _ = s.link.with_conn(|c| c.send_close(s.now));
+    let mut step = s.step(Input::Start);
+    // The peer floods and never answers: at 6 s, before the next read,
+    // the connection times out.
+    for secs in 0..7 {
+        s.at(secs);
+        let Step::Read(_) = step else {
+            assert_eq!(secs, 6, "ended early: {step:?}");
+            break;
+        };
+        step = s.read(step, &wire(&Message::text("x"), Role::Client));
+        assert_eq!(step, Step::Message(Message::text("x")));
+        step = s.step(Input::Start);
+    }
+    assert_eq!(step, Step::WriteLast);
+}
+
+#[test]
+fn input_remembered_under_keepalive_does_not_end_a_later_budget_wait() {
+    use crate::budget::MemoryBudget;
+    let budget = MemoryBudget::new(1 << 20).allowance(0);
+    let limits = Limits::default().budget(budget);
+    let timers = Timers::default()
+        .ping_interval(Some(Duration::from_secs(60)))
+        .budget_wait(Some(Duration::from_secs(5)));
+    let mut s = Side::with_limits(Role::Server, timers, limits, false);
+    // Part of a large message, then nothing: the read's input (at 0 s) is
+    // remembered, the budget wait starts as the next read waits.
+    let bytes = wire(&Message::binary(vec![1u8; 32 << 10]), Role::Client);
+    let first = s.step(Input::Start);
+    let step = s.read(first, &bytes[..200]);
+    assert!(matches!(step, Step::Read(_)), "{step:?}");
+    assert!(s.link.state().is_waiting_for_budget());
+    assert_eq!(s.step(Input::ReadPending), Step::Wait);
+    // Its deadline: 1013, not a wait begun again by the older input.
+    s.at(5);
+    let step = s.step(Input::Timer);
+    assert_eq!(step, Step::Finish { shut_down: true });
+    let [Message::Close(Some(frame))] = &s.link.sent[..] else {
+        panic!("{:?}", s.link.sent)
+    };
+    assert_eq!(frame.code, CloseCode::TRY_AGAIN_LATER);
 }

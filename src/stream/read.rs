@@ -256,14 +256,7 @@ impl ReadState {
         #[cfg(feature = "tracing")]
         let _span = self.span.clone().entered();
         link.watch_state(cx);
-        // The deadline first: input that is always ready must not starve
-        // it (a close timeout against a peer that floods and never
-        // answers).
-        let mut input = if !self.rx.is_done() && self.poll_timer(link, cx).is_ready() {
-            Input::Timer
-        } else {
-            Input::Start
-        };
+        let mut input = Input::Start;
         loop {
             let step = {
                 let timer = &mut self.timer;
