@@ -496,3 +496,63 @@ async fn a_close_times_out_against_a_peer_that_floods_and_never_answers() {
         );
     }
 }
+
+/// We close; the peer answers at once behind 100 messages it had in
+/// flight, all in one write, and a slow application takes them at 5 ms
+/// each, past the 100 ms close timeout: the peer answered in time, so
+/// every message arrives, then its close, then the end (split and
+/// unsplit). The deadline is looked at before reading, not while
+/// messages already read wait to be taken.
+#[tokio::test(start_paused = true)]
+async fn a_close_answered_behind_a_backlog_is_no_timeout_for_a_slow_reader() {
+    for split in [false, true] {
+        let (a, mut peer) = tokio::io::duplex(1 << 16);
+        let config = Config::default().close_timeout(Duration::from_millis(100));
+        let mut ws =
+            wavesock::WebSocketStream::from_raw_socket(a, wavesock::Role::Server, config).unwrap();
+        let answering = tokio::spawn(async move {
+            let mut buf = bytes::BytesMut::new();
+            while let Some((b0, _)) = support::read_frame(&mut peer, &mut buf).await {
+                if b0 == 0x88 {
+                    break;
+                }
+            }
+            let mut burst: Vec<u8> = (0..100)
+                .flat_map(|i| masked(0x81, format!("m{i}").as_bytes()))
+                .collect();
+            burst.extend(masked(0x88, &close_payload(1000, "")));
+            peer.write_all(&burst).await.unwrap();
+            let mut rest = Vec::new();
+            let _ = peer.read_to_end(&mut rest).await;
+        });
+        let mut got = 0;
+        let mut closed = false;
+        let end = if split {
+            let (mut tx, mut rx) = ws.split();
+            tx.close().await.unwrap();
+            loop {
+                match rx.next().await {
+                    Some(Ok(Message::Text(_))) => got += 1,
+                    Some(Ok(Message::Close(_))) => closed = true,
+                    end => break end.map(|r| r.map(|_| ())),
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        } else {
+            ws.close(None).await.unwrap();
+            loop {
+                match ws.next().await {
+                    Some(Ok(Message::Text(_))) => got += 1,
+                    Some(Ok(Message::Close(_))) => closed = true,
+                    end => break end.map(|r| r.map(|_| ())),
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        assert!(
+            got == 100 && closed && end.is_none(),
+            "split {split}: {got} messages, close {closed}, then {end:?}"
+        );
+        answering.await.unwrap();
+    }
+}
