@@ -14,7 +14,13 @@
 //! only when the connection must change: a control frame, an error, a
 //! timer, the memory budget, the end. A plain data message, and input
 //! while keepalive runs, take no lock: the time of the last input is kept
-//! here and handed to the connection when its timer fires.
+//! here and handed to the connection before anything else it hears (its
+//! deadline, at the latest).
+//!
+//! Deadlines are looked at before each read, as the receiver keeps the
+//! connection's next one: input that is always ready cannot starve them,
+//! and messages already read (a peer's answer among them) are heard first.
+//! The engine's timer serves only the waits.
 //!
 //! ```
 //! use std::time::Instant;
@@ -242,7 +248,7 @@ pub struct Receiver {
     /// A message held back while [`Step::WriteNow`] answers it.
     pending: Option<Message>,
     /// When input last came while keepalive ran, not yet told to the
-    /// connection: it hears it when its timer fires.
+    /// connection: it hears it before anything else.
     last_input: Option<Instant>,
     /// The state seen before the last read, to notice another task's
     /// change while the read found nothing.
@@ -359,7 +365,8 @@ impl Receiver {
                     self.last_input = Some(now());
                     self.tell(link, |_| ())?;
                 } else if state.hears_input() {
-                    // Keepalive: told when its timer fires.
+                    // Keepalive: told with the next thing the connection
+                    // hears (its deadline, at the latest).
                     self.last_input = Some(now());
                 }
             }
