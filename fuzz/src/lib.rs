@@ -1505,6 +1505,33 @@ impl wavesock::proto::inbox::ReadMemory for FuzzMemory {
     }
 }
 
+/// Input-chosen messages a peer sends (1 to 6: pings, text, binary up to
+/// ~37 KB), encoded into `wire`; the messages, in order.
+fn peer_messages(
+    input: &mut Input<'_>,
+    encoder: &mut wavesock::proto::encoder::FrameEncoder,
+    wire: &mut BytesMut,
+) -> Vec<Message> {
+    let mut sent = Vec::new();
+    for _ in 0..input.byte() % 6 + 1 {
+        let b = input.byte();
+        let len = match b % 4 {
+            0 => usize::from(b % 32),
+            1 => 100 + usize::from(b) * 4,
+            2 => 2000 + usize::from(b) * 40,
+            _ => 12_000 + usize::from(b) * 100,
+        };
+        let msg = match b % 5 {
+            0 => Message::Ping(vec![b; usize::from(b % 126)].into()),
+            1 | 2 => Message::text("é".repeat(len / 2)),
+            _ => Message::binary(vec![b; len]),
+        };
+        encoder.encode_message(&msg, wire).unwrap();
+        sent.push(msg);
+    }
+    sent
+}
+
 /// The receiving side (`proto::inbox::Inbox`) as both engines drive it:
 /// input-chosen messages from a client, read in input-chosen sizes either
 /// as the Stream reads (scratch copied into the arena or a spare) or as the
@@ -1533,24 +1560,7 @@ pub fn inbox(data: &[u8]) {
         .budget(budget.clone());
 
     let mut wire = BytesMut::new();
-    let mut sent = Vec::new();
-    let mut encoder = FrameEncoder::new(Role::Client);
-    for _ in 0..input.byte() % 6 + 1 {
-        let b = input.byte();
-        let len = match b % 4 {
-            0 => usize::from(b % 32),
-            1 => 100 + usize::from(b) * 4,
-            2 => 2000 + usize::from(b) * 40,
-            _ => 12_000 + usize::from(b) * 100,
-        };
-        let msg = match b % 5 {
-            0 => Message::Ping(vec![b; usize::from(b % 126)].into()),
-            1 | 2 => Message::text("é".repeat(len / 2)),
-            _ => Message::binary(vec![b; len]),
-        };
-        encoder.encode_message(&msg, &mut wire).unwrap();
-        sent.push(msg);
-    }
+    let sent = peer_messages(&mut input, &mut FrameEncoder::new(Role::Client), &mut wire);
     let wire = wire.freeze();
 
     let mut inbox = Inbox::new(MessageDecoder::new(Role::Server, limits), BytesMut::new());
@@ -1761,26 +1771,10 @@ pub fn receive(data: &[u8]) {
     let close_at_end = flags & 32 != 0;
 
     let mut wire = BytesMut::new();
-    let mut sent = Vec::new();
     let mut encoder = FrameEncoder::new(peer);
-    for _ in 0..input.byte() % 6 + 1 {
-        let b = input.byte();
-        let len = match b % 4 {
-            0 => usize::from(b % 32),
-            1 => 100 + usize::from(b) * 4,
-            2 => 2000 + usize::from(b) * 40,
-            _ => 12_000 + usize::from(b) * 100,
-        };
-        let msg = match b % 5 {
-            0 => Message::Ping(vec![b; usize::from(b % 126)].into()),
-            1 | 2 => Message::text("é".repeat(len / 2)),
-            _ => Message::binary(vec![b; len]),
-        };
-        encoder.encode_message(&msg, &mut wire).unwrap();
-        if msg.is_data() {
-            sent.push(msg);
-        }
-    }
+    let mut sent = peer_messages(&mut input, &mut encoder, &mut wire);
+    // Only data messages reach the application's side of the check.
+    sent.retain(Message::is_data);
     if garbage {
         let n = usize::from(input.byte()) % 32;
         wire.extend_from_slice(input.take(n));
