@@ -892,8 +892,10 @@
 //! slows its sender). Bytes waiting for it beyond
 //! [`HubConfig::max_backpressure`](crate::hub::HubConfig::max_backpressure)
 //! make further sends close the connection
-//! ([`BackpressurePolicy::Close`](crate::hub::BackpressurePolicy::Close),
-//! reported as [`Error::Backpressure`](crate::Error::Backpressure)) or
+//! ([`BackpressurePolicy::Close`](crate::hub::BackpressurePolicy::Close):
+//! what waits behind the frame being written is dropped and a 1013 close
+//! frame goes next, reported as
+//! [`Error::Backpressure`](crate::Error::Backpressure)) or
 //! drop them ([`BackpressurePolicy::Drop`](crate::hub::BackpressurePolicy::Drop),
 //! [`SendStatus::Dropped`](crate::hub::SendStatus::Dropped)); either way
 //! the engine's other connections go on. After a send saw the limit,

@@ -1293,6 +1293,8 @@ pub fn driver(data: &[u8]) {
     let mut wire = BytesMut::new();
     let mut close_sent = false;
     let mut discarded = false;
+    // Where each expected message's frame ends in everything queued.
+    let mut ends: Vec<usize> = Vec::new();
 
     while !input.is_empty() && !discarded {
         let before = d.buffered();
@@ -1394,6 +1396,29 @@ pub fn driver(data: &[u8]) {
                 assert_eq!(d.holds_queue(), !all, "an idle driver holds no queue");
                 None
             }
+            8 if arg & 0xc0 == 0x40 => {
+                // The peer reads too slowly: the frames begun stay, the
+                // rest are dropped, a 1013 close follows.
+                let failed = d.fail_backlogged(before, 1, now, &mut pool).unwrap();
+                assert_eq!(failed, !close_sent, "only an open connection fails");
+                if failed {
+                    let written = wire.len();
+                    // Frame `i` begins where frame `i - 1` ends.
+                    let begun = (0..ends.len())
+                        .take_while(|&i| if i == 0 { 0 } else { ends[i - 1] } < written)
+                        .count();
+                    expected.truncate(begun);
+                    ends.truncate(begun);
+                    let kept = ends.last().map_or(0, |&e| e.max(written)) - written;
+                    expected.push(Message::Close(Some(CloseFrame::new(
+                        CloseCode::TRY_AGAIN_LATER,
+                        "reading too slowly: backpressure limit",
+                    ))));
+                    assert!(d.buffered() > kept, "the close follows the frame begun");
+                    close_sent = true;
+                }
+                None
+            }
             8 if arg & 0x80 != 0 => {
                 d.discard_writes(&mut pool);
                 assert_eq!(d.buffered(), 0);
@@ -1420,6 +1445,10 @@ pub fn driver(data: &[u8]) {
                 assert!(d.buffered() > before);
                 expected.push(m);
             }
+        }
+        // One frame per message, each op queues one at most.
+        if ends.len() < expected.len() {
+            ends.push(wire.len() + d.buffered());
         }
     }
     if !discarded {

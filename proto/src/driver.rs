@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::conn::{Connection, Outgoing};
+use crate::conn::{Connection, Outgoing, Phase};
 use crate::encoder::FrameEncoder;
 use crate::error::Error;
 use crate::header::OpCode;
@@ -254,7 +254,7 @@ impl Driver {
     /// Queues bytes that are not WebSocket frames: the handshake's
     /// response.
     pub fn queue_raw(&mut self, bytes: &[u8], lender: &mut impl Lender) {
-        self.queue(lender).copy(bytes);
+        self.queue(lender).copy_raw(bytes);
     }
 
     /// Fills `out` with the next bytes to write; how many slices it used
@@ -304,6 +304,34 @@ impl Driver {
         if let Some(q) = self.out.as_deref_mut() {
             q.fit_waiting();
         }
+    }
+
+    /// The peer reads too slowly: `buffered` bytes wait for it, over the
+    /// engine's `limit`, and the engine gives it up rather than queue more.
+    /// The connection fails with [`Error::Backpressure`], whose close frame
+    /// (1013, try again later) goes out next: frames not begun are dropped
+    /// (the peer would read them long after the limit), the one being
+    /// written is finished first. The connection then ends as any failing
+    /// one does: once the close is written, or at the close timeout.
+    /// `false` when it was closing already (its close frame waits behind
+    /// the backlog): nothing changed.
+    pub fn fail_backlogged(
+        &mut self,
+        buffered: usize,
+        limit: usize,
+        now: Instant,
+        lender: &mut impl Lender,
+    ) -> Result<bool, Error> {
+        if self.conn.phase() != Phase::Open || self.conn.is_close_sent() {
+            return Ok(false);
+        }
+        if let Some(q) = self.out.as_deref_mut() {
+            q.drop_unbegun();
+        }
+        self.conn
+            .handle_error(Error::Backpressure { buffered, limit }, now);
+        self.transmit(lender)?;
+        Ok(true)
     }
 
     /// Drops what waits to be written (the transport is gone, or the
@@ -549,6 +577,59 @@ mod tests {
             .is_err()
         );
         assert_eq!(d.buffered(), len, "nothing more queued");
+    }
+
+    #[test]
+    fn a_backlogged_peer_gets_the_frame_begun_then_a_1013_close() {
+        for role in [Role::Server, Role::Client] {
+            let mut pool = pool();
+            let mut d = driver(role);
+            let now = Instant::now();
+            let big = Bytes::from(vec![5; SHARE_PAYLOAD_MIN + 10]);
+            d.send(Message::text("one"), now, &mut pool).unwrap();
+            d.send_data_shared(OpCode::Binary, big.clone(), now, &mut pool)
+                .unwrap();
+            d.send(Message::text("three"), now, &mut pool).unwrap();
+            // The peer took the first frame and part of the second.
+            let mut got = BytesMut::new();
+            d.with_slices(|s| {
+                let mut left = 5 + 20;
+                for s in s {
+                    let k = s.len().min(left);
+                    got.extend_from_slice(&s[..k]);
+                    left -= k;
+                }
+            });
+            assert!(!d.written(25, &mut pool));
+            let buffered = d.buffered();
+            assert!(d.fail_backlogged(buffered, 100, now, &mut pool).unwrap());
+            got.extend(wire(&mut d, &mut pool, 7));
+            let msgs = decode(role, got);
+            let close = CloseFrame {
+                code: CloseCode::TRY_AGAIN_LATER,
+                reason: "reading too slowly: backpressure limit".into(),
+            };
+            assert_eq!(
+                msgs,
+                [
+                    Message::text("one"),
+                    Message::Binary(big.clone()),
+                    Message::Close(Some(close))
+                ],
+                "{role:?}: the frame begun whole, the one behind it dropped"
+            );
+            assert_eq!(d.conn().phase(), Phase::Failing);
+            assert_eq!(
+                d.conn_mut().take_error(),
+                Some(Error::Backpressure {
+                    buffered,
+                    limit: 100
+                })
+            );
+            // Once closing, nothing changes: the engine gives it up.
+            assert!(!d.fail_backlogged(1, 0, now, &mut pool).unwrap());
+            assert!(!d.holds_queue());
+        }
     }
 
     #[test]

@@ -58,6 +58,19 @@ pub enum Error {
     #[error("memory budget exhausted: message refused, try again later")]
     BudgetExhausted,
 
+    /// The peer reads too slowly: more than an engine's limit of bytes
+    /// waited to be written to it, and the engine gives it up rather than
+    /// queue more (the hub's `BackpressurePolicy::Close`). Close code 1013
+    /// (try again later), as for the memory budget: the server sheds a
+    /// connection it cannot serve at its peer's pace.
+    #[error("{buffered} bytes wait for a peer that does not read (limit {limit})")]
+    Backpressure {
+        /// Bytes waiting to be written.
+        buffered: usize,
+        /// The engine's limit.
+        limit: usize,
+    },
+
     /// Something this side asked to send cannot go on the wire (a control
     /// frame over 125 bytes, a close code that may not be sent, a message
     /// breaking into a fragmented one).
@@ -93,7 +106,8 @@ impl Error {
     /// The close code this error calls for when it is a fault of the peer's
     /// data: 1002 for protocol violations, 1007 for invalid UTF-8, 1009 for
     /// limit breaches and messages larger than the whole memory budget, 1013
-    /// when the memory budget ran out; `None` otherwise.
+    /// when the memory budget ran out or the peer read too slowly; `None`
+    /// otherwise.
     pub fn close_code(&self) -> Option<CloseCode> {
         match self {
             Error::Protocol(_) => Some(CloseCode::PROTOCOL_ERROR),
@@ -101,7 +115,7 @@ impl Error {
             Error::FrameTooLarge { .. }
             | Error::MessageTooLarge { .. }
             | Error::OverBudget { .. } => Some(CloseCode::MESSAGE_TOO_BIG),
-            Error::BudgetExhausted => Some(CloseCode::TRY_AGAIN_LATER),
+            Error::BudgetExhausted | Error::Backpressure { .. } => Some(CloseCode::TRY_AGAIN_LATER),
             _ => None,
         }
     }
@@ -126,6 +140,7 @@ impl Error {
             Error::MessageTooLarge { .. } => "message over max_message_size",
             Error::OverBudget { .. } => "message over the memory budget",
             Error::BudgetExhausted => "memory budget exhausted, try again later",
+            Error::Backpressure { .. } => "reading too slowly: backpressure limit",
             _ => "",
         }
     }
@@ -270,6 +285,10 @@ mod tests {
                 budget: 1,
             },
             Error::BudgetExhausted,
+            Error::Backpressure {
+                buffered: 4242,
+                limit: 1,
+            },
             Error::InvalidUtf8,
         ];
         for e in limits {

@@ -15,6 +15,7 @@ use std::io::IoSlice;
 use bytes::{Buf, Bytes, BytesMut};
 
 use crate::buffer::keeps;
+use crate::header::{FrameHeader, MAX_HEADER_LEN};
 
 /// At most this many slices go into one vectored write: what `writev`
 /// takes cheaply, and more than a burst of publishes needs.
@@ -33,6 +34,17 @@ pub struct WriteQueue {
     /// `tail` was written from in part, so its start moved on: the pool
     /// moves it back when the queue is returned.
     advanced: bool,
+    /// Bytes from the front to the end of the frame (or the block of bytes
+    /// that are not frames) being written: 0 when the front begins one.
+    /// Known without a list of boundaries because frames say their own
+    /// length: a write that leaves part of the queue reads the headers it
+    /// passes ([`consume`](Self::consume)); one that writes everything, the
+    /// usual case, reads none.
+    front_unit: usize,
+    /// Bytes that are not frames were queued behind frames: where frames
+    /// begin is no longer known, and nothing is dropped by
+    /// [`drop_unbegun`](Self::drop_unbegun).
+    unframed: bool,
 }
 
 #[derive(Debug)]
@@ -109,6 +121,18 @@ impl WriteQueue {
         });
     }
 
+    /// Appends a copy of bytes that are not WebSocket frames (the
+    /// handshake's response), which come before any frame.
+    pub fn copy_raw(&mut self, bytes: &[u8]) {
+        if self.len == self.front_unit {
+            // Nothing but the unit being written waits: the bytes join it.
+            self.front_unit += bytes.len();
+        } else {
+            self.unframed = true;
+        }
+        self.copy(bytes);
+    }
+
     /// Appends `bytes` without copying them.
     pub fn push_shared(&mut self, bytes: Bytes) {
         if bytes.is_empty() {
@@ -174,6 +198,7 @@ impl WriteQueue {
     }
 
     fn consume_part(&mut self, mut n: usize) {
+        self.pass_frames(n);
         self.len -= n;
         self.advanced = true;
         if self.segs.is_empty() {
@@ -209,9 +234,123 @@ impl WriteQueue {
         }
     }
 
+    /// Moves the end of the front unit past the `n` bytes about to be
+    /// written, reading the headers of the frames they reach into.
+    fn pass_frames(&mut self, n: usize) {
+        if self.unframed {
+            return;
+        }
+        while self.front_unit < n {
+            match self
+                .frame_len_at(self.front_unit)
+                .and_then(|len| self.front_unit.checked_add(len))
+            {
+                Some(end) => self.front_unit = end,
+                None => {
+                    // Not a frame's header: only frames and a first block
+                    // of raw bytes are queued, so this is not reached.
+                    self.unframed = true;
+                    return;
+                }
+            }
+        }
+        self.front_unit -= n;
+    }
+
+    /// The whole length (header and payload) of the frame whose header
+    /// begins `at` bytes from the front.
+    fn frame_len_at(&self, at: usize) -> Option<usize> {
+        let mut head = [0u8; MAX_HEADER_LEN];
+        let got = self.peek(at, &mut head);
+        let (header, header_len) = FrameHeader::parse(&head[..got]).ok()??;
+        usize::try_from(header.payload_len)
+            .ok()?
+            .checked_add(header_len)
+    }
+
+    /// Copies the bytes from `at` bytes from the front into `out`, as many
+    /// as it holds or are queued; how many.
+    fn peek(&self, mut at: usize, out: &mut [u8]) -> usize {
+        let mut got = 0;
+        let mut take = |piece: &[u8]| {
+            if at >= piece.len() {
+                at -= piece.len();
+                return false;
+            }
+            let k = (piece.len() - at).min(out.len() - got);
+            out[got..got + k].copy_from_slice(&piece[at..at + k]);
+            got += k;
+            at = 0;
+            got == out.len()
+        };
+        if self.segs.is_empty() {
+            take(&self.tail);
+        } else {
+            let mut copied = 0;
+            for seg in &self.segs {
+                let piece = match seg {
+                    Seg::Copied(n) => {
+                        copied += n;
+                        &self.tail[copied - n..copied]
+                    }
+                    Seg::Shared(b) => &b[..],
+                };
+                if take(piece) {
+                    break;
+                }
+            }
+        }
+        got
+    }
+
+    /// Drops the frames not begun yet, keeping the rest of the one being
+    /// written (a peer cannot be sent half a frame and then another):
+    /// a connection given up for a peer that reads too slowly has its
+    /// close frame go out next. Returns the bytes dropped (none when raw
+    /// bytes were queued behind frames: where frames begin is unknown).
+    pub fn drop_unbegun(&mut self) -> usize {
+        if self.unframed || self.front_unit >= self.len {
+            return 0;
+        }
+        let keep = self.front_unit;
+        let dropped = self.len - keep;
+        self.len = keep;
+        if self.segs.is_empty() {
+            self.tail.truncate(keep);
+            return dropped;
+        }
+        let (mut left, mut copied, mut kept) = (keep, 0, 0);
+        for seg in self.segs.iter_mut() {
+            if left == 0 {
+                break;
+            }
+            let m = match seg {
+                Seg::Copied(k) => {
+                    *k = (*k).min(left);
+                    copied += *k;
+                    *k
+                }
+                Seg::Shared(b) => {
+                    b.truncate(left);
+                    b.len()
+                }
+            };
+            left -= m;
+            kept += 1;
+        }
+        self.segs.truncate(kept);
+        self.tail.truncate(copied);
+        if let [] | [Seg::Copied(_)] = self.segs.make_contiguous() {
+            self.segs.clear();
+        }
+        dropped
+    }
+
     /// Drops everything queued, keeping the buffers.
     #[inline]
     pub fn clear(&mut self) {
+        self.front_unit = 0;
+        self.unframed = false;
         self.tail.clear();
         // Not a call per write when, as usual, nothing shared was queued.
         if !self.segs.is_empty() {
@@ -361,6 +500,167 @@ mod tests {
             Ok::<_, ()>(())
         })
         .unwrap();
+    }
+
+    /// A server's frame (or a client's, masked with a zero key when
+    /// `masked`) of `len` bytes of `fill`: its header, its payload.
+    fn frame(opcode: u8, len: usize, fill: u8, masked: bool) -> (Vec<u8>, Vec<u8>) {
+        let mask = if masked { 0x80 } else { 0 };
+        let mut head = vec![0x80 | opcode];
+        match len {
+            0..=125 => head.push(mask | len as u8),
+            126..=0xffff => {
+                head.push(mask | 126);
+                head.extend_from_slice(&(len as u16).to_be_bytes());
+            }
+            _ => {
+                head.push(mask | 127);
+                head.extend_from_slice(&(len as u64).to_be_bytes());
+            }
+        }
+        if masked {
+            head.extend_from_slice(&[0; 4]);
+        }
+        (head, vec![fill; len])
+    }
+
+    /// The frames on `wire`, as (opcode, payload length, first payload
+    /// byte); panics on a frame cut short.
+    fn frames_on(mut wire: &[u8]) -> Vec<(u8, usize, Option<u8>)> {
+        let mut out = Vec::new();
+        while !wire.is_empty() {
+            let (h, at) = FrameHeader::parse(wire).unwrap().expect("a whole header");
+            let len = h.payload_len as usize;
+            assert!(wire.len() >= at + len, "a frame cut short: {out:?}");
+            out.push((h.opcode.as_u8(), len, wire[at..at + len].first().copied()));
+            wire = &wire[at + len..];
+        }
+        out
+    }
+
+    /// Four frames, copied and shared, small and with 16- and 64-bit
+    /// lengths; what they are on the wire.
+    fn four_frames(q: &mut WriteQueue, masked: bool) -> Vec<(u8, usize, Option<u8>)> {
+        let specs = [
+            (1, 5, b'a', false),
+            (2, 300, b'b', true),
+            (1, 0, 0, false),
+            (2, 70_000, b'd', true),
+        ];
+        for (opcode, len, fill, shared) in specs {
+            let (head, payload) = frame(opcode, len, fill, masked);
+            copied(q, &head);
+            if shared {
+                q.push_shared(Bytes::from(payload));
+            } else {
+                copied(q, &payload);
+            }
+        }
+        specs
+            .iter()
+            .map(|&(op, len, fill, _)| (op, len, (len > 0).then_some(fill)))
+            .collect()
+    }
+
+    #[test]
+    fn frames_not_begun_are_dropped_and_the_one_being_written_finished() {
+        let close = (8, 2, Some(0x03));
+        for masked in [false, true] {
+            let total = {
+                let mut q = WriteQueue::new(64);
+                four_frames(&mut q, masked);
+                q.len()
+            };
+            // Cut points of the first write at and around every frame's
+            // start and header, and through the large payload; a second
+            // partial write before the drop.
+            let starts = [0, 7, 311 + if masked { 8 } else { 0 }];
+            let cuts = starts
+                .iter()
+                .flat_map(|&s| s..s + 20)
+                .chain((0..total).step_by(997))
+                .chain([total - 1])
+                .filter(|&c| c < total);
+            for first in cuts {
+                for second in [0, 1, 5] {
+                    let mut q = WriteQueue::new(64);
+                    let sent = four_frames(&mut q, masked);
+                    let mut wire = drain_some(&mut q, first);
+                    let second = second.min(q.len());
+                    wire.extend(drain_some(&mut q, second));
+                    let written = wire.len();
+                    let dropped = q.drop_unbegun();
+                    // The close frame next.
+                    copied(&mut q, &[0x88, 2, 0x03, 0xf3]);
+                    wire.extend(drain(&mut q, 4093, 2));
+                    let got = frames_on(&wire);
+                    let (last, whole) = got.split_last().unwrap();
+                    assert_eq!(*last, close, "{first}+{second}");
+                    // The frames begun, whole and in order, and no other.
+                    let begun = sent
+                        .iter()
+                        .scan(0, |end, f| {
+                            let start = *end;
+                            *end += frame(f.0, f.1, 0, masked).0.len() + f.1;
+                            Some(start)
+                        })
+                        .take_while(|&start| start < written)
+                        .count();
+                    assert_eq!(whole, &sent[..begun], "{first}+{second} ({masked})");
+                    assert_eq!(wire.len() - 4 + dropped, total, "{first}+{second}");
+                }
+            }
+        }
+    }
+
+    /// Writes `n` bytes of the queue, in pieces of at most 100.
+    fn drain_some(q: &mut WriteQueue, mut n: usize) -> Vec<u8> {
+        let mut wire = Vec::new();
+        while n > 0 {
+            let mut iov = vec![IoSlice::new(&[]); MAX_SLICES];
+            let k = q.slices(&mut iov);
+            let mut took = 0;
+            for s in &iov[..k] {
+                let take = s.len().min(n.min(100) - took);
+                wire.extend_from_slice(&s[..take]);
+                took += take;
+                if took == n.min(100) {
+                    break;
+                }
+            }
+            q.consume(took);
+            n -= took;
+        }
+        wire
+    }
+
+    #[test]
+    fn raw_bytes_at_the_front_are_finished_and_frames_behind_them_dropped() {
+        let mut q = WriteQueue::new(64);
+        q.copy_raw(b"HTTP/1.1 101 Switching Protocols\r\n\r\n");
+        four_frames(&mut q, false);
+        let mut wire = drain_some(&mut q, 10);
+        assert!(q.drop_unbegun() > 0);
+        wire.extend(drain(&mut q, 1000, 4));
+        assert_eq!(wire, b"HTTP/1.1 101 Switching Protocols\r\n\r\n");
+        // Written whole, the queue starts afresh: frames behind new raw
+        // bytes are known again.
+        assert!(q.is_empty());
+        q.copy_raw(b"HTTP/1.1 101 ok\r\n\r\n");
+        copied(&mut q, &[0x81, 1, b'x']);
+        drain_some(&mut q, 21);
+        assert_eq!(q.drop_unbegun(), 0, "the frame begun is kept");
+        assert_eq!(drain(&mut q, 100, 1), [0x81, 1, b'x'][2..]);
+    }
+
+    #[test]
+    fn raw_bytes_behind_frames_leave_everything_queued() {
+        let mut q = WriteQueue::new(64);
+        copied(&mut q, &[0x81, 1, b'x', 0x81, 1, b'y']);
+        q.copy_raw(b"raw");
+        drain_some(&mut q, 1);
+        assert_eq!(q.drop_unbegun(), 0, "where frames begin is unknown");
+        assert_eq!(drain(&mut q, 100, 1), b"\x01x\x81\x01yraw");
     }
 
     #[test]

@@ -118,7 +118,9 @@ pub enum Error {
 
     /// A [`hub`](crate::hub) connection's peer stopped reading: more than
     /// the hub's `max_backpressure` bytes waited to be written to it when
-    /// another message was sent, and the hub's policy is to close it.
+    /// another message was sent, and the hub's policy is to close it. The
+    /// peer gets close code 1013 (try again later) after the frame being
+    /// written to it; what was queued behind that frame is dropped.
     #[error("{buffered} bytes wait for a peer that does not read (limit {limit})")]
     Backpressure {
         /// Bytes waiting to be written when the message came.
@@ -144,7 +146,8 @@ impl Error {
     /// The close code this error calls for, when it is a fault of the peer's
     /// data: 1002 for protocol violations, 1007 for invalid UTF-8, 1009 for
     /// limit breaches and messages larger than the whole memory budget, 1013
-    /// when the memory budget ran out.
+    /// when the memory budget ran out, the peer read too slowly or missed
+    /// publishes.
     pub fn close_code(&self) -> Option<CloseCode> {
         match self {
             Error::Protocol(_) => Some(CloseCode::PROTOCOL_ERROR),
@@ -152,7 +155,9 @@ impl Error {
             Error::FrameTooLarge { .. }
             | Error::MessageTooLarge { .. }
             | Error::OverBudget { .. } => Some(CloseCode::MESSAGE_TOO_BIG),
-            Error::BudgetExhausted => Some(CloseCode::TRY_AGAIN_LATER),
+            Error::BudgetExhausted | Error::Backpressure { .. } | Error::PublishesMissed { .. } => {
+                Some(CloseCode::TRY_AGAIN_LATER)
+            }
             _ => None,
         }
     }
@@ -168,6 +173,9 @@ impl From<proto::Error> for Error {
             proto::Error::MessageTooLarge { size, max } => Error::MessageTooLarge { size, max },
             proto::Error::OverBudget { size, budget } => Error::OverBudget { size, budget },
             proto::Error::BudgetExhausted => Error::BudgetExhausted,
+            proto::Error::Backpressure { buffered, limit } => {
+                Error::Backpressure { buffered, limit }
+            }
             proto::Error::InvalidMessage(m) => Error::InvalidMessage(m),
             proto::Error::ConnectionClosed => Error::ConnectionClosed,
             proto::Error::AlreadyClosed => Error::AlreadyClosed,

@@ -181,8 +181,14 @@ impl HubConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BackpressurePolicy {
-    /// Close the connection at once (nothing more can reach a peer that does
-    /// not read); [`Handler::close`](crate::hub::Handler::close) reports [`Error::Backpressure`].
+    /// Close the connection: what waits behind the frame being written is
+    /// dropped (the peer would get it long after the limit) and the close
+    /// frame goes next, code 1013 (try again later, as when a server sheds
+    /// load); the connection ends once the peer has read it, or at the
+    /// close timeout ([`Config::close_timeout`](crate::Config::close_timeout)),
+    /// and [`Handler::close`](crate::hub::Handler::close) reports
+    /// [`Error::Backpressure`]. Sends to it meanwhile are
+    /// [`SendStatus::Closed`](crate::hub::SendStatus::Closed).
     Close,
     /// Drop the message ([`SendStatus::Dropped`](crate::hub::SendStatus::Dropped)); the connection goes on,
     /// and [`Handler::drain`](crate::hub::Handler::drain) says when its peer caught up.

@@ -469,6 +469,27 @@ impl Conn {
         self.abandoned = true;
     }
 
+    /// The peer reads too slowly for the backpressure policy: the core
+    /// fails the connection (its close frame next, after the frame being
+    /// written; what waits behind that is dropped).
+    #[cold]
+    fn fail_backlogged(&mut self, turn: &mut Turn, buffered: usize) {
+        let now = turn.now();
+        match self
+            .d
+            .fail_backlogged(buffered, turn.max_backpressure, now, &mut turn.pool)
+        {
+            Ok(true) => self.mark(turn),
+            // Closing already: its close frame waits behind the backlog,
+            // which the peer is not reading.
+            Ok(false) => self.fail(Error::Backpressure {
+                buffered,
+                limit: turn.max_backpressure,
+            }),
+            Err(e) => self.fail(e.into()),
+        }
+    }
+
     /// The transport ended: EOF (`None`) or an error. The core says
     /// whether that is part of closing.
     pub(crate) fn transport_ended(&mut self, err: Option<io::Error>) {
@@ -510,10 +531,7 @@ impl Conn {
             return Ok(match turn.policy {
                 BackpressurePolicy::Drop => SendStatus::Dropped,
                 BackpressurePolicy::Close => {
-                    self.fail(Error::Backpressure {
-                        buffered,
-                        limit: turn.max_backpressure,
-                    });
+                    self.fail_backlogged(turn, buffered);
                     SendStatus::Dropped
                 }
             });

@@ -14,9 +14,11 @@ use tokio::sync::mpsc;
 use wavesock::http::{HeaderValue, Request, Response, StatusCode};
 use wavesock::hub::HttpResponse;
 use wavesock::hub::{
-    BackpressurePolicy, Closed, ConnId, Handler, Hub, HubConfig, HubHandle, HubMessage, SendStatus,
-    Ws,
+    BackpressurePolicy, Closed, ConnId, Handler, Hub, HubConfig, HubHandle, HubMessage, Readiness,
+    SendStatus, Ws,
 };
+
+use crate::support::raw::{self, until, within};
 use wavesock::{CloseCode, CloseFrame, Config, Error, Message};
 
 /// What the test handler saw.
@@ -514,46 +516,90 @@ fn masked_text(text: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn a_peer_that_stops_reading_is_closed_at_max_backpressure_others_go_on() {
-    let config = HubConfig::default()
-        .max_backpressure(256 << 10)
-        .backpressure_policy(BackpressurePolicy::Close);
-    let mut server = start(config).await;
-    let (mut slow, _) = upgrade_raw(server.addr).await;
-    let Event::Open(slow_id, _) = server.next().await else {
-        panic!()
-    };
-    let (mut fast, _) = wavesock::connect_async(server.url("/")).await.unwrap();
-    assert!(matches!(server.next().await, Event::Open(..)));
-    // The slow peer asks for 64 MiB and reads nothing.
-    slow.write_all(&masked_text("flood 1024")).await.unwrap();
-    // The other connection is served meanwhile.
-    for i in 0..20 {
-        fast.send(Message::text(format!("{i}"))).await.unwrap();
-        assert_eq!(next_data(&mut fast).await, Message::text(format!("{i}")));
-    }
-    let (gone, error) = loop {
-        if let Event::Close(gone, _, error, _) = server.next_lifecycle().await {
-            break (gone, error);
+    for readiness in [Readiness::Owned, Readiness::Tokio] {
+        // A close timeout longer than the test: the connection ends because
+        // the peer read its close frame, not because the timer gave up.
+        let config = HubConfig::default()
+            .config(Config::default().close_timeout(Duration::from_secs(120)))
+            .readiness(readiness)
+            .max_backpressure(256 << 10)
+            .backpressure_policy(BackpressurePolicy::Close);
+        let mut server = start(config).await;
+        let (mut slow, _) = upgrade_raw(server.addr).await;
+        let Event::Open(slow_id, _) = server.next().await else {
+            panic!()
+        };
+        let (mut fast, _) = wavesock::connect_async(server.url("/")).await.unwrap();
+        assert!(matches!(server.next().await, Event::Open(..)));
+        // The slow peer asks for 64 MiB and reads nothing.
+        slow.write_all(&masked_text("flood 1024")).await.unwrap();
+        // The other connection is served meanwhile.
+        for i in 0..20 {
+            fast.send(Message::text(format!("{i}"))).await.unwrap();
+            assert_eq!(next_data(&mut fast).await, Message::text(format!("{i}")));
         }
-    };
-    assert_eq!(gone, slow_id);
-    match error {
-        Some(Error::Backpressure { buffered, limit }) => {
-            assert_eq!(limit, 256 << 10);
-            assert!(buffered > limit);
+        let statuses = server.statuses.clone();
+        until(|| statuses.lock().unwrap().len() == 1024).await;
+        let statuses = server.statuses.lock().unwrap().clone();
+        // Sent until the limit was passed, then dropped once (and closed):
+        // closed for the rest.
+        let sent = statuses
+            .iter()
+            .take_while(|s| matches!(s, SendStatus::Sent | SendStatus::Backpressure))
+            .count();
+        assert!((4..1024).contains(&sent), "{readiness:?}: {sent} sent");
+        assert_eq!(statuses[sent], SendStatus::Dropped, "{readiness:?}");
+        assert!(
+            statuses[sent + 1..]
+                .iter()
+                .all(|s| *s == SendStatus::Closed),
+            "{readiness:?}: {statuses:?}"
+        );
+        // Nothing ends until the peer reads: then it gets whole frames, in
+        // order, fewer than were sent (those not begun were dropped), and
+        // the close frame saying why.
+        let mut frames = 0;
+        let (code, reason) = loop {
+            let (op, payload) = raw::read_frame(&mut slow).await;
+            match op {
+                0x2 => {
+                    assert_eq!(payload.len(), 64 << 10);
+                    assert!(payload.iter().all(|&b| b == 7));
+                    frames += 1;
+                }
+                0x8 => {
+                    break (
+                        u16::from_be_bytes([payload[0], payload[1]]),
+                        String::from_utf8(payload[2..].to_vec()).unwrap(),
+                    );
+                }
+                other => panic!("{readiness:?}: opcode {other} after {frames} frames"),
+            }
+        };
+        assert_eq!(code, 1013, "{readiness:?}: try again later ({reason})");
+        // Over 256 KiB waited when the limit was met: four frames or more
+        // queued, of which one at most was begun and goes out.
+        assert!(frames + 3 <= sent, "{readiness:?}: {frames} of {sent}");
+        let (gone, error) = loop {
+            if let Event::Close(gone, _, error, _) = server.next_lifecycle().await {
+                break (gone, error);
+            }
+        };
+        assert_eq!(gone, slow_id);
+        match error {
+            Some(Error::Backpressure { buffered, limit }) => {
+                assert_eq!(limit, 256 << 10);
+                assert!(buffered > limit);
+            }
+            other => panic!("closed for backpressure, not {other:?}"),
         }
-        other => panic!("closed for backpressure, not {other:?}"),
+        // The server ended the connection after its close frame.
+        let mut rest = Vec::new();
+        within(10, slow.read_to_end(&mut rest)).await.unwrap();
+        assert!(rest.is_empty(), "{rest:?}");
+        fast.send(Message::text("still here")).await.unwrap();
+        assert_eq!(next_data(&mut fast).await, Message::text("still here"));
     }
-    let statuses = server.statuses.lock().unwrap().clone();
-    // Sent until the limit was passed, then dropped (and closed).
-    let sent = statuses
-        .iter()
-        .filter(|s| matches!(s, SendStatus::Sent | SendStatus::Backpressure))
-        .count();
-    assert!((4..1024).contains(&sent), "{sent} sent");
-    assert!(statuses.contains(&SendStatus::Dropped));
-    fast.send(Message::text("still here")).await.unwrap();
-    assert_eq!(next_data(&mut fast).await, Message::text("still here"));
 }
 
 #[tokio::test]

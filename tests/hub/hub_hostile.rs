@@ -491,6 +491,22 @@ async fn flood_through_the_handle(policy: BackpressurePolicy) {
     honest.echo().await;
     match policy {
         BackpressurePolicy::Close => {
+            // Nothing ends while the peer reads nothing (the close timeout
+            // is 10 s); once it reads: whole messages, those the kernel took
+            // and the one being written, and the close frame saying why.
+            let mut got = 0;
+            let code = loop {
+                let (b0, payload) = read_frame(&mut tcp, &mut buf).await.expect("a frame");
+                if b0 == 0x88 {
+                    break u16::from_be_bytes([payload[0], payload[1]]);
+                }
+                assert_eq!((b0, payload.len()), (0x82, 16 << 10));
+                got += 1;
+            };
+            assert_eq!(code, 1013);
+            // None when the 64 sends came in one turn, before any write: all
+            // of them waited, none begun.
+            assert!(got <= 10, "{got} of 64 arrived");
             hub.wait_ended(1, Duration::from_secs(5)).await;
             let log = hub.log();
             let ended = &log.ended[0];
