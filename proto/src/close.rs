@@ -75,9 +75,59 @@ impl CloseFrame {
     }
 }
 
+/// Why this side closes when the application gave no close frame of its
+/// own: the frame every engine sends for each, chosen here once.
+///
+/// ```
+/// use wavesock_proto::close::{CloseCode, Leaving};
+///
+/// assert_eq!(Leaving::Done.frame().code, CloseCode::NORMAL);
+/// assert_eq!(Leaving::ShuttingDown.frame().code, CloseCode::GOING_AWAY);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Leaving {
+    /// The application is done with the connection (the Stream's
+    /// `Sink::close`): 1000, no reason.
+    Done,
+    /// The server is shutting down (the hub's shutdown): 1001, "server
+    /// shutting down".
+    ShuttingDown,
+    /// The server dropped messages this connection subscribed to, having
+    /// fallen behind (the hub's topics): 1013, "publishes missed", as when
+    /// a server sheds load (come back and subscribe again).
+    MissedPublishes,
+}
+
+impl Leaving {
+    /// The close frame sent.
+    pub fn frame(self) -> CloseFrame {
+        match self {
+            Leaving::Done => CloseFrame::new(CloseCode::NORMAL, ""),
+            Leaving::ShuttingDown => CloseFrame::new(CloseCode::GOING_AWAY, "server shutting down"),
+            Leaving::MissedPublishes => {
+                CloseFrame::new(CloseCode::TRY_AGAIN_LATER, "publishes missed")
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_leaving_frame_can_be_sent() {
+        for l in [
+            Leaving::Done,
+            Leaving::ShuttingDown,
+            Leaving::MissedPublishes,
+        ] {
+            let f = l.frame();
+            let payload = CloseFrame::encode(Some(&f)).unwrap();
+            assert_eq!(CloseFrame::parse(&payload).unwrap(), Some(f));
+        }
+    }
 
     #[test]
     fn truncated_reasons_fit_and_stay_utf8() {

@@ -40,7 +40,7 @@ use crate::negotiated::Negotiated;
 use crate::proto::Role;
 use crate::proto::budget::Grant;
 use crate::proto::buffer::CORK;
-use crate::proto::close::CloseCode;
+use crate::proto::close::Leaving;
 use crate::proto::conn::{Connection, Phase, later};
 use crate::proto::decoder::{BorrowedData, MessageDecoder};
 use crate::proto::inbox::{Inbox, OwnMemory, Plan, ReadMemory};
@@ -725,8 +725,7 @@ impl<H: Handler> Engine<H> {
                 Stage::Open => {
                     let Engine { slots, turn, .. } = self;
                     if let Some((_, Some(s))) = slots.get_mut(slot as usize) {
-                        let _ =
-                            s.c.close(turn, CloseCode::GOING_AWAY, "server shutting down");
+                        let _ = s.c.close_with(turn, Some(Leaving::ShuttingDown.frame()));
                     }
                     self.settle(key);
                 }
@@ -836,7 +835,7 @@ impl<H: Handler> Engine<H> {
                 });
                 let _ = slot
                     .c
-                    .close(turn, CloseCode::TRY_AGAIN_LATER, "publishes missed");
+                    .close_with(turn, Some(Leaving::MissedPublishes.frame()));
                 self.settle(key);
             }
         }

@@ -16,7 +16,7 @@ use tokio::io::AsyncWrite;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::proto::Role;
-use crate::proto::close::{CloseCode, CloseFrame};
+use crate::proto::close::Leaving;
 use crate::proto::conn::{Connection, Outgoing};
 use crate::proto::driver::Driver;
 use crate::proto::encoder::FrameEncoder;
@@ -137,7 +137,7 @@ impl Core {
     where
         W: AsyncWrite + Unpin,
     {
-        self.start_send(Message::Close(Some(CloseFrame::new(CloseCode::NORMAL, ""))))?;
+        self.start_send(Message::Close(Some(Leaving::Done.frame())))?;
         ready!(self.poll_flush(io, cx))?;
         ready!(self.write.poll_shutdown(io, cx, Task::Sending))?;
         Poll::Ready(Ok(()))
