@@ -85,9 +85,9 @@ pub trait Link {
 
     /// Runs `f` on the connection; the engine then encodes what the
     /// connection owes the peer (its queue, to be written on the next
-    /// flush or write step) and sets its timer to
-    /// [`Connection::poll_timeout`]. An error: what it owes could not be
-    /// encoded.
+    /// flush or write step). An error: what it owes could not be encoded.
+    /// (The connection's deadline is the receiver's to keep:
+    /// [`Receiver::deadline`].)
     fn with_conn<T>(&mut self, f: impl FnOnce(&mut Connection) -> T) -> Result<T, Error>;
 
     /// The transport has ended: tasks waiting to write, or for room to,
@@ -646,19 +646,35 @@ impl Receiver {
         Ok(out)
     }
 
-    /// Whether the connection's deadline has passed, read again when
-    /// another task changed its state. No clock is read without one.
+    /// The connection's next deadline ([`Connection::poll_timeout`]), for
+    /// the engine's timer while it waits ([`Step::Wait`] and the other
+    /// waits): kept from the last input this side gave it, and read again
+    /// when another task changed the connection's state. The engine keeps
+    /// no deadline of its own.
+    #[inline]
+    pub fn deadline(&mut self, link: &mut impl Link) -> Option<Instant> {
+        let state = link.state();
+        self.deadline_in(link, state)
+    }
+
+    #[inline]
+    fn deadline_in(&mut self, link: &mut impl Link, state: State) -> Option<Instant> {
+        if self.deadline_for != Some(state) {
+            self.deadline = link.with_conn(|c| c.poll_timeout()).unwrap_or(None);
+            self.deadline_for = Some(state);
+        }
+        self.deadline
+    }
+
+    /// Whether the connection's deadline has passed. No clock is read
+    /// without one.
     fn deadline_passed(
         &mut self,
         link: &mut impl Link,
         state: State,
         now: &impl Fn() -> Instant,
     ) -> bool {
-        if self.deadline_for != Some(state) {
-            self.deadline = link.with_conn(|c| c.poll_timeout()).unwrap_or(None);
-            self.deadline_for = Some(state);
-        }
-        self.deadline.is_some_and(|d| now() >= d)
+        self.deadline_in(link, state).is_some_and(|d| now() >= d)
     }
 
     fn role(&self) -> crate::Role {

@@ -56,31 +56,34 @@ pub(crate) trait CoreLink {
     fn watch_state(&mut self, _cx: &Context<'_>) {}
 }
 
-/// A timer set to the core's next deadline ([`Connection::poll_timeout`]).
+/// A timer for the core's next deadline, which the receiver keeps
+/// ([`Receiver::deadline`]).
 #[derive(Debug, Default)]
 struct CoreTimer {
-    /// `None` when the core has no deadline. Made on the first poll: a
+    /// `None` when the core has no deadline. Made on the first wait: a
     /// timer needs the runtime, and construction may be outside it.
     sleep: Option<Pin<Box<Sleep>>>,
-    /// The core's state when the deadline was read. The deadline changes
-    /// only with the state or with an input from this side, which sets it
-    /// anew, so a state that differs is the sign to read it again.
-    set_for: Option<State>,
 }
 
 impl CoreTimer {
-    fn set(&mut self, deadline: Option<Instant>, state: State) {
-        self.set_for = Some(state);
+    /// Ready once `deadline` has passed; never without one.
+    #[inline]
+    fn poll_until(&mut self, deadline: Option<Instant>, cx: &mut Context<'_>) -> Poll<()> {
         let Some(deadline) = deadline else {
             self.sleep = None;
-            return;
+            return Poll::Pending;
         };
         let deadline = tokio::time::Instant::from_std(deadline);
-        match &mut self.sleep {
-            Some(t) if t.deadline() == deadline => {}
-            Some(t) => t.as_mut().reset(deadline),
-            None => self.sleep = Some(Box::pin(sleep_until(deadline))),
-        }
+        let sleep = match &mut self.sleep {
+            Some(t) => {
+                if t.deadline() != deadline {
+                    t.as_mut().reset(deadline);
+                }
+                t
+            }
+            None => self.sleep.insert(Box::pin(sleep_until(deadline))),
+        };
+        sleep.as_mut().poll(cx)
     }
 }
 
@@ -94,11 +97,9 @@ pub(crate) struct ReadState {
     pub(crate) span: tracing::Span,
 }
 
-/// The core as the receive step reaches it: through the engine's link,
-/// setting the timer after every input.
+/// The core as the receive step reaches it: through the engine's link.
 struct Reach<'a, L> {
     link: &'a mut L,
-    timer: &'a mut CoreTimer,
 }
 
 impl<L: CoreLink> Link for Reach<'_, L> {
@@ -116,12 +117,10 @@ impl<L: CoreLink> Link for Reach<'_, L> {
         &mut self,
         f: impl FnOnce(&mut Connection) -> T,
     ) -> std::result::Result<T, crate::proto::Error> {
-        let (out, state, deadline) = self.link.with_core(|c, _| {
+        let out = self.link.with_core(|c, _| {
             let out = f(c.d.conn_mut());
-            c.d.transmit(&mut ThreadQueues)
-                .map(|_| (out, c.d.conn().state(), c.d.conn().poll_timeout()))
+            c.d.transmit(&mut ThreadQueues).map(|_| out)
         })?;
-        self.timer.set(deadline, state);
         Ok(out)
     }
 
@@ -191,22 +190,14 @@ impl ReadState {
 
     /// Ends the connection without waiting for anything more.
     pub(crate) fn give_up<L: CoreLink>(&mut self, link: &mut L) {
-        let timer = &mut self.timer;
-        self.rx.give_up(&mut Reach { link, timer });
+        self.rx.give_up(&mut Reach { link });
     }
 
     /// Ready once the core's next deadline has passed.
     #[inline]
     fn poll_timer<L: CoreLink>(&mut self, link: &mut L, cx: &mut Context<'_>) -> Poll<()> {
-        let state = link.state();
-        if self.timer.set_for != Some(state) {
-            let deadline = link.with_core(|c, _| c.d.conn().poll_timeout());
-            self.timer.set(deadline, state);
-        }
-        match &mut self.timer.sleep {
-            Some(sleep) => sleep.as_mut().poll(cx),
-            None => Poll::Pending,
-        }
+        let deadline = self.rx.deadline(&mut Reach { link });
+        self.timer.poll_until(deadline, cx)
     }
 
     /// Reads where the plan says: into the stack when nothing is
@@ -258,14 +249,12 @@ impl ReadState {
         link.watch_state(cx);
         let mut input = Input::Start;
         loop {
-            let step = {
-                let timer = &mut self.timer;
-                let mut reach = Reach {
-                    link: &mut *link,
-                    timer,
-                };
-                self.rx.step(&mut reach, input, &mut ThreadMemory, &now)
-            };
+            let step = self.rx.step(
+                &mut Reach { link: &mut *link },
+                input,
+                &mut ThreadMemory,
+                &now,
+            );
             input = match step {
                 Step::Message(msg) => return Poll::Ready(Some(Ok(msg))),
                 Step::Read(plan) => match self.poll_read(link, cx, plan) {
