@@ -224,11 +224,15 @@ impl Handler for Queries {
 /// Serves the queries on `listener` with `db` until the process ends.
 pub async fn serve(listener: TcpListener, db: Db, options: Options) -> wavesock::Result<()> {
     let config = HubConfig::default()
-        .config(Config::default().max_message_size(64 << 10))
-        // Above what a client within its limits can have in flight
-        // (`MAX_IN_FLIGHT` answers of `BLOB_MAX`): only one past them,
-        // such as a test with a larger `max_in_flight`, is cut off.
-        .max_backpressure(2 * MAX_IN_FLIGHT * BLOB_MAX)
+        .config(
+            Config::default()
+                .max_message_size(64 << 10)
+                // Above what a client within its limits can have in flight
+                // (`MAX_IN_FLIGHT` answers of `BLOB_MAX`): only one past
+                // them, such as a test with a larger `max_in_flight`, is
+                // cut off.
+                .max_backpressure(2 * MAX_IN_FLIGHT * BLOB_MAX),
+        )
         .backpressure_policy(BackpressurePolicy::Close);
     let options = Arc::new(options);
     let hub = Hub::with_handle(config, |hub| Queries {

@@ -42,9 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (addr, config) = echo_args::parse()?;
     // Room for a whole echoed 64 MiB message: a peer that reads is never
     // cut off, one that does not stops being read.
-    let hub_config = HubConfig::default()
-        .config(config)
-        .max_backpressure(80 << 20);
+    let hub_config = HubConfig::default().config(config.max_backpressure(80 << 20));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

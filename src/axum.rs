@@ -114,9 +114,9 @@ impl<F> WebSocketUpgrade<F> {
     }
 
     /// How much may wait unsent before `send` waits for the peer
-    /// ([`Config::write_buffer_size`]).
+    /// ([`Config::max_backpressure`]).
     pub fn write_buffer_size(mut self, size: usize) -> Self {
-        self.config = self.config.write_buffer_size(size);
+        self.config = self.config.max_backpressure(size);
         self
     }
 

@@ -42,8 +42,27 @@ pub struct Config {
     /// This is the limit most applications set; lowering it below
     /// `max_frame_size` lowers the largest frame accepted with it.
     pub max_message_size: usize,
-    /// Outgoing bytes buffered before `poll_ready` waits for the socket to
-    /// take some. Default 128 KiB.
+    /// Bytes that may wait to be written to a slow peer, the one setting
+    /// for backpressure on every engine: past it a
+    /// [`WebSocketStream`](crate::WebSocketStream)'s `send` (its
+    /// `poll_ready`) waits until the queue is written out, and a hub's send
+    /// is refused (dropped, or the connection closed, per
+    /// [`BackpressurePolicy`](crate::hub::BackpressurePolicy)). A
+    /// `WebSocketStream` that owes its peer more than this (pongs, its
+    /// close) stops reading the peer's input until it is written; a hub
+    /// stops reading a connection whenever its socket takes no more.
+    ///
+    /// `None` (the default): 128 KiB for a `WebSocketStream`, 1 MiB for a
+    /// hub, or what the deprecated [`write_buffer_size`](Self::write_buffer_size)
+    /// and `HubConfig::max_backpressure` say.
+    pub max_backpressure: Option<usize>,
+    /// The Stream's backpressure limit, when
+    /// [`max_backpressure`](Self::max_backpressure) is `None`. Default
+    /// 128 KiB.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `max_backpressure`, one setting for the Stream and the hub"
+    )]
     pub write_buffer_size: usize,
     /// Largest HTTP head accepted during the opening handshake. Default 8 KiB.
     pub max_handshake_size: usize,
@@ -102,11 +121,13 @@ pub struct Config {
     pub memory_budget: Option<MemoryBudget>,
 }
 
+#[allow(deprecated)]
 impl Default for Config {
     fn default() -> Self {
         Config {
             max_frame_size: 16 << 20,
             max_message_size: 64 << 20,
+            max_backpressure: None,
             write_buffer_size: 128 << 10,
             max_handshake_size: 8 << 10,
             max_headers: 64,
@@ -138,10 +159,28 @@ impl Config {
         self
     }
 
-    /// Sets [`Config::write_buffer_size`].
-    pub fn write_buffer_size(mut self, bytes: usize) -> Self {
-        self.write_buffer_size = bytes;
+    /// Sets [`Config::max_backpressure`].
+    pub fn max_backpressure(mut self, bytes: usize) -> Self {
+        self.max_backpressure = Some(bytes);
         self
+    }
+
+    /// Sets [`Config::max_backpressure`]: the name it had on the Stream
+    /// (and has on axum's `WebSocketUpgrade`).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `max_backpressure`, one setting for the Stream and the hub"
+    )]
+    pub fn write_buffer_size(self, bytes: usize) -> Self {
+        self.max_backpressure(bytes)
+    }
+
+    /// The backpressure limit a [`WebSocketStream`](crate::WebSocketStream)
+    /// keeps to: [`max_backpressure`](Self::max_backpressure), else 128 KiB
+    /// (or the deprecated `write_buffer_size` field).
+    pub fn stream_backpressure(&self) -> usize {
+        #[allow(deprecated)]
+        self.max_backpressure.unwrap_or(self.write_buffer_size)
     }
 
     /// Sets [`Config::max_handshake_size`].
@@ -368,8 +407,8 @@ impl Config {
             d.validate()?;
         }
         self.limits().validate()?;
-        if self.write_buffer_size == 0 {
-            return Err(Error::InvalidConfig("write_buffer_size must be at least 1"));
+        if self.stream_backpressure() == 0 {
+            return Err(Error::InvalidConfig("max_backpressure must be at least 1"));
         }
         if self.max_handshake_size < 256 {
             return Err(Error::InvalidConfig(
@@ -418,6 +457,38 @@ mod tests {
     }
 
     #[test]
+    #[allow(deprecated)]
+    fn one_backpressure_setting_and_its_old_names() {
+        assert_eq!(Config::default().stream_backpressure(), 128 << 10);
+        assert_eq!(
+            Config::default()
+                .max_backpressure(4096)
+                .stream_backpressure(),
+            4096
+        );
+        // The old setter sets the new setting.
+        let old = Config::default().write_buffer_size(4096);
+        assert_eq!(old.max_backpressure, Some(4096));
+        assert_eq!(old, Config::default().max_backpressure(4096));
+        // The old field still counts where the new one is unset.
+        let mut field = Config {
+            write_buffer_size: 1024,
+            ..Config::default()
+        };
+        assert_eq!(field.stream_backpressure(), 1024);
+        assert!(
+            Config {
+                write_buffer_size: 0,
+                ..Config::default()
+            }
+            .validate()
+            .is_err()
+        );
+        field.max_backpressure = Some(2048);
+        assert_eq!(field.stream_backpressure(), 2048);
+    }
+
+    #[test]
     fn either_size_limit_can_be_set_alone() {
         // Below the default frame limit: the message limit bounds frames too.
         assert!(
@@ -435,7 +506,7 @@ mod tests {
     #[test]
     fn zero_limits_are_refused() {
         assert!(Config::default().max_frame_size(0).validate().is_err());
-        assert!(Config::default().write_buffer_size(0).validate().is_err());
+        assert!(Config::default().max_backpressure(0).validate().is_err());
         assert!(Config::default().max_handshake_size(10).validate().is_err());
         assert!(Config::default().max_headers(0).validate().is_err());
         assert!(

@@ -387,19 +387,19 @@
 //!
 //! - **Sending faster than the peer reads.** Outgoing frames are queued
 //!   until written. Once the queue holds
-//!   [`write_buffer_size`](crate::Config::write_buffer_size) bytes (128 KiB) or more,
+//!   [`max_backpressure`](crate::Config::max_backpressure) bytes (128 KiB) or more,
 //!   the next `send` or `feed` waits until all of it has been written, so a
 //!   producer slows to the peer's pace. (The message that crosses the mark
 //!   is queued whole, so the queue can exceed it by one message.)
 //! - **A peer that sends but never reads.** Pongs and other replies owed to
-//!   it pile up. While more than `write_buffer_size` of them cannot be
+//!   it pile up. While more than `max_backpressure` of them cannot be
 //!   written, the connection stops reading the peer's input: a peer that
 //!   floods pings and ignores the pongs stalls instead of growing our memory.
 //! - Large payloads are not copied into the queue: server frames of 4 KiB
 //!   and more, and [prepared messages](#broadcast) on server connections, are written from the
 //!   buffer they are in with vectored writes.
 //!
-//! Lower `write_buffer_size` for many small, latency-sensitive connections;
+//! Lower `max_backpressure` for many small, latency-sensitive connections;
 //! raise it for bulk transfers.
 //!
 //! # Streaming large messages
@@ -890,7 +890,7 @@
 //!
 //! **Backpressure.** A peer that does not read stops being read (TCP then
 //! slows its sender). Bytes waiting for it beyond
-//! [`HubConfig::max_backpressure`](crate::hub::HubConfig::max_backpressure)
+//! [`Config::max_backpressure`](crate::Config::max_backpressure)
 //! make further sends close the connection
 //! ([`BackpressurePolicy::Close`](crate::hub::BackpressurePolicy::Close):
 //! what waits behind the frame being written is dropped and a 1013 close
@@ -1006,7 +1006,7 @@
 //! whose answers it cannot write, so its next queries wait in TCP's flow
 //! control, and `HubHandle::send` waits for room in the engine's queue.
 //! Keep what can be in flight (calls × the largest answer) under
-//! [`max_backpressure`](crate::hub::HubConfig::max_backpressure), so that
+//! [`max_backpressure`](crate::Config::max_backpressure), so that
 //! a client within the limits is never cut off.
 //!
 //! ```no_run

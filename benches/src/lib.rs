@@ -73,8 +73,7 @@ impl wavesock::hub::Handler for HubEcho {
 /// limits of [`wavesock_config`] and room to echo the largest message.
 pub async fn hub_echo(listener: tokio::net::TcpListener) -> Result<(), BoxError> {
     let config = wavesock::hub::HubConfig::default()
-        .config(wavesock_config())
-        .max_backpressure(MAX_MESSAGE + (1 << 20));
+        .config(wavesock_config().max_backpressure(MAX_MESSAGE + (1 << 20)));
     wavesock::hub::Hub::new(HubEcho, config)?
         .serve(listener)
         .await?;

@@ -16,25 +16,26 @@ const MAX_READ_BUFFER: usize = 1 << 30;
 /// use wavesock::Config;
 ///
 /// let config = HubConfig::default()
-///     .config(Config::default().max_message_size(1 << 20))
-///     .max_backpressure(256 << 10)
+///     .config(Config::default().max_message_size(1 << 20).max_backpressure(256 << 10))
 ///     .backpressure_policy(BackpressurePolicy::Drop);
 /// assert!(config.validate().is_ok());
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct HubConfig {
-    /// Limits, timers and extensions of every connection, as for
-    /// [`WebSocketStream`](crate::WebSocketStream). `write_buffer_size` is
-    /// not used: [`max_backpressure`](Self::max_backpressure) bounds the
-    /// bytes waiting for a peer instead.
+    /// Limits, timers, extensions and backpressure
+    /// ([`Config::max_backpressure`]) of every connection, as for
+    /// [`WebSocketStream`](crate::WebSocketStream).
     pub config: Config,
-    /// Bytes that may wait to be written to a peer before more sends to it
-    /// are refused (dropped, or the connection closed, per
-    /// [`backpressure_policy`](Self::backpressure_policy)). A single message
-    /// larger than this still goes out when nothing waits. Default 1 MiB.
+    /// The hub's backpressure limit when [`Config::max_backpressure`] is
+    /// `None`. Default 1 MiB.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `Config::max_backpressure`, one setting for the Stream and the hub"
+    )]
     pub max_backpressure: usize,
-    /// What a send to a connection over `max_backpressure` does. Default
+    /// What a send to a connection over [`backpressure`](Self::backpressure)
+    /// bytes does. Default
     /// [`BackpressurePolicy::Close`].
     pub backpressure_policy: BackpressurePolicy,
     /// Size of each engine's read buffer, which every connection reads into
@@ -69,6 +70,7 @@ pub struct HubConfig {
 
 impl Default for HubConfig {
     fn default() -> Self {
+        #[allow(deprecated)]
         HubConfig {
             config: Config::default(),
             max_backpressure: 1 << 20,
@@ -90,10 +92,32 @@ impl HubConfig {
         self
     }
 
-    /// Sets [`max_backpressure`](Self::max_backpressure).
+    /// Sets the hub's backpressure limit where [`Config::max_backpressure`]
+    /// is `None`.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `Config::max_backpressure`, one setting for the Stream and the hub"
+    )]
     pub fn max_backpressure(mut self, bytes: usize) -> Self {
-        self.max_backpressure = bytes;
+        #[allow(deprecated)]
+        {
+            self.max_backpressure = bytes;
+        }
         self
+    }
+
+    /// The backpressure limit the hub keeps to: bytes that may wait to be
+    /// written to a peer before more sends to it are refused (dropped, or
+    /// the connection closed, per
+    /// [`backpressure_policy`](Self::backpressure_policy)); a single
+    /// message larger than this still goes out when nothing waits.
+    /// [`Config::max_backpressure`], else 1 MiB (or the deprecated
+    /// [`HubConfig::max_backpressure`] field).
+    pub fn backpressure(&self) -> usize {
+        #[allow(deprecated)]
+        self.config
+            .max_backpressure
+            .unwrap_or(self.max_backpressure)
     }
 
     /// Sets [`backpressure_policy`](Self::backpressure_policy).
@@ -177,7 +201,7 @@ impl HubConfig {
 }
 
 /// What a send to a connection with more than
-/// [`HubConfig::max_backpressure`] bytes waiting does.
+/// [`HubConfig::backpressure`] bytes waiting does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BackpressurePolicy {
@@ -247,5 +271,34 @@ impl Readiness {
     /// Whether an engine owns a poller on this platform.
     pub(crate) fn owned(self) -> bool {
         cfg!(unix) && self == Readiness::Owned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[allow(deprecated)]
+    fn the_hub_keeps_to_the_one_backpressure_setting() {
+        assert_eq!(HubConfig::default().backpressure(), 1 << 20);
+        let set = HubConfig::default().config(Config::default().max_backpressure(4096));
+        assert_eq!(set.backpressure(), 4096);
+        // The old name still works where the new one is unset, in any
+        // order with `config`.
+        let old = HubConfig::default().max_backpressure(8192);
+        assert_eq!(old.backpressure(), 8192);
+        let old = HubConfig::default()
+            .max_backpressure(8192)
+            .config(Config::default().max_message_size(1 << 20));
+        assert_eq!(old.backpressure(), 8192);
+        // The new one wins.
+        let both = HubConfig::default()
+            .max_backpressure(8192)
+            .config(Config::default().max_backpressure(4096));
+        assert_eq!(both.backpressure(), 4096);
+        // The Stream's old name, in the hub's config, now counts too.
+        let stream_name = HubConfig::default().config(Config::default().write_buffer_size(2048));
+        assert_eq!(stream_name.backpressure(), 2048);
     }
 }

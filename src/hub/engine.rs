@@ -390,7 +390,7 @@ impl<H: Handler> Engine<H> {
             now: None,
             pool: QueuePool::new(POOL_LIMITS),
             dirty: Vec::new(),
-            max_backpressure: config.max_backpressure,
+            max_backpressure: config.backpressure(),
             policy: config.backpressure_policy,
             subs: Subs::new(config.topics.clone()),
             closing: Vec::new(),

@@ -27,7 +27,7 @@
 //!   sends to other connections are written at the end of the engine's
 //!   turn.
 //! - **Backpressure.** A connection whose peer does not read stops being
-//!   read. Sends to it beyond [`HubConfig::max_backpressure`] bytes waiting
+//!   read. Sends to it beyond [`Config::max_backpressure`](crate::Config::max_backpressure) bytes waiting
 //!   are dropped or close it, per [`BackpressurePolicy`].
 //! - **Topics.** [`Ws::subscribe`] and [`Ws::publish`] (or
 //!   [`HubHandle::publish`]): a publish is encoded once, queued once per

@@ -38,7 +38,7 @@ pub use split::{WebSocketReceiver, WebSocketSender};
 /// Receive with [`StreamExt::next`](futures_util::StreamExt::next); send with [`SinkExt::send`] (one write
 /// per message), or with [`SinkExt::feed`]: fed messages are buffered and
 /// written together when you [`flush`](SinkExt::flush), when the buffer
-/// passes [`Config::write_buffer_size`], or when the stream is polled and
+/// passes [`Config::max_backpressure`], or when the stream is polled and
 /// has no more buffered input, just before it waits for the socket. So a
 /// read loop that answers with `feed` answers a burst of pipelined messages
 /// with one write, and a lone message at once.

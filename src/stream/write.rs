@@ -70,7 +70,7 @@ impl Lender for ThreadQueues {
 
 #[derive(Debug)]
 pub(crate) struct WriteState {
-    write_buffer_size: usize,
+    max_backpressure: usize,
     shutdown: bool,
     /// Bytes were handed to the transport since its last completed flush. A
     /// transport may hold them until flushed (`BufWriter`, TLS), so whoever
@@ -100,7 +100,7 @@ pub(crate) fn store(slot: &mut Option<Waker>, cx: &Context<'_>) {
 impl WriteState {
     pub(crate) fn new(config: &Config) -> Self {
         WriteState {
-            write_buffer_size: config.write_buffer_size,
+            max_backpressure: config.stream_backpressure(),
             shutdown: false,
             unflushed: false,
             wakers: None,
@@ -113,7 +113,7 @@ impl WriteState {
 
     /// Whether what waits to be written is past the limit.
     pub(crate) fn is_full(&self, d: &Driver) -> bool {
-        d.buffered() >= self.write_buffer_size
+        d.buffered() >= self.max_backpressure
     }
 
     /// Whether no task is parked waiting for write progress.

@@ -18,7 +18,7 @@
 //!   one order, the order they took the registry's lock, whichever engine
 //!   or task published them.
 //! - **Slow subscribers.** A hub connection with more than
-//!   [`max_backpressure`](crate::hub::HubConfig::max_backpressure) waiting
+//!   [`max_backpressure`](crate::Config::max_backpressure) waiting
 //!   meets its hub's [`BackpressurePolicy`](crate::hub::BackpressurePolicy)
 //!   (closed, or the message skipped for it) while the others go on. A
 //!   [`TopicReceiver`] more than [`TopicsConfig::stream_capacity`] behind

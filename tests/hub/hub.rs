@@ -520,9 +520,12 @@ async fn a_peer_that_stops_reading_is_closed_at_max_backpressure_others_go_on() 
         // A close timeout longer than the test: the connection ends because
         // the peer read its close frame, not because the timer gave up.
         let config = HubConfig::default()
-            .config(Config::default().close_timeout(Duration::from_secs(120)))
+            .config(
+                Config::default()
+                    .close_timeout(Duration::from_secs(120))
+                    .max_backpressure(256 << 10),
+            )
             .readiness(readiness)
-            .max_backpressure(256 << 10)
             .backpressure_policy(BackpressurePolicy::Close);
         let mut server = start(config).await;
         let (mut slow, _) = upgrade_raw(server.addr).await;
@@ -605,7 +608,7 @@ async fn a_peer_that_stops_reading_is_closed_at_max_backpressure_others_go_on() 
 #[tokio::test]
 async fn with_the_drop_policy_a_slow_peer_misses_messages_then_drains() {
     let config = HubConfig::default()
-        .max_backpressure(256 << 10)
+        .config(Config::default().max_backpressure(256 << 10))
         .backpressure_policy(BackpressurePolicy::Drop);
     let mut server = start(config).await;
     let (mut slow, _) = upgrade_raw(server.addr).await;

@@ -76,9 +76,12 @@ async fn an_engine_sends_at_most_its_cap_of_publishes_a_turn_and_the_rest_in_ord
     const PUBLISHES: usize = 6000;
     let topics = Topics::new();
     let config = HubConfig::default()
-        .config(Config::default().ping_interval(None))
-        .topics(topics.clone())
-        .max_backpressure(64 << 20);
+        .config(
+            Config::default()
+                .ping_interval(None)
+                .max_backpressure(64 << 20),
+        )
+        .topics(topics.clone());
     let hub = Hub::new(Subscriber, config).unwrap();
     let adopter = hub.adopter();
     let mut clients = Vec::new();
@@ -177,10 +180,13 @@ impl Polled {
     fn new(subscribers: usize, topics: TopicsConfig, policy: BackpressurePolicy) -> Self {
         let topics = Topics::with_config(topics);
         let config = HubConfig::default()
-            .config(Config::default().ping_interval(None))
+            .config(
+                Config::default()
+                    .ping_interval(None)
+                    .max_backpressure(64 << 20),
+            )
             .topics(topics.clone())
-            .backpressure_policy(policy)
-            .max_backpressure(64 << 20);
+            .backpressure_policy(policy);
         let handler = Closer::default();
         let ended = handler.ended.clone();
         let hub = Hub::new(handler, config).unwrap();

@@ -53,7 +53,7 @@ fn with_deflate(config: Config, deflate: bool) -> Config {
 
 fn client_config(deflate: bool) -> Config {
     // A small write buffer, so the client's backpressure is exercised too.
-    with_deflate(Config::default().write_buffer_size(4096), deflate)
+    with_deflate(Config::default().max_backpressure(4096), deflate)
 }
 
 fn hub_config(deflate: bool) -> HubConfig {

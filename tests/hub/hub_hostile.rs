@@ -473,7 +473,7 @@ async fn a_peer_that_never_reads_stops_being_read() {
 /// the handle, as a broadcast would.
 async fn flood_through_the_handle(policy: BackpressurePolicy) {
     let config = HubConfig::default()
-        .max_backpressure(64 << 10)
+        .config(Config::default().max_backpressure(64 << 10))
         .backpressure_policy(policy);
     let hub = TestHub::serve(small_listener(), config, Recorder::new());
     let mut honest = Honest::connect(hub.addr).await;

@@ -540,10 +540,13 @@ async fn slow_subscriber_among_fast_ones(policy: BackpressurePolicy, engines: us
     // A close timeout longer than the test: a closed subscriber's
     // connection ends because it read its close frame.
     let config = HubConfig::default()
-        .config(Config::default().close_timeout(Duration::from_secs(120)))
+        .config(
+            Config::default()
+                .close_timeout(Duration::from_secs(120))
+                .max_backpressure(FLOOD_LIMIT),
+        )
         .topics(Topics::new())
         .engines(Some(engines))
-        .max_backpressure(FLOOD_LIMIT)
         .backpressure_policy(policy);
     let mut server = start(config).await;
     let mut fast = Vec::new();
@@ -678,9 +681,9 @@ async fn every_subscriber_sees_one_order_whoever_publishes() {
     let topics = Topics::with_config(TopicsConfig::default().stream_capacity(1 << 16));
     // No backpressure here: every subscriber must get everything.
     let config = HubConfig::default()
+        .config(Config::default().max_backpressure(1 << 30))
         .topics(topics.clone())
-        .engines(Some(2))
-        .max_backpressure(1 << 30);
+        .engines(Some(2));
     let mut server = start(config).await;
 
     let mut readers = Vec::new();

@@ -30,7 +30,7 @@ use faulty::{Break, Counts, Faulty, Rng, client_frame, messages};
 
 fn config(deflate: bool) -> Config {
     // A small write buffer, so backpressure is exercised too.
-    let config = Config::default().write_buffer_size(4096);
+    let config = Config::default().max_backpressure(4096);
     #[cfg(feature = "deflate")]
     if deflate {
         return config.deflate(wavesock::DeflateConfig::default().compression_threshold(0));
@@ -176,7 +176,7 @@ async fn broken_exchange(seed: u64, split_server: bool) {
     let sent = messages(&mut rng);
     let config = || {
         Config::default()
-            .write_buffer_size(4096)
+            .max_backpressure(4096)
             .close_timeout(Duration::from_millis(500))
     };
 

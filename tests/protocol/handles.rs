@@ -15,7 +15,7 @@ async fn clones_send_from_many_tasks_in_order_under_backpressure() {
     const TASKS: u8 = 8;
     const EACH: u32 = 200;
     let (a, b) = tokio::io::duplex(512);
-    let config = Config::default().write_buffer_size(2048);
+    let config = Config::default().max_backpressure(2048);
     let (tx, _rx) = WebSocketStream::from_raw_socket(a, Role::Server, config)
         .unwrap()
         .split();
@@ -57,7 +57,7 @@ async fn clones_send_from_many_tasks_in_order_under_backpressure() {
 #[tokio::test]
 async fn a_cancelled_send_does_not_strand_the_others() {
     let (a, b) = tokio::io::duplex(256);
-    let config = Config::default().write_buffer_size(1024);
+    let config = Config::default().max_backpressure(1024);
     let (mut tx, _rx) = WebSocketStream::from_raw_socket(a, Role::Server, config)
         .unwrap()
         .split();
@@ -124,7 +124,7 @@ async fn one_clone_closing_closes_for_all() {
 #[tokio::test]
 async fn a_waiting_sender_is_woken_by_another_senders_progress() {
     let (a, b) = tokio::io::duplex(256);
-    let config = Config::default().write_buffer_size(1024);
+    let config = Config::default().max_backpressure(1024);
     let (tx, _rx) = WebSocketStream::from_raw_socket(a, Role::Server, config)
         .unwrap()
         .split();
@@ -186,7 +186,7 @@ async fn a_prepared_close_frame_closes_the_sending_side() {
 #[tokio::test]
 async fn a_receiver_waiting_to_pay_a_pong_is_woken_by_the_senders_progress() {
     let (a, b) = tokio::io::duplex(256);
-    let config = Config::default().write_buffer_size(1024);
+    let config = Config::default().max_backpressure(1024);
     let (mut tx, mut rx) = WebSocketStream::from_raw_socket(a, Role::Server, config)
         .unwrap()
         .split();

@@ -55,7 +55,6 @@ async fn a_handle_capacity_beyond_tokios_semaphore_is_refused() {
     // largest too.
     let config = HubConfig::default()
         .handle_capacity(Semaphore::MAX_PERMITS)
-        .max_backpressure(usize::MAX)
         .shutdown_timeout(Duration::MAX)
         .config(
             Config::default()
@@ -63,7 +62,7 @@ async fn a_handle_capacity_beyond_tokios_semaphore_is_refused() {
                 .max_handshake_size(usize::MAX)
                 .max_frame_size(usize::MAX)
                 .max_message_size(usize::MAX)
-                .write_buffer_size(usize::MAX),
+                .max_backpressure(usize::MAX),
         );
     let hub = Hub::new(Echo, config).unwrap();
     let handle = hub.handle();

@@ -255,7 +255,7 @@ async fn fed_messages_go_out_in_one_write() {
 async fn write_buffer_limit_makes_feed_write() {
     let (a, _b) = tokio::io::duplex(1 << 20);
     let (io, writes) = CountingIo::new(a);
-    let config = Config::default().write_buffer_size(1024);
+    let config = Config::default().max_backpressure(1024);
     let mut server = WebSocketStream::from_raw_socket(io, Role::Server, config).unwrap();
     for _ in 0..8 {
         server.feed(Message::binary(vec![0u8; 500])).await.unwrap();
@@ -544,7 +544,7 @@ async fn feed_in_a_read_loop_corks_replies_to_pipelined_messages() {
 async fn a_peer_that_floods_pings_and_never_reads_cannot_grow_our_buffers() {
     // The peer's receive window is tiny (duplex of 1 KiB) and it never reads.
     let (a, mut peer) = tokio::io::duplex(1024);
-    let config = Config::default().write_buffer_size(4096);
+    let config = Config::default().max_backpressure(4096);
     let mut server = WebSocketStream::from_raw_socket(a, Role::Server, config).unwrap();
     let reader = tokio::spawn(async move {
         let mut pings = 0usize;
@@ -856,7 +856,7 @@ async fn after_our_close_completes_sending_is_already_closed() {
 async fn a_peer_that_never_reads_makes_send_wait_instead_of_buffering() {
     // The peer's receive window is 16 KiB (the duplex) and it never reads.
     let (a, _peer) = tokio::io::duplex(16 << 10);
-    let config = Config::default().write_buffer_size(64 << 10);
+    let config = Config::default().max_backpressure(64 << 10);
     let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, config).unwrap();
     let msg = Message::binary(vec![7u8; 10 << 10]);
     let mut accepted = 0usize;
@@ -889,7 +889,7 @@ async fn keepalive_gives_up_on_a_peer_that_stops_reading() {
     let config = Config::default()
         .ping_interval(Some(Duration::from_secs(5)))
         .pong_timeout(Duration::from_secs(2))
-        .write_buffer_size(1024);
+        .max_backpressure(1024);
     let mut ws = WebSocketStream::from_raw_socket(a, Role::Server, config).unwrap();
     // Far more than the pipe and the write buffer hold; nobody reads it.
     ws.feed(Message::binary(vec![7; 64 << 10])).await.unwrap();
