@@ -15,7 +15,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, BytesMut};
-use tokio::io::AsyncWrite;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
@@ -1127,7 +1127,10 @@ impl<H: Handler> Engine<H> {
         for slot in 0..self.slots.len() as u32 {
             let key = self.key_of(slot);
             if let Some(s) = self.slot_mut(key) {
-                s.c.set_error(Error::ShutdownTimeout);
+                // Unless it was failing already: that is why it ended.
+                if s.c.conn().phase() != Phase::Failing {
+                    s.c.set_error(Error::ShutdownTimeout);
+                }
                 self.end(key);
             }
         }
@@ -1510,6 +1513,23 @@ fn read_frames<H: Handler>(
     }
 }
 
+/// Reads and drops what the peer sent that was not read, before the
+/// transport is dropped: a socket closed with input unread is reset, and a
+/// reset throws away what the peer had not read yet of what we wrote (our
+/// close frame, after a backlog the peer was slow to read). Input that
+/// comes later still meets a reset; a peer that reads the close frame does
+/// not send it. Bounded (64 KiB): a peer that floods is cut off.
+fn drop_input(io: &mut Transport, cx: &mut Context<'_>) {
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+    for _ in 0..16 {
+        let mut into = tokio::io::ReadBuf::uninit(&mut buf);
+        match Pin::new(&mut *io).poll_read(cx, &mut into) {
+            Poll::Ready(Ok(())) if !into.filled().is_empty() => {}
+            _ => return,
+        }
+    }
+}
+
 /// The memory budget answered `grant` to the connection's request for more
 /// (room to read into, to assemble or to inflate a message): the core
 /// decides, and the connection waits for budget to be given back (woken
@@ -1754,7 +1774,14 @@ fn flush<H: Handler>(
         match Pin::new(&mut slot.io).poll_shutdown(cx) {
             Poll::Pending => {}
             // Shut down, or failed to: either way the connection is over.
-            Poll::Ready(_) => slot.c.abandoned = true,
+            Poll::Ready(_) => {
+                // Not for a refused upgrade: a peer flooding its request
+                // is read no further than the head's limit.
+                if slot.data.is_some() {
+                    drop_input(&mut slot.io, cx);
+                }
+                slot.c.abandoned = true;
+            }
         }
     }
 }

@@ -522,7 +522,11 @@ impl Conn {
     ) -> Result<SendStatus> {
         // A publish goes out until the close frame does: it was made
         // before the end of the turn the close was asked in.
-        if self.abandoned || (self.closing && !published) {
+        if self.abandoned || (self.closing && !published) || self.d.conn().is_close_sent() {
+            // Closing (a backpressure close among them, whose frame waits
+            // behind the frame being written): before the limit is looked
+            // at, so that a second send in the call that met it is told so
+            // rather than meeting the policy again.
             return Ok(SendStatus::Closed);
         }
         let buffered = self.buffered();
@@ -624,7 +628,13 @@ impl Conn {
         }
         let frame = self.ending.as_mut().and_then(|e| e.close.take());
         if !self.abandoned {
-            let _ = self.send_message(turn, &Message::Close(frame));
+            // Behind what was sent before it, whatever waits: the close
+            // asked for is not a send the backpressure policy refuses (nor
+            // turns into its own 1013).
+            let now = turn.now();
+            if let Ok(Outgoing::Send) = self.d.send(Message::Close(frame), now, &mut turn.pool) {
+                self.mark(turn);
+            }
         }
     }
 

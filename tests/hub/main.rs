@@ -13,6 +13,7 @@ mod support;
 #[global_allocator]
 static GLOBAL: support::counting::Counting = support::counting::Counting;
 
+mod backpressure_close;
 mod engines;
 mod hub;
 mod hub_api;
