@@ -783,7 +783,10 @@ pub fn conn(data: &[u8]) {
                     2 => std::io::ErrorKind::BrokenPipe,
                     _ => std::io::ErrorKind::Other,
                 };
-                let quiet_if = c.is_close_sent() && kind != std::io::ErrorKind::Other;
+                // Quiet once it ended otherwise (failing, closed, timed
+                // out), or for a hang-up after our close.
+                let quiet_if = before != Phase::Open
+                    || (c.is_close_sent() && kind != std::io::ErrorKind::Other);
                 let reported = c.handle_transport_error(kind.into());
                 assert_eq!(reported.is_none(), quiet_if, "{kind:?}");
                 assert!(c.is_transport_ended() && c.is_peer_gone());

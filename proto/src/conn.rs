@@ -614,10 +614,16 @@ impl Connection {
     /// our close frame, a peer that hangs up (EOF, reset, abort, a broken
     /// pipe) instead of answering ends the connection as surely (many
     /// servers do); any other failure, or an end before our close, is
-    /// reported.
+    /// reported. Once the connection is no longer open (failing with its
+    /// own error, closed by the peer, timed out) none is: how it ended was
+    /// decided already.
     pub fn handle_transport_error(&mut self, err: std::io::Error) -> Option<std::io::Error> {
         use std::io::ErrorKind;
+        let open = self.phase() == Phase::Open;
         let expected = self.handle_transport_end();
+        if !open {
+            return None;
+        }
         let hung_up = matches!(
             err.kind(),
             ErrorKind::UnexpectedEof

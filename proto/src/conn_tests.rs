@@ -728,6 +728,23 @@ fn a_hang_up_after_our_close_is_quiet_and_any_other_end_reported() {
         other.is_some(),
         "a real failure is reported even when closing"
     );
+    // Once ended otherwise, how it ended was decided: failing with its own
+    // error, or closed by the peer.
+    let mut failing = Connection::new(Role::Server, timers(), t0);
+    failing.handle_error(Error::InvalidUtf8, t0);
+    assert!(
+        failing
+            .handle_transport_error(IoError::other("reset"))
+            .is_none()
+    );
+    assert_eq!(failing.take_error(), Some(Error::InvalidUtf8));
+    let mut closed = Connection::new(Role::Server, timers(), t0);
+    closed.handle_frame(&Message::Close(None), t0);
+    assert!(
+        closed
+            .handle_transport_error(IoError::other("tls alert"))
+            .is_none()
+    );
 }
 
 #[test]

@@ -493,7 +493,6 @@ impl Conn {
     /// The transport ended: EOF (`None`) or an error. The core says
     /// whether that is part of closing.
     pub(crate) fn transport_ended(&mut self, err: Option<io::Error>) {
-        let open = self.d.conn().phase() == Phase::Open;
         let err = err.unwrap_or_else(|| {
             io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -501,9 +500,7 @@ impl Conn {
             )
         });
         if let Some(err) = self.d.conn_mut().handle_transport_error(err) {
-            if open {
-                self.set_error(err.into());
-            }
+            self.set_error(err.into());
         }
         self.abandoned = true;
     }
