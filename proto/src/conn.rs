@@ -296,6 +296,9 @@ pub struct Connection {
     /// Not in [`State`]: only the sending side asks, and it changes per
     /// fragment, while a change of `State` wakes the receiving side.
     fragmenting: bool,
+    /// Made by [`handshaking`](Self::handshaking): its deadline is the
+    /// opening handshake's ([`Error::HandshakeTimeout`]).
+    handshaking: bool,
     // Nanoseconds (saturated at 584 years), half the size of a `Duration`:
     // every connection of a server holds these two. `NO_CLOSE_TIMEOUT`
     // for none.
@@ -373,6 +376,7 @@ impl Connection {
             role,
             state,
             fragmenting: false,
+            handshaking: false,
             close_timeout: if timers.close_timeout == Duration::MAX {
                 NO_CLOSE_TIMEOUT
             } else {
@@ -396,7 +400,8 @@ impl Connection {
     /// be over (answered and, if refused, written out) by `deadline`:
     /// [`poll_timeout`](Self::poll_timeout) says so, and
     /// [`handle_timeout`](Self::handle_timeout) past it ends the connection
-    /// ([`Phase::TimedOut`], [`Error::CloseTimeout`]). It has no keepalive
+    /// ([`Phase::TimedOut`], [`Error::HandshakeTimeout`] unless it was
+    /// refused and its answer was being written). It has no keepalive
     /// and owes no WebSocket frame: once the upgrade is accepted the engine
     /// replaces it with [`Connection::new`]; once it is refused,
     /// [`handle_refused`](Self::handle_refused) keeps the deadline for the
@@ -406,6 +411,7 @@ impl Connection {
             role,
             state: State(0),
             fragmenting: false,
+            handshaking: true,
             close_timeout: 0,
             budget_wait: NO_BUDGET_WAIT,
             outstanding: deadline.map(|d| {
@@ -652,7 +658,11 @@ impl Connection {
             return;
         }
         if self.close_deadline().is_some_and(|d| now >= d) {
-            self.time_out(Error::CloseTimeout);
+            self.time_out(if self.handshaking {
+                Error::HandshakeTimeout
+            } else {
+                Error::CloseTimeout
+            });
             return;
         }
         if self.phase() != Phase::Open {

@@ -641,7 +641,7 @@ fn a_handshaking_connection_ends_at_its_deadline_owing_nothing() {
     assert_eq!(c.phase(), Phase::Open);
     c.handle_timeout(t0 + 5 * SEC);
     assert_eq!(c.phase(), Phase::TimedOut);
-    assert_eq!(c.take_error(), Some(Error::CloseTimeout));
+    assert_eq!(c.take_error(), Some(Error::HandshakeTimeout));
     assert_eq!(drain(&mut c), [], "no WebSocket frame before the upgrade");
     assert_eq!(
         Connection::handshaking(Role::Server, None).poll_timeout(),

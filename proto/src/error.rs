@@ -93,6 +93,11 @@ pub enum Error {
     #[error("closing handshake timed out")]
     CloseTimeout,
 
+    /// The opening handshake did not finish by its deadline
+    /// ([`Connection::handshaking`](crate::conn::Connection::handshaking)).
+    #[error("opening handshake timed out")]
+    HandshakeTimeout,
+
     /// The compressor failed (permessage-deflate); not the peer's fault.
     #[error("compression failed: {0}")]
     Compression(String),

@@ -181,6 +181,7 @@ impl From<proto::Error> for Error {
             proto::Error::AlreadyClosed => Error::AlreadyClosed,
             proto::Error::KeepaliveTimeout => Error::KeepaliveTimeout,
             proto::Error::CloseTimeout => Error::CloseTimeout,
+            proto::Error::HandshakeTimeout => Error::Handshake(HandshakeError::Timeout),
             proto::Error::InvalidConfig(m) => Error::InvalidConfig(m),
             // A compressor failure is a local fault, like a failed write.
             proto::Error::Compression(m) => Error::Io(io::Error::other(m)),

@@ -643,9 +643,9 @@ impl<H: Handler> Engine<H> {
         slot.timer_at = None;
         slot.c.conn().handle_timeout(now);
         if slot.stage == Stage::Handshake && slot.c.conn().phase() == Phase::TimedOut {
-            // No answer: the request never came whole.
+            // No answer: the request never came whole (the core's error
+            // says so).
             slot.c.abandoned = true;
-            slot.c.set_error(HandshakeError::Timeout.into());
         } else {
             slot.c.transmit_owed(turn);
         }

@@ -22,7 +22,7 @@ use crate::hub::subs::{Subs, token};
 use crate::hub::wake::{ConnWaker, Key, ReadyQueue};
 use crate::proto::Role;
 use crate::proto::close::{CloseCode, CloseFrame};
-use crate::proto::conn::{Connection, Outgoing, Phase};
+use crate::proto::conn::{Connection, Outgoing};
 use crate::proto::deflate::Inflater;
 use crate::proto::driver::Driver;
 use crate::proto::encoder::FrameEncoder;
