@@ -171,7 +171,12 @@ impl Config {
         since = "0.2.0",
         note = "use `max_backpressure`, one setting for the Stream and the hub"
     )]
-    pub fn write_buffer_size(self, bytes: usize) -> Self {
+    pub fn write_buffer_size(mut self, bytes: usize) -> Self {
+        // The old field too, for code that reads it back.
+        #[allow(deprecated)]
+        {
+            self.write_buffer_size = bytes;
+        }
         self.max_backpressure(bytes)
     }
 
@@ -469,7 +474,8 @@ mod tests {
         // The old setter sets the new setting.
         let old = Config::default().write_buffer_size(4096);
         assert_eq!(old.max_backpressure, Some(4096));
-        assert_eq!(old, Config::default().max_backpressure(4096));
+        assert_eq!(old.write_buffer_size, 4096, "read back by old code");
+        assert_eq!(old.stream_backpressure(), 4096);
         // The old field still counts where the new one is unset.
         let mut field = Config {
             write_buffer_size: 1024,

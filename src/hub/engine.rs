@@ -558,6 +558,7 @@ impl<H: Handler> Engine<H> {
                 read_frames(slot, &mut cx, handler, config, shared, readers, turn);
             }
             Stage::Ending => flush(slot, &mut cx, handler, turn),
+            Stage::Lingering => linger(slot, &mut cx, config, shared, turn),
         }
         self.settle(key);
     }
@@ -729,7 +730,7 @@ impl<H: Handler> Engine<H> {
                     }
                     self.settle(key);
                 }
-                Stage::Ending => {}
+                Stage::Ending | Stage::Lingering => {}
             }
         }
     }
@@ -1513,6 +1514,33 @@ fn read_frames<H: Handler>(
     }
 }
 
+/// Reads and drops what the peer sends after the connection shut down
+/// ([`Stage::Lingering`]) until it ends the transport; the close deadline
+/// bounds the wait.
+fn linger<T>(
+    slot: &mut Slot<T>,
+    cx: &mut Context<'_>,
+    config: &HubConfig,
+    shared: &mut BytesMut,
+    turn: &mut Turn,
+) {
+    for _ in 0..READS_PER_TURN {
+        if shared.capacity() < config.read_buffer_size / 4 {
+            shared.reserve(config.read_buffer_size);
+        }
+        match read_buf(&mut slot.io, cx, shared, usize::MAX) {
+            Poll::Pending => return,
+            Poll::Ready(Ok(0) | Err(_)) => {
+                slot.c.abandoned = true;
+                return;
+            }
+            Poll::Ready(Ok(_)) => shared.clear(),
+        }
+    }
+    // Others first.
+    slot.requeue(turn);
+}
+
 /// Reads and drops what the peer sent that was not read, before the
 /// transport is dropped: a socket closed with input unread is reset, and a
 /// reset throws away what the peer had not read yet of what we wrote (our
@@ -1774,6 +1802,10 @@ fn flush<H: Handler>(
         match Pin::new(&mut slot.io).poll_shutdown(cx) {
             Poll::Pending => {}
             // Shut down, or failed to: either way the connection is over.
+            Poll::Ready(Ok(())) if slot.c.linger && slot.c.conn().poll_timeout().is_some() => {
+                slot.stage = Stage::Lingering;
+                slot.requeue(turn);
+            }
             Poll::Ready(_) => {
                 // Not for a refused upgrade: a peer flooding its request
                 // is read no further than the head's limit.

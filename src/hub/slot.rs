@@ -43,6 +43,12 @@ pub(crate) enum Stage {
     /// Writing out what is owed (a close frame, an HTTP refusal), then
     /// shutting the transport down.
     Ending,
+    /// Shut down after failing for backpressure: what the peer still sends
+    /// is read and dropped until it ends the transport, or the close
+    /// deadline passes. A socket closed with input unread is reset, and a
+    /// reset throws away what the kernel still holds for the peer: the
+    /// backlog it was slow to read, and our close frame.
+    Lingering,
 }
 
 /// A connection's transport: TCP, the usual case, without indirection.
@@ -285,6 +291,10 @@ pub(crate) struct Conn {
     /// handler, and the close frame goes out at the end of the turn, after
     /// what was published this turn to the connection's topics.
     pub(crate) closing: bool,
+    /// Failed for backpressure: once shut down, the peer's input is read
+    /// and dropped until it ends the transport ([`Stage::Lingering`]), as
+    /// the backlog it was slow to read may still be in the kernel.
+    pub(crate) linger: bool,
 }
 
 /// What sends need beyond the connection: the turn's time, the pool of
@@ -358,6 +368,7 @@ impl Conn {
             abandoned: false,
             wants_drain: false,
             closing: false,
+            linger: false,
         }
     }
 
@@ -479,7 +490,10 @@ impl Conn {
             .d
             .fail_backlogged(buffered, turn.max_backpressure, now, &mut turn.pool)
         {
-            Ok(true) => self.mark(turn),
+            Ok(true) => {
+                self.linger = true;
+                self.mark(turn);
+            }
             // Closing already: its close frame waits behind the backlog,
             // which the peer is not reading.
             Ok(false) => self.fail(Error::Backpressure {
@@ -527,6 +541,11 @@ impl Conn {
             return Ok(SendStatus::Closed);
         }
         let buffered = self.buffered();
+        if buffered > turn.max_backpressure && self.closing {
+            // A publish to a connection whose close was asked for: the
+            // close comes next, as asked (not the policy's 1013).
+            return Ok(SendStatus::Dropped);
+        }
         if buffered > turn.max_backpressure {
             self.wants_drain = true;
             return Ok(match turn.policy {

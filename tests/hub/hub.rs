@@ -583,6 +583,12 @@ async fn a_peer_that_stops_reading_is_closed_at_max_backpressure_others_go_on() 
         // Over 256 KiB waited when the limit was met: four frames or more
         // queued, of which one at most was begun and goes out.
         assert!(frames + 3 <= sent, "{readiness:?}: {frames} of {sent}");
+        // The server ended the connection after its close frame (then
+        // lingers until the peer hangs up).
+        let mut rest = Vec::new();
+        within(10, slow.read_to_end(&mut rest)).await.unwrap();
+        assert!(rest.is_empty(), "{rest:?}");
+        drop(slow);
         let (gone, error) = loop {
             if let Event::Close(gone, _, error, _) = server.next_lifecycle().await {
                 break (gone, error);
@@ -596,10 +602,6 @@ async fn a_peer_that_stops_reading_is_closed_at_max_backpressure_others_go_on() 
             }
             other => panic!("closed for backpressure, not {other:?}"),
         }
-        // The server ended the connection after its close frame.
-        let mut rest = Vec::new();
-        within(10, slow.read_to_end(&mut rest)).await.unwrap();
-        assert!(rest.is_empty(), "{rest:?}");
         fast.send(Message::text("still here")).await.unwrap();
         assert_eq!(next_data(&mut fast).await, Message::text("still here"));
     }

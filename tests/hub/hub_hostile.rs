@@ -507,6 +507,15 @@ async fn flood_through_the_handle(policy: BackpressurePolicy) {
             // None when the 64 sends came in one turn, before any write: all
             // of them waited, none begun.
             assert!(got <= 10, "{got} of 64 arrived");
+            // The server shut down after its close, and lingers until the
+            // peer hangs up.
+            let mut rest = Vec::new();
+            tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut rest))
+                .await
+                .expect("the end in time")
+                .unwrap();
+            assert!(rest.is_empty(), "nothing after the close: {rest:?}");
+            drop(tcp);
             hub.wait_ended(1, Duration::from_secs(5)).await;
             let log = hub.log();
             let ended = &log.ended[0];
