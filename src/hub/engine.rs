@@ -558,7 +558,7 @@ impl<H: Handler> Engine<H> {
                 read_frames(slot, &mut cx, handler, config, shared, readers, turn);
             }
             Stage::Ending => flush(slot, &mut cx, handler, turn),
-            Stage::Lingering => linger(slot, &mut cx, config, shared, turn),
+            Stage::Lingering => linger(slot, &mut cx, turn),
         }
         self.settle(key);
     }
@@ -1516,25 +1516,23 @@ fn read_frames<H: Handler>(
 
 /// Reads and drops what the peer sends after the connection shut down
 /// ([`Stage::Lingering`]) until it ends the transport; the close deadline
-/// bounds the wait.
-fn linger<T>(
-    slot: &mut Slot<T>,
-    cx: &mut Context<'_>,
-    config: &HubConfig,
-    shared: &mut BytesMut,
-    turn: &mut Turn,
-) {
-    for _ in 0..READS_PER_TURN {
-        if shared.capacity() < config.read_buffer_size / 4 {
-            shared.reserve(config.read_buffer_size);
-        }
-        match read_buf(&mut slot.io, cx, shared, usize::MAX) {
+/// bounds the wait. Into a stack buffer, through `AsyncRead`: rare, and
+/// kept off the shared read path (a second caller of which cost the echo
+/// its inlining).
+#[cold]
+#[inline(never)]
+fn linger<T>(slot: &mut Slot<T>, cx: &mut Context<'_>, turn: &mut Turn) {
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+    for _ in 0..16 {
+        let mut into = tokio::io::ReadBuf::uninit(&mut buf);
+        match Pin::new(&mut slot.io).poll_read(cx, &mut into) {
             Poll::Pending => return,
-            Poll::Ready(Ok(0) | Err(_)) => {
+            Poll::Ready(Ok(())) if !into.filled().is_empty() => {}
+            // The end, or a failure: over.
+            Poll::Ready(_) => {
                 slot.c.abandoned = true;
                 return;
             }
-            Poll::Ready(Ok(_)) => shared.clear(),
         }
     }
     // Others first.
@@ -1547,6 +1545,8 @@ fn linger<T>(
 /// close frame, after a backlog the peer was slow to read). Input that
 /// comes later still meets a reset; a peer that reads the close frame does
 /// not send it. Bounded (64 KiB): a peer that floods is cut off.
+#[cold]
+#[inline(never)]
 fn drop_input(io: &mut Transport, cx: &mut Context<'_>) {
     let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
     for _ in 0..16 {
