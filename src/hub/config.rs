@@ -208,9 +208,14 @@ pub enum BackpressurePolicy {
     /// Close the connection: what waits behind the frame being written is
     /// dropped (the peer would get it long after the limit) and the close
     /// frame goes next, code 1013 (try again later, as when a server sheds
-    /// load); the connection ends once the peer has read it, or at the
-    /// close timeout ([`Config::close_timeout`](crate::Config::close_timeout)),
-    /// and [`Handler::close`](crate::hub::Handler::close) reports
+    /// load). Once it is written the hub ends its side of the transport
+    /// and waits for the peer to end its own, reading and dropping what
+    /// the peer still sends (closing with input unread would reset the
+    /// connection and lose what the kernel still holds for the peer); the
+    /// connection ends then, or at the close timeout
+    /// ([`Config::close_timeout`](crate::Config::close_timeout)). A peer
+    /// that answers the close and keeps its socket open after the hub's
+    /// end holds it until that timeout. [`Handler::close`](crate::hub::Handler::close) reports
     /// [`Error::Backpressure`]. Sends to it meanwhile are
     /// [`SendStatus::Closed`](crate::hub::SendStatus::Closed).
     Close,

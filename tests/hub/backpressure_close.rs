@@ -113,6 +113,16 @@ async fn start(config: HubConfig) -> Server {
 }
 
 impl Server {
+    /// Waits until the handler has made `n` sends.
+    async fn sent(&self, n: usize) {
+        within(10, async {
+            while self.statuses.lock().unwrap().len() < n {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+    }
+
     async fn close_event(&mut self) -> (ConnId, Option<CloseFrame>, Option<Error>) {
         loop {
             match within(30, self.events.recv()).await.unwrap() {
@@ -134,6 +144,18 @@ fn config(readiness: Readiness) -> HubConfig {
         )
         .readiness(readiness)
         .backpressure_policy(BackpressurePolicy::Close)
+}
+
+/// A server as [`config`] says, and a slow client that asked for an 8 MiB
+/// message and then sent `then`, both in one write: the reply is written
+/// in part (a cork's worth) when `then` is handled.
+async fn backlogged(readiness: Readiness, then: &str) -> (Server, TcpStream) {
+    let server = start(config(readiness)).await;
+    let mut slow = slow_client(server.addr, 16 << 10).await;
+    let mut both = text(&format!("big {}", 8 << 20));
+    both.extend(text(then));
+    slow.write_all(&both).await.unwrap();
+    (server, slow)
 }
 
 /// A raw client with a small receive buffer, upgraded.
@@ -167,23 +189,36 @@ fn text(s: &str) -> Vec<u8> {
     raw::frame(true, OpCode::Text, s.as_bytes().to_vec())
 }
 
-/// Reads frames to the end: (opcode, payload length) of each whole frame,
-/// and how the stream ended (bytes of a frame cut short, or an error).
-async fn read_all(tcp: &mut TcpStream) -> (Vec<(u8, usize, Vec<u8>)>, String) {
+/// Reads frames to the end: (opcode, payload length, a close frame's
+/// payload) of each whole frame, and how the stream ended (with the bytes
+/// of a frame cut short, or an error).
+async fn read_all(tcp: &mut TcpStream) -> (Frames, String) {
     let mut wire = Vec::new();
     let end = match within(60, tcp.read_to_end(&mut wire)).await {
         Ok(_) => "EOF".to_string(),
         Err(e) => format!("error {e}"),
     };
+    let (frames, cut) = split_frames(&wire);
+    match cut {
+        Some(cut) => (frames, format!("{end}; {cut}")),
+        None => (frames, end),
+    }
+}
+
+/// The whole frames on `wire`, and what is left of one cut short.
+/// Whole frames read: opcode, payload length, a close frame's payload.
+type Frames = Vec<(u8, usize, Vec<u8>)>;
+
+fn split_frames(wire: &[u8]) -> (Frames, Option<String>) {
     let mut frames = Vec::new();
     let mut at = 0;
     loop {
         let rest = &wire[at..];
         if rest.is_empty() {
-            return (frames, end);
+            return (frames, None);
         }
         if rest.len() < 2 {
-            return (frames, format!("{end}; {} bytes of a header", rest.len()));
+            return (frames, Some(format!("{} bytes of a header", rest.len())));
         }
         let (len, head) = match rest[1] & 0x7f {
             126 if rest.len() >= 4 => (u16::from_be_bytes([rest[2], rest[3]]) as usize, 4),
@@ -191,18 +226,16 @@ async fn read_all(tcp: &mut TcpStream) -> (Vec<(u8, usize, Vec<u8>)>, String) {
                 u64::from_be_bytes(rest[2..10].try_into().unwrap()) as usize,
                 10,
             ),
-            126 | 127 => return (frames, format!("{end}; a header cut short")),
+            126 | 127 => return (frames, Some("a header cut short".into())),
             n => (n as usize, 2),
         };
         if rest.len() < head + len {
-            return (
-                frames,
-                format!(
-                    "{end}; frame (opcode {}) of {len} bytes cut at {}",
-                    rest[0] & 0xf,
-                    rest.len() - head
-                ),
+            let cut = format!(
+                "frame (opcode {}) of {len} bytes cut at {}",
+                rest[0] & 0xf,
+                rest.len() - head
             );
+            return (frames, Some(cut));
         }
         let p = &rest[head..head + len];
         let keep = if rest[0] & 0xf == 8 {
@@ -239,19 +272,8 @@ async fn a_second_send_in_the_call_that_met_the_limit_is_told_closed_tokio() {
 }
 
 async fn second_send(readiness: Readiness) {
-    let mut server = start(config(readiness)).await;
-    let mut slow = slow_client(server.addr, 16 << 10).await;
-    // Both in one read: the 8 MiB reply is written in part (a cork's
-    // worth) before the second message is handled.
-    let mut both = text(&format!("big {}", 8 << 20));
-    both.extend(text("two"));
-    slow.write_all(&both).await.unwrap();
-    within(10, async {
-        while server.statuses.lock().unwrap().len() < 3 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    let (mut server, mut slow) = backlogged(readiness, "two").await;
+    server.sent(3).await;
     let statuses: Vec<SendStatus> = server
         .statuses
         .lock()
@@ -303,18 +325,9 @@ async fn a_peer_that_writes_after_the_limit_still_gets_the_rest_and_the_close_to
 
 async fn writes_after(readiness: Readiness) {
     {
-        let mut server = start(config(readiness)).await;
-        let mut slow = slow_client(server.addr, 16 << 10).await;
-        let mut both = text(&format!("big {}", 8 << 20));
-        both.extend(text("one"));
-        slow.write_all(&both).await.unwrap();
+        let (mut server, mut slow) = backlogged(readiness, "one").await;
         // The limit was met (the second message's reply).
-        within(10, async {
-            while server.statuses.lock().unwrap().len() < 2 {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
+        server.sent(2).await;
         // The peer says something (it has not read yet).
         slow.write_all(&text("still there?")).await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -337,11 +350,7 @@ async fn writes_after(readiness: Readiness) {
 /// before it, as `Ws::close` says. (It met the backpressure policy and
 /// became a 1013.)
 async fn close_same_turn(readiness: Readiness) {
-    let mut server = start(config(readiness)).await;
-    let mut slow = slow_client(server.addr, 16 << 10).await;
-    let mut both = text(&format!("big {}", 8 << 20));
-    both.extend(text("close"));
-    slow.write_all(&both).await.unwrap();
+    let (mut server, mut slow) = backlogged(readiness, "close").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (op, payload) = raw::read_frame(&mut slow).await;
     assert_eq!((op, payload.len()), (2, 8 << 20), "{readiness:?}");
@@ -388,12 +397,7 @@ async fn shutdown_while_failing(readiness: Readiness) {
         p.write_all(&both).await.unwrap();
         peers.push(p);
     }
-    within(10, async {
-        while server.statuses.lock().unwrap().len() < 40 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    server.sent(40).await;
     within(10, server.handle.shutdown()).await.unwrap();
     let mut errors = Vec::new();
     for _ in 0..20 {
@@ -556,17 +560,8 @@ async fn compressed_frames_not_begun_are_dropped_and_the_rest_inflates() {
 /// The peer resets its connection while the 1013 waits behind the frame
 /// begun: the connection ends, reported as backpressure.
 async fn rst_while_pending(readiness: Readiness, half_close: bool) {
-    let mut server = start(config(readiness)).await;
-    let mut slow = slow_client(server.addr, 16 << 10).await;
-    let mut both = text(&format!("big {}", 8 << 20));
-    both.extend(text("one"));
-    slow.write_all(&both).await.unwrap();
-    within(10, async {
-        while server.statuses.lock().unwrap().len() < 2 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    let (mut server, mut slow) = backlogged(readiness, "one").await;
+    server.sent(2).await;
     if half_close {
         slow.shutdown().await.unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -615,12 +610,7 @@ async fn a_unix_socket_peer_that_writes_after_the_limit_still_gets_the_close() {
     let mut both = text(&format!("big {}", 8 << 20));
     both.extend(text("one"));
     client.write_all(&both).await.unwrap();
-    within(10, async {
-        while server.statuses.lock().unwrap().len() < 2 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    server.sent(2).await;
     client.write_all(&text("still there?")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut wire = Vec::new();
@@ -661,17 +651,8 @@ async fn upload_after(
     readiness: Readiness,
     upload: usize,
 ) -> (Vec<(u8, usize)>, Option<u16>, String) {
-    let server = start(config(readiness)).await;
-    let mut slow = slow_client(server.addr, 16 << 10).await;
-    let mut both = text(&format!("big {}", 8 << 20));
-    both.extend(text("one"));
-    slow.write_all(&both).await.unwrap();
-    within(10, async {
-        while server.statuses.lock().unwrap().len() < 2 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    let (server, slow) = backlogged(readiness, "one").await;
+    server.sent(2).await;
     let frame = raw::frame(true, OpCode::Binary, noise(upload));
     // Written while the peer does not read (in a task: it may not all fit).
     let (mut rd, mut wr) = slow.into_split();
@@ -686,40 +667,9 @@ async fn upload_after(
         Err(e) => format!("error {e}"),
     };
     let _ = writer.await;
-    let frames = parse(&wire);
+    let (frames, _) = split_frames(&wire);
     let got: Vec<(u8, usize)> = frames.iter().map(|f| (f.0, f.1)).collect();
     (got, close_code(&frames), end)
-}
-
-fn parse(wire: &[u8]) -> Vec<(u8, usize, Vec<u8>)> {
-    let mut frames = Vec::new();
-    let mut at = 0;
-    loop {
-        let rest = &wire[at..];
-        if rest.len() < 2 {
-            return frames;
-        }
-        let (len, head) = match rest[1] & 0x7f {
-            126 if rest.len() >= 4 => (u16::from_be_bytes([rest[2], rest[3]]) as usize, 4),
-            127 if rest.len() >= 10 => (
-                u64::from_be_bytes(rest[2..10].try_into().unwrap()) as usize,
-                10,
-            ),
-            126 | 127 => return frames,
-            n => (n as usize, 2),
-        };
-        if rest.len() < head + len {
-            return frames;
-        }
-        let p = &rest[head..head + len];
-        let keep = if rest[0] & 0xf == 8 {
-            p.to_vec()
-        } else {
-            Vec::new()
-        };
-        frames.push((rest[0] & 0xf, len, keep));
-        at += head + len;
-    }
 }
 
 /// A 200 KiB message (more than the 64 KiB read before a socket is
@@ -751,12 +701,7 @@ async fn talking_reader(readiness: Readiness) -> (Vec<(u8, usize)>, Option<u16>,
     let mut both = text(&format!("big {}", 8 << 20));
     both.extend(text("one"));
     wr.write_all(&both).await.unwrap();
-    within(10, async {
-        while server.statuses.lock().unwrap().len() < 2 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    server.sent(2).await;
     let talker = tokio::spawn(async move {
         for _ in 0..500 {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -780,7 +725,7 @@ async fn talking_reader(readiness: Readiness) -> (Vec<(u8, usize)>, Option<u16>,
     })
     .await;
     talker.abort();
-    let frames = parse(&wire);
+    let (frames, _) = split_frames(&wire);
     let got: Vec<(u8, usize)> = frames.iter().map(|f| (f.0, f.1)).collect();
     (
         got,
