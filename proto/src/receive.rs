@@ -183,8 +183,11 @@ pub enum Step {
     Wait,
     /// The connection is ending: write out what is queued (our close
     /// frame) and flush, ignoring failures, then shut the transport's
-    /// writing side down if `shut_down`; step with [`Input::Finished`].
-    /// Meanwhile the timer runs ([`Input::Timer`]).
+    /// writing side down if `shut_down` and read and drop the input that
+    /// is there already (a bounded amount, without waiting): a transport
+    /// closed with input unread is reset, and a reset throws away what the
+    /// peer has not read yet, our close among it. Step with
+    /// [`Input::Finished`]. Meanwhile the timer runs ([`Input::Timer`]).
     Finish {
         /// Shut the writing side down (else the peer ends the transport).
         shut_down: bool,

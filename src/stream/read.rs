@@ -87,6 +87,22 @@ impl CoreTimer {
     }
 }
 
+/// Reads and drops the input that is there already, up to 64 KiB, without
+/// waiting ([`Step::Finish`]): a transport closed with input unread is
+/// reset, and the reset throws away what the peer has not read yet.
+#[cold]
+#[inline(never)]
+fn drop_input(io: &mut (impl AsyncRead + Unpin), cx: &mut Context<'_>) {
+    let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+    for _ in 0..16 {
+        let mut into = tokio::io::ReadBuf::uninit(&mut buf);
+        match Pin::new(&mut Retrying(&mut *io)).poll_read(cx, &mut into) {
+            Poll::Ready(Ok(())) if !into.filled().is_empty() => {}
+            _ => return,
+        }
+    }
+}
+
 /// The receiving side: the core's receiver (decoder, read buffer and
 /// decisions), and the timer that serves the core's clock.
 #[derive(Debug)]
@@ -284,7 +300,12 @@ impl ReadState {
                 }
                 Step::Finish { shut_down } => {
                     match link.with_core(|c, io| c.poll_finish_writes(io, cx, !shut_down)) {
-                        Poll::Ready(()) => Input::Finished,
+                        Poll::Ready(()) => {
+                            if shut_down {
+                                drop_input(link.read_io(), cx);
+                            }
+                            Input::Finished
+                        }
                         Poll::Pending => {
                             ready!(self.poll_timer(link, cx));
                             Input::Timer

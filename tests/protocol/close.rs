@@ -556,3 +556,42 @@ async fn a_close_answered_behind_a_backlog_is_no_timeout_for_a_slow_reader() {
         answering.await.unwrap();
     }
 }
+
+/// A server Stream fails a connection from a frame's header (over
+/// `max_message_size`) with the rest of the frame unread, and the
+/// application drops it at once: the peer gets the 1009 close and a clean
+/// end (the Stream reads and drops what input is there as it finishes, so
+/// that closing does not reset a connection whose peer has not read all
+/// it was sent; here it had, so this guards the close and the end).
+#[tokio::test]
+async fn a_server_failing_mid_frame_ends_without_a_reset() {
+    let (l, addr) = listener().await;
+    let (sent, go) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let mut ws = accept(&l, Config::default().max_message_size(1024)).await;
+        // The whole frame has arrived before the first read.
+        go.await.unwrap();
+        let got = ws.next().await;
+        assert!(
+            matches!(got, Some(Err(Error::MessageTooLarge { .. }))),
+            "{got:?}"
+        );
+        // Dropped here, as an application that gives up does.
+    });
+    let (mut tcp, _) = raw_upgrade(addr).await;
+    // 48 KiB announced: refused from the header, most of it unread.
+    tcp.write_all(&masked(0x82, &vec![7u8; 48 << 10]))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    sent.send(()).unwrap();
+    server.await.unwrap();
+    let mut wire = Vec::new();
+    let end = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut wire))
+        .await
+        .expect("the end in time");
+    assert!(end.is_ok(), "a clean end, not {end:?} (after {wire:?})");
+    assert!(wire.len() >= 4, "{wire:?}");
+    assert_eq!(wire[0], 0x88, "the close frame: {wire:?}");
+    assert_eq!(u16::from_be_bytes([wire[2], wire[3]]), 1009);
+}
