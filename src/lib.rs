@@ -82,6 +82,7 @@ pub mod config;
 mod deadline;
 #[cfg(feature = "deflate")]
 pub mod deflate;
+mod discard;
 pub mod error;
 pub mod guide;
 pub mod handshake;

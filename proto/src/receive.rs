@@ -184,10 +184,11 @@ pub enum Step {
     /// The connection is ending: write out what is queued (our close
     /// frame) and flush, ignoring failures, then shut the transport's
     /// writing side down if `shut_down` and read and drop the input that
-    /// is there already (a bounded amount, without waiting): a transport
-    /// closed with input unread is reset, and a reset throws away what the
-    /// peer has not read yet, our close among it. Step with
-    /// [`Input::Finished`]. Meanwhile the timer runs ([`Input::Timer`]).
+    /// is there already (at most [`DISCARD_AT_ONCE`] bytes, without
+    /// waiting): a transport closed with input unread is reset, and a
+    /// reset throws away what the peer has not read yet, our close among
+    /// it. Step with [`Input::Finished`]. Meanwhile the timer runs
+    /// ([`Input::Timer`]).
     Finish {
         /// Shut the writing side down (else the peer ends the transport).
         shut_down: bool,
@@ -198,6 +199,14 @@ pub enum Step {
     /// The connection has ended: how, if not cleanly.
     End(Option<Ended>),
 }
+
+/// How much input an ending connection reads and drops in one go: after
+/// [`Step::Finish`] shut its side down, and per turn of an engine that
+/// keeps reading until the peer ends the transport (a hub's connection
+/// closed for backpressure). Enough for what a peer sends in the round
+/// trip before it reads our close; a peer that floods past it is cut off
+/// at the end, and waits its turn while lingering.
+pub const DISCARD_AT_ONCE: usize = 64 << 10;
 
 /// How a connection ended, when not cleanly.
 #[derive(Debug)]

@@ -15,11 +15,12 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, BytesMut};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::AsyncWrite;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
 
+use crate::discard::{Discarded, discard};
 use crate::error::{Error, HandshakeError, Result};
 use crate::handshake::server::{
     accept_response, check_request, enforce, error_response, parse_request, write_response,
@@ -46,6 +47,7 @@ use crate::proto::decoder::{BorrowedData, MessageDecoder};
 use crate::proto::inbox::{Inbox, OwnMemory, Plan, ReadMemory};
 use crate::proto::message::Message;
 use crate::proto::outbox::QueuePool;
+use crate::proto::receive::DISCARD_AT_ONCE;
 use crate::topics::Delivery;
 
 /// Reads per connection per turn before the others get theirs.
@@ -1516,45 +1518,15 @@ fn read_frames<H: Handler>(
 
 /// Reads and drops what the peer sends after the connection shut down
 /// ([`Stage::Lingering`]) until it ends the transport; the close deadline
-/// bounds the wait. Into a stack buffer, through `AsyncRead`: rare, and
-/// kept off the shared read path (a second caller of which cost the echo
-/// its inlining).
+/// bounds the wait, and a turn reads no more than the core's share.
 #[cold]
 #[inline(never)]
 fn linger<T>(slot: &mut Slot<T>, cx: &mut Context<'_>, turn: &mut Turn) {
-    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
-    for _ in 0..16 {
-        let mut into = tokio::io::ReadBuf::uninit(&mut buf);
-        match Pin::new(&mut slot.io).poll_read(cx, &mut into) {
-            Poll::Pending => return,
-            Poll::Ready(Ok(())) if !into.filled().is_empty() => {}
-            // The end, or a failure: over.
-            Poll::Ready(_) => {
-                slot.c.abandoned = true;
-                return;
-            }
-        }
-    }
-    // Others first.
-    slot.requeue(turn);
-}
-
-/// Reads and drops what the peer sent that was not read, before the
-/// transport is dropped: a socket closed with input unread is reset, and a
-/// reset throws away what the peer had not read yet of what we wrote (our
-/// close frame, after a backlog the peer was slow to read). Input that
-/// comes later still meets a reset; a peer that reads the close frame does
-/// not send it. Bounded (64 KiB): a peer that floods is cut off.
-#[cold]
-#[inline(never)]
-fn drop_input(io: &mut Transport, cx: &mut Context<'_>) {
-    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
-    for _ in 0..16 {
-        let mut into = tokio::io::ReadBuf::uninit(&mut buf);
-        match Pin::new(&mut *io).poll_read(cx, &mut into) {
-            Poll::Ready(Ok(())) if !into.filled().is_empty() => {}
-            _ => return,
-        }
+    match discard(&mut slot.io, cx, DISCARD_AT_ONCE) {
+        Discarded::Pending => {}
+        Discarded::Ended => slot.c.abandoned = true,
+        // Others first.
+        Discarded::More => slot.requeue(turn),
     }
 }
 
@@ -1810,7 +1782,7 @@ fn flush<H: Handler>(
                 // Not for a refused upgrade: a peer flooding its request
                 // is read no further than the head's limit.
                 if slot.data.is_some() {
-                    drop_input(&mut slot.io, cx);
+                    discard(&mut slot.io, cx, DISCARD_AT_ONCE);
                 }
                 slot.c.abandoned = true;
             }

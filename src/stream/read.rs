@@ -16,6 +16,7 @@ use tokio::time::{Sleep, sleep_until};
 use tokio_util::io::poll_read_buf;
 
 use crate::config::Config;
+use crate::discard::discard;
 use crate::error::Result;
 use crate::proto::Role;
 use crate::proto::conn::{Connection, State};
@@ -24,7 +25,7 @@ use crate::proto::inbox::{Inbox, Plan};
 use crate::proto::message::Message;
 #[cfg(feature = "tracing")]
 use crate::proto::receive::Note;
-use crate::proto::receive::{Ended, Input, Link, Receiver, Step};
+use crate::proto::receive::{DISCARD_AT_ONCE, Ended, Input, Link, Receiver, Step};
 use crate::retry::Retrying;
 use crate::stream::core::{Core, now};
 use crate::stream::pool::{STACK_READ, ThreadMemory};
@@ -84,22 +85,6 @@ impl CoreTimer {
             None => self.sleep.insert(Box::pin(sleep_until(deadline))),
         };
         sleep.as_mut().poll(cx)
-    }
-}
-
-/// Reads and drops the input that is there already, up to 64 KiB, without
-/// waiting ([`Step::Finish`]): a transport closed with input unread is
-/// reset, and the reset throws away what the peer has not read yet.
-#[cold]
-#[inline(never)]
-fn drop_input(io: &mut (impl AsyncRead + Unpin), cx: &mut Context<'_>) {
-    let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
-    for _ in 0..16 {
-        let mut into = tokio::io::ReadBuf::uninit(&mut buf);
-        match Pin::new(&mut Retrying(&mut *io)).poll_read(cx, &mut into) {
-            Poll::Ready(Ok(())) if !into.filled().is_empty() => {}
-            _ => return,
-        }
     }
 }
 
@@ -302,7 +287,7 @@ impl ReadState {
                     match link.with_core(|c, io| c.poll_finish_writes(io, cx, !shut_down)) {
                         Poll::Ready(()) => {
                             if shut_down {
-                                drop_input(link.read_io(), cx);
+                                discard(link.read_io(), cx, DISCARD_AT_ONCE);
                             }
                             Input::Finished
                         }
