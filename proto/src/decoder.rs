@@ -51,6 +51,38 @@ pub struct Borrowed<'a> {
     pub used: usize,
 }
 
+/// A frame [`MessageDecoder::borrowable`] found: its header, parsed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Borrowable {
+    header: FrameHeader,
+    header_len: usize,
+}
+
+/// A frame [`MessageDecoder::take_borrowable`] unmasked and checked in
+/// place: where its payload lies, and whether it is validated text.
+/// Neither copied nor cloned: one view per frame taken.
+#[derive(Debug)]
+pub(crate) struct TakenFrame {
+    text: bool,
+    header_len: usize,
+    /// The bytes the frame took, header included.
+    pub(crate) used: usize,
+}
+
+impl TakenFrame {
+    /// The payload, borrowed from `src`: the bytes `take_borrowable` was
+    /// given, unchanged since (its callers pass the same buffer at once).
+    #[inline]
+    pub(crate) fn view(self, src: &[u8]) -> BorrowedData<'_> {
+        let payload = &src[self.header_len..self.used];
+        if self.text {
+            BorrowedData::Text(crate::text::validated_str(payload))
+        } else {
+            BorrowedData::Binary(payload)
+        }
+    }
+}
+
 /// The payload of a [`Borrowed`] message, unmasked.
 #[derive(Debug, PartialEq, Eq)]
 pub enum BorrowedData<'a> {
@@ -585,39 +617,69 @@ impl MessageDecoder {
         &mut self,
         src: &'a mut [u8],
     ) -> Result<Option<Borrowed<'a>>, Error> {
+        let Some(found) = self.borrowable(src) else {
+            return Ok(None);
+        };
+        let frame = self.take_borrowable(found, src)?;
+        let used = frame.used;
+        Ok(Some(Borrowed {
+            data: frame.view(src),
+            used,
+        }))
+    }
+
+    /// Whether [`decode_borrowed`](Self::decode_borrowed) would take the
+    /// front of `src`: looked at without changing anything, so that a
+    /// caller that goes on with `src` otherwise borrows it only once it
+    /// knows (an engine's receive step returns the message borrowed, or
+    /// decodes on from the same buffer).
+    #[inline]
+    pub(crate) fn borrowable(&self, src: &[u8]) -> Option<Borrowable> {
         if !matches!(self.state, DecodeState::Head)
             || self.stream
             || self.fragments.is_some()
             || self.inflating()
         {
-            return Ok(None);
+            return None;
         }
         let (header, header_len) = match FrameHeader::parse(src) {
             Ok(Some(h)) => h,
             // Not all here yet, or broken: `decode` finds out and says so.
-            Ok(None) | Err(_) => return Ok(None),
+            Ok(None) | Err(_) => return None,
         };
         if !header.fin
             || header.rsv != 0
             || !matches!(header.opcode, OpCode::Text | OpCode::Binary)
             || header.payload_len > (src.len() - header_len) as u64
         {
-            return Ok(None);
+            return None;
         }
+        Some(Borrowable { header, header_len })
+    }
+
+    /// Unmasks and checks the frame [`borrowable`](Self::borrowable)
+    /// found at the front of `src`; [`TakenFrame::view`] on the same bytes
+    /// then borrows it.
+    #[inline]
+    pub(crate) fn take_borrowable(
+        &mut self,
+        found: Borrowable,
+        src: &mut [u8],
+    ) -> Result<TakenFrame, Error> {
         self.budget_wait = None;
-        let r = self.borrow_frame(header, header_len, src);
+        let r = self.borrow_frame(found.header, found.header_len, src);
         if r.is_err() {
             self.discard();
         }
-        r.map(Some)
+        r
     }
 
-    fn borrow_frame<'a>(
+    fn borrow_frame(
         &mut self,
         header: FrameHeader,
         header_len: usize,
-        src: &'a mut [u8],
-    ) -> Result<Borrowed<'a>, Error> {
+        src: &mut [u8],
+    ) -> Result<TakenFrame, Error> {
         let (len, inflate) = self.start_frame(header)?;
         debug_assert!(!inflate, "no RSV1: not compressed");
         let used = header_len + len;
@@ -625,14 +687,16 @@ impl MessageDecoder {
         if let Some(key) = header.mask {
             apply_mask(payload, key, 0);
         }
-        let data = if header.opcode == OpCode::Text {
+        let text = header.opcode == OpCode::Text;
+        if text {
             self.utf8.feed(payload)?;
             self.utf8.finish()?;
-            BorrowedData::Text(crate::text::validated_str(payload))
-        } else {
-            BorrowedData::Binary(payload)
-        };
-        Ok(Borrowed { data, used })
+        }
+        Ok(TakenFrame {
+            text,
+            header_len,
+            used,
+        })
     }
 
     fn decode_some(&mut self, src: &mut BytesMut) -> Result<Option<Message>, Error> {

@@ -19,6 +19,10 @@ struct Own {
     sent: Vec<Message>,
     transport_ended: bool,
     abandoned: bool,
+    /// What [`Link::queued`] says.
+    queued: usize,
+    /// What [`Link::holds_input`] says.
+    holds: bool,
 }
 
 impl Link for Own {
@@ -41,6 +45,14 @@ impl Link for Own {
 
     fn abandon(&mut self) {
         self.abandoned = true;
+    }
+
+    fn queued(&self) -> usize {
+        self.queued
+    }
+
+    fn holds_input(&self) -> bool {
+        self.holds
     }
 }
 
@@ -68,6 +80,8 @@ impl Side {
                 sent: Vec::new(),
                 transport_ended: false,
                 abandoned: false,
+                queued: 0,
+                holds: false,
             },
             start: now,
             now,
@@ -452,3 +466,6 @@ fn input_remembered_under_keepalive_does_not_end_a_later_budget_wait() {
     };
     assert_eq!(frame.code, CloseCode::TRY_AGAIN_LATER);
 }
+
+#[path = "receive_scratch_tests.rs"]
+mod scratch;

@@ -14,10 +14,13 @@ use bytes::Bytes;
 #[inline]
 pub(crate) fn validated_str(bytes: &[u8]) -> &str {
     debug_assert!(std::str::from_utf8(bytes).is_ok());
-    // SAFETY: the one caller, `MessageDecoder::borrow_frame`, passes a
-    // payload its `Utf8Validator` accepted whole (fed and finished) just
-    // before, and nothing writes to it in between; the decoder's tests
-    // compare the text with `std::str::from_utf8`'s.
+    // SAFETY: the one caller, `TakenFrame::view` (crate-private), passes a
+    // payload that `MessageDecoder::borrow_frame`'s `Utf8Validator`
+    // accepted whole (fed and finished) just before: both callers of
+    // `view` (`decode_borrowed`, the receive step's borrowed message) hand
+    // it the buffer they gave `take_borrowable`, with nothing written to
+    // it in between. The decoder's tests compare the text with
+    // `std::str::from_utf8`'s.
     unsafe { std::str::from_utf8_unchecked(bytes) }
 }
 
