@@ -316,8 +316,8 @@ pub struct Receiver {
     /// The state the deadline was read in: it changes only with the state
     /// or with this side's inputs, which read it again.
     deadline_for: Option<State>,
-    /// Data messages decoded after this side's close went out are dropped
-    /// rather than handed out.
+    /// Messages decoded after this side's close went out are dropped
+    /// rather than handed out (but the peer's close).
     quiet_after_close: bool,
     /// [`step_in`](Self::step_in): the last read went into the engine's
     /// read buffer.
@@ -328,6 +328,8 @@ pub struct Receiver {
     /// Bytes at the front of the engine's buffer taken by messages handed
     /// out borrowed: advanced past once, not per message.
     scratch_used: usize,
+    /// A cork's flush during this read found the peer behind.
+    cork_blocked: bool,
 }
 
 impl Receiver {
@@ -351,13 +353,15 @@ impl Receiver {
             read_scratch: false,
             in_scratch: false,
             scratch_used: 0,
+            cork_blocked: false,
         }
     }
 
-    /// Data messages that arrive after this side's close frame went out
-    /// are dropped rather than handed out (the application asked to close
-    /// and hears nothing more but the end); control frames are heard as
-    /// ever, and the peer's close ends the connection.
+    /// Messages that arrive after this side's close frame went out are
+    /// dropped rather than handed out (the application asked to close and
+    /// hears nothing more but the end): the connection still hears them
+    /// (a ping is answered), and the peer's close is handed out and ends
+    /// the connection.
     pub fn set_quiet_after_close(&mut self, quiet: bool) {
         self.quiet_after_close = quiet;
     }
@@ -379,6 +383,7 @@ impl Receiver {
         self.read_scratch = false;
         self.in_scratch = false;
         self.scratch_used = 0;
+        self.cork_blocked = false;
     }
 
     /// Tells the connection what the receiver still remembers (when input
@@ -532,6 +537,7 @@ impl Receiver {
     /// emptied for the engine's next read.
     fn leave_scratch(&mut self, scratch: &mut BytesMut, open: bool) {
         self.in_scratch = false;
+        self.cork_blocked = false;
         // Advanced past, not cleared: the buffer's start moves on, so the
         // engine's next read is offered what is left of it rather than its
         // whole capacity every time (which made 16 connections echoing 64
@@ -540,11 +546,11 @@ impl Receiver {
         self.inbox.keep_rest(scratch, open);
     }
 
-    /// Whether `msg` is dropped unheard: a data message after our close,
-    /// for a quiet receiver ([`set_quiet_after_close`](Self::set_quiet_after_close)).
+    /// Whether `msg` is dropped: anything but the peer's close after our
+    /// close, for a quiet receiver ([`set_quiet_after_close`](Self::set_quiet_after_close)).
     #[inline]
     fn is_quiet(&self, link: &impl Link, msg: &Message) -> bool {
-        self.quiet_after_close && !msg.is_control() && link.state().is_close_sent()
+        self.quiet_after_close && !matches!(msg, Message::Close(_)) && link.state().is_close_sent()
     }
 
     /// The peer broke the protocol: the connection hears it.
@@ -628,6 +634,13 @@ impl Receiver {
             Input::Flushed(still_owed) => {
                 self.flushed = true;
                 self.must_flush &= still_owed;
+            }
+            Input::FlushBlocked if self.in_scratch => {
+                // A cork's flush between messages of one read: the rest of
+                // the read is handled all the same (its bytes are in the
+                // engine's buffer), with no more flushes until it is; the
+                // peer being behind pauses the next read.
+                self.cork_blocked = true;
             }
             Input::FlushBlocked => {
                 // Waiting for the peer to take what we owe it: as when
@@ -719,7 +732,7 @@ impl Receiver {
             let next = if self.drained {
                 Ok(None)
             } else if let (true, Some(sc)) = (self.in_scratch, scratch.as_deref_mut()) {
-                if !self.flushed && link.queued() >= CORK {
+                if !self.flushed && !self.cork_blocked && link.queued() >= CORK {
                     // A cork's worth of replies leaves now, while the rest
                     // of the read is handled: the peer gets to work on
                     // them meanwhile.

@@ -39,15 +39,13 @@ use crate::hub::timers::Timers;
 use crate::hub::wake::{ConnWaker, Key, ReadyQueue};
 use crate::negotiated::Negotiated;
 use crate::proto::Role;
-use crate::proto::budget::Grant;
-use crate::proto::buffer::CORK;
 use crate::proto::close::Leaving;
-use crate::proto::conn::{Connection, Phase, later};
+use crate::proto::conn::{Connection, Phase, State, later};
 use crate::proto::decoder::{BorrowedData, MessageDecoder};
 use crate::proto::inbox::{Inbox, OwnMemory, Plan, ReadMemory};
 use crate::proto::message::Message;
 use crate::proto::outbox::QueuePool;
-use crate::proto::receive::DISCARD_AT_ONCE;
+use crate::proto::receive::{DISCARD_AT_ONCE, Ended, Input, Link, Receiver, Step, Stepped};
 use crate::topics::Delivery;
 
 /// Reads per connection per turn before the others get theirs.
@@ -341,7 +339,7 @@ struct Engine<H: Handler> {
     /// The read buffer every connection reads into in turn.
     shared: BytesMut,
     /// Reading state for connections between messages.
-    readers: Vec<Box<Inbox>>,
+    readers: Vec<Box<Receiver>>,
     turn: Turn,
     timers: Timers,
     /// Armed only while a deadline is pending: a registered timer costs
@@ -1253,20 +1251,31 @@ impl<H: Handler> Future for Engine<H> {
 // Engine holds only Unpin parts (the sleep is boxed).
 impl<H: Handler> Unpin for Engine<H> {}
 
-/// An inbox from the pool, or a new one.
-fn lend(readers: &mut Vec<Box<Inbox>>, config: &HubConfig) -> Box<Inbox> {
-    readers.pop().unwrap_or_else(|| {
-        let c = &config.config;
-        let decoder = MessageDecoder::new(Role::Server, c.limits())
-            .accept_unmasked_frames(c.accept_unmasked_frames);
-        Box::new(Inbox::new(decoder, BytesMut::new()))
-    })
+/// A receiver from the pool (made new for this connection), or a new one.
+fn lend(readers: &mut Vec<Box<Receiver>>, config: &HubConfig) -> Box<Receiver> {
+    match readers.pop() {
+        Some(mut rx) => {
+            rx.reset();
+            rx
+        }
+        None => {
+            let c = &config.config;
+            let decoder = MessageDecoder::new(Role::Server, c.limits())
+                .accept_unmasked_frames(c.accept_unmasked_frames);
+            // Replies are written before the next read (the engine sends
+            // from the task that reads); a handler that asked to close
+            // hears no more messages.
+            let mut rx = Receiver::new(Inbox::new(decoder, BytesMut::new()), true);
+            rx.set_quiet_after_close(true);
+            Box::new(rx)
+        }
+    }
 }
 
-/// An inbox back to the pool, if it holds nothing of its connection.
-fn lend_back(r: Box<Inbox>, readers: &mut Vec<Box<Inbox>>) {
-    if r.is_at_rest() && readers.len() < READER_POOL_MAX {
-        readers.push(r);
+/// A receiver back to the pool, if it holds nothing of its connection.
+fn lend_back(rx: Box<Receiver>, readers: &mut Vec<Box<Receiver>>) {
+    if rx.inbox().is_at_rest() && readers.len() < READER_POOL_MAX {
+        readers.push(rx);
     }
 }
 
@@ -1276,7 +1285,7 @@ fn read_handshake<H: Handler>(
     cx: &mut Context<'_>,
     handler: &mut H,
     config: &HubConfig,
-    readers: &mut Vec<Box<Inbox>>,
+    readers: &mut Vec<Box<Receiver>>,
     turn: &mut Turn,
 ) {
     /// What the bytes read so far call for.
@@ -1289,8 +1298,8 @@ fn read_handshake<H: Handler>(
     let mut r = slot.reading.take().unwrap_or_else(|| lend(readers, config));
     loop {
         let io = &mut slot.io;
-        let step = r.with_buffered(
-            |bytes| match parse_request(bytes, config.config.max_headers) {
+        let step = r.inbox_mut().with_buffered(|bytes| {
+            match parse_request(bytes, config.config.max_headers) {
                 Ok(Some((_, len))) if len > max => Step::Refuse(HandshakeError::TooLarge(max)),
                 Ok(Some((request, len))) => {
                     bytes.advance(len);
@@ -1303,8 +1312,8 @@ fn read_handshake<H: Handler>(
                     Step::Read(tokio_util::io::poll_read_buf(Pin::new(io), cx, bytes))
                 }
                 Err(e) => Step::Refuse(e),
-            },
-        );
+            }
+        });
         match step {
             Step::Answer(request) => return answer(slot, r, request, handler, config, turn),
             Step::Refuse(e) => return refuse(slot, turn, &e),
@@ -1339,7 +1348,7 @@ fn write_http<T, B>(slot: &mut Slot<T>, turn: &mut Turn, resp: &http::Response<B
 
 fn answer<H: Handler>(
     slot: &mut Slot<H::Data>,
-    mut r: Box<Inbox>,
+    mut r: Box<Receiver>,
     mut request: http::Request<()>,
     handler: &mut H,
     config: &HubConfig,
@@ -1365,7 +1374,9 @@ fn answer<H: Handler>(
     enforce(&mut response, &required, extensions);
     if let Some((params, deflate)) = negotiated.into_deflate() {
         let encoder = slot.c.d.encoder_mut();
-        if let Err(e) = crate::proto::deflate::enable(r.decoder_mut(), encoder, &params, &deflate) {
+        if let Err(e) =
+            crate::proto::deflate::enable(r.inbox_mut().decoder_mut(), encoder, &params, &deflate)
+        {
             slot.c.fail(e.into());
             return;
         }
@@ -1374,7 +1385,7 @@ fn answer<H: Handler>(
     write_response(&response, &[], &mut head);
     slot.c.queue_raw(turn, &head);
     // What followed the request waits in memory of its size.
-    r.wait(&mut OwnMemory);
+    r.inbox_mut().wait(&mut OwnMemory);
     slot.reading = Some(r);
     *slot.c.conn() = Connection::new(Role::Server, config.config.timers(), turn.now());
     slot.stage = Stage::Open;
@@ -1389,130 +1400,262 @@ fn answer<H: Handler>(
     slot.requeue(turn);
 }
 
-/// Reads and dispatches what the transport has, a few reads at most.
+/// Reads and dispatches what the transport has, a few reads at most: a
+/// loop around the core's receive step ([`Receiver::step_in`]) over the
+/// engine's shared read buffer. The core decides (what to decode, when to
+/// flush, read, wait or end); this reads, writes and calls the handler.
 fn read_frames<H: Handler>(
     slot: &mut Slot<H::Data>,
     cx: &mut Context<'_>,
     handler: &mut H,
     config: &HubConfig,
     shared: &mut BytesMut,
-    readers: &mut Vec<Box<Inbox>>,
+    readers: &mut Vec<Box<Receiver>>,
     turn: &mut Turn,
 ) {
-    let mut r = slot.reading.take().unwrap_or_else(|| {
-        let mut r = lend(readers, config);
-        if let Some(inflater) = slot.parked.take() {
-            r.decoder_mut().restore_inflater(inflater);
-        }
-        r
-    });
-    // What came before (with the request, or before a pause) first, and
-    // its replies out before the next read: a read that finds the end
-    // abandons the connection, and what is still corked with it.
-    if !r.buffered().is_empty() || r.held_back().is_some() {
-        decode(slot, &mut r, None, cx, handler, turn);
-        if slot.c.dirty {
-            flush(slot, cx, handler, turn);
-        }
+    if slot.data.is_none() {
+        return;
     }
+    let mut rx = slot.reading.take().unwrap_or_else(|| {
+        let mut rx = lend(readers, config);
+        if let Some(inflater) = slot.parked.take() {
+            rx.inbox_mut().decoder_mut().restore_inflater(inflater);
+        }
+        rx
+    });
+    let mem = &mut SharedRead(config.read_buffer_size);
     let mut reads = 0;
-    // The last read found nothing: the connection waits for input.
-    let mut waits = false;
-    while reads < READS_PER_TURN && reading(slot, &r) {
-        reads += 1;
-        // Nothing buffered: into the engine's shared buffer, decoded where
-        // it is; the connection keeps only an unfinished frame.
-        let plan = r.plan(&mut SharedRead(config.read_buffer_size));
-        let read = match plan {
-            Plan::Scratch { limit } => {
-                // Reclaimed only when a quarter is left: reading into what
-                // remains saves the bookkeeping on most reads.
-                if shared.capacity() < config.read_buffer_size / 4 {
-                    shared.reserve(config.read_buffer_size);
-                }
-                let read = read_buf(&mut slot.io, cx, shared, limit);
-                // Under a budget (the only plan with a limit), room was
-                // set aside: given back if the read brought nothing.
-                if limit != usize::MAX && !matches!(read, Poll::Ready(Ok(1..))) {
-                    r.scratch_unused();
-                }
-                read
-            }
-            Plan::Own => {
-                let read =
-                    tokio_util::io::poll_read_buf(Pin::new(&mut slot.io), cx, &mut r.target());
-                let got = match &read {
-                    Poll::Ready(Ok(n)) => Some(*n),
-                    _ => None,
-                };
-                r.read_done(got, &mut OwnMemory);
-                read
-            }
-            Plan::Refused(grant) => {
-                budget_refused(slot, &r, grant, turn);
-                break;
-            }
+    // Served again next turn with input still buffered.
+    let mut requeued = false;
+    let mut input = Input::Start;
+    loop {
+        let now = turn.now();
+        let mut link = Reach {
+            c: &mut slot.c,
+            turn,
         };
-        match read {
-            Poll::Pending => {
-                waits = true;
+        let step = rx.step_in(&mut link, input, shared, mem, &|| now);
+        input = match step {
+            Stepped::Borrowed(data) => {
+                let Some(data_) = slot.data.as_mut() else {
+                    break;
+                };
+                let mut ws = Ws {
+                    io: &slot.io,
+                    c: &mut slot.c,
+                    data: data_,
+                    turn,
+                };
+                match data {
+                    BorrowedData::Text(t) => handler.message(&mut ws, HubMessage::Text(t)),
+                    BorrowedData::Binary(b) => handler.message(&mut ws, HubMessage::Binary(b)),
+                }
+                ws.c.transmit_owed(ws.turn);
+                Input::Start
+            }
+            Stepped::Step(Step::Message(msg)) => {
+                if let Message::Close(frame) = msg {
+                    slot.c.peer_closed(frame);
+                    Input::Start
+                } else {
+                    let own = !rx.decodes_in_scratch();
+                    dispatch(slot, handler, turn, &msg, own);
+                    Input::Start
+                }
+            }
+            Stepped::Step(Step::Read(plan)) => {
+                if reads == READS_PER_TURN {
+                    // Others first; this one comes back next turn.
+                    if let Plan::Scratch { .. } = plan {
+                        rx.inbox_mut().scratch_unused();
+                    }
+                    slot.requeue(turn);
+                    requeued = true;
+                    break;
+                }
+                reads += 1;
+                let read = match plan {
+                    Plan::Scratch { limit } => {
+                        // Reclaimed only when a quarter is left: reading
+                        // into what remains saves the bookkeeping on most
+                        // reads.
+                        if shared.capacity() < config.read_buffer_size / 4 {
+                            shared.reserve(config.read_buffer_size);
+                        }
+                        read_buf(&mut slot.io, cx, shared, limit)
+                    }
+                    Plan::Own => {
+                        let inbox = rx.inbox_mut();
+                        let read = tokio_util::io::poll_read_buf(
+                            Pin::new(&mut slot.io),
+                            cx,
+                            &mut inbox.target(),
+                        );
+                        let got = match &read {
+                            Poll::Ready(Ok(n)) => Some(*n),
+                            _ => None,
+                        };
+                        inbox.read_done(got, &mut OwnMemory);
+                        read
+                    }
+                    // The step asks the budget itself.
+                    Plan::Refused(_) => break,
+                };
+                match read {
+                    Poll::Pending => Input::ReadPending,
+                    Poll::Ready(r) => Input::Read(r),
+                }
+            }
+            Stepped::Step(Step::Flush) => {
+                // The replies to what one read brought leave together,
+                // now: a peer waiting for them should not wait for the
+                // rest of the turn. Sends to other connections stay corked
+                // until the turn ends.
+                flush(slot, cx, handler, turn);
+                if slot.c.abandoned {
+                    break;
+                }
+                if slot.c.write_blocked {
+                    Input::FlushBlocked
+                } else {
+                    Input::Flushed(false)
+                }
+            }
+            Stepped::Step(Step::WriteNow) => Input::Start,
+            Stepped::Step(Step::WaitForBudget(wanted)) => {
+                // The transport's waker, or one made now for a socket of
+                // the engine's poller (which wakes nothing but for the
+                // socket).
+                let waker = slot.waker(turn);
+                if rx.inbox().wait_for_budget(wanted, &waker) {
+                    slot.requeue(turn);
+                }
                 break;
             }
-            Poll::Ready(Ok(0)) => {
-                slot.c.transport_ended(None);
+            Stepped::Step(Step::End(how)) => {
+                match how {
+                    Some(Ended::Error(e)) => slot.c.set_error(e.into()),
+                    Some(Ended::Transport(e)) => slot.c.set_error(e.into()),
+                    None => {}
+                }
+                slot.c.abandoned = true;
                 break;
             }
-            Poll::Ready(Ok(_)) => {}
-            Poll::Ready(Err(e)) => {
-                slot.c.transport_ended(Some(e));
-                break;
-            }
-        }
-        if slot.c.conn().state().hears_input() {
-            slot.c.conn().handle_input(turn.now());
-        }
-        if let Plan::Scratch { .. } = plan {
-            decode(slot, &mut r, Some(shared), cx, handler, turn);
-            let open = slot.c.conn().phase() == Phase::Open && !slot.c.abandoned;
-            r.keep_rest(shared, open);
-        } else {
-            decode(slot, &mut r, None, cx, handler, turn);
-        }
-        // The replies to what one read brought leave together, now: a
-        // peer waiting for them (ping-pong, a window of messages in
-        // flight) should not wait for the rest of the turn. Sends to other
-        // connections stay corked until the turn ends.
-        if slot.c.dirty {
-            flush(slot, cx, handler, turn);
-        }
-        if reads == READS_PER_TURN && reading(slot, &r) {
-            // Others first; this one comes back next turn.
-            slot.requeue(turn);
-        }
+            // Waiting for input, the peer or the close to go out; ending
+            // (the engine writes out the close and shuts down); timed out.
+            Stepped::Step(_) => break,
+        };
     }
     // What a connection keeps between reads: nothing once its bytes are
     // decoded (after a large message too), and no more than in proportion
     // to an unfinished frame while it waits for the rest.
-    if waits || !reading(slot, &r) || r.buffered().is_empty() {
-        r.wait(&mut OwnMemory);
+    if !requeued || rx.inbox().buffered().is_empty() {
+        rx.inbox_mut().wait(&mut OwnMemory);
     }
-    if waits && r.is_budgeted() {
-        if r.holds_budget() {
-            // Holding budget while the peer sends nothing: the core's wait
-            // runs (1013 past it) until input comes, as on the Stream.
-            slot.c.conn().handle_budget_wait(turn.now());
-        } else if slot.c.conn().state().is_waiting_for_budget() {
-            // It waited for room to read, and holds nothing now.
-            slot.c.conn().handle_budget_idle();
-        }
-    }
+    // The engine serves the connection's timer itself: input the receiver
+    // remembered is told now.
+    let _ = rx.settle(&mut Reach {
+        c: &mut slot.c,
+        turn,
+    });
     // An idle compressing connection keeps only its inflater (a few words
     // under the shared and dedicated policies), not a whole inbox.
-    slot.parked = r.park_inflater();
-    if r.is_at_rest() {
-        lend_back(r, readers);
+    slot.parked = rx.inbox_mut().park_inflater();
+    if rx.inbox().is_at_rest() {
+        lend_back(rx, readers);
     } else {
-        slot.reading = Some(r);
+        slot.reading = Some(rx);
+    }
+}
+
+/// Hands a message the core decoded (not borrowed) to the handler.
+fn dispatch<H: Handler>(
+    slot: &mut Slot<H::Data>,
+    handler: &mut H,
+    turn: &mut Turn,
+    msg: &Message,
+    own: bool,
+) {
+    let Some(data) = slot.data.as_mut() else {
+        return;
+    };
+    let mut ws = Ws {
+        io: &slot.io,
+        c: &mut slot.c,
+        data,
+        turn,
+    };
+    if own {
+        // Only a message decoded from the connection's own buffer may
+        // have its payload kept (sent on without a copy): the shared read
+        // buffer is not held past the read.
+        let payload = match msg {
+            Message::Text(t) => Some(t.as_bytes()),
+            Message::Binary(b) => Some(b),
+            _ => None,
+        };
+        ws.turn.current = payload.filter(|p| p.len() >= SHARE_MIN).cloned();
+    }
+    match msg {
+        Message::Text(t) => handler.message(&mut ws, HubMessage::Text(t.as_str())),
+        Message::Binary(b) => handler.message(&mut ws, HubMessage::Binary(b)),
+        Message::Ping(p) => handler.ping(&mut ws, p),
+        Message::Pong(p) => handler.pong(&mut ws, p),
+        // Hub decoders assemble messages; close frames are taken apart.
+        Message::Close(_) | Message::Frame(_) => {}
+    }
+    ws.turn.current = None;
+    ws.c.transmit_owed(ws.turn);
+}
+
+/// A hub connection as the core's receive step reaches it: owned by the
+/// engine, so every call is direct; what the core owes is encoded (and
+/// corked) at once.
+struct Reach<'a> {
+    c: &'a mut Conn,
+    turn: &'a mut Turn,
+}
+
+impl Link for Reach<'_> {
+    #[inline]
+    fn state(&self) -> State {
+        self.c.d.conn().state()
+    }
+
+    #[inline]
+    fn with_conn<T>(
+        &mut self,
+        f: impl FnOnce(&mut Connection) -> T,
+    ) -> std::result::Result<T, crate::proto::Error> {
+        let out = f(self.c.conn());
+        self.c.transmit_owed(self.turn);
+        Ok(out)
+    }
+
+    fn transport_ended(&mut self) {
+        self.c.abandoned = true;
+    }
+
+    fn abandon(&mut self) {
+        self.c.abandoned = true;
+    }
+
+    #[inline]
+    fn has_writes(&self) -> bool {
+        self.c.dirty || self.c.write_blocked
+    }
+
+    #[inline]
+    fn queued(&self) -> usize {
+        self.c.buffered()
+    }
+
+    /// A close asked for and not yet out: nothing more of the peer's input
+    /// is decoded until it is (see [`Conn::close_pending`]); nor once the
+    /// connection is given up.
+    #[inline]
+    fn holds_input(&self) -> bool {
+        self.c.close_pending() || self.c.abandoned
     }
 }
 
@@ -1528,25 +1671,6 @@ fn linger<T>(slot: &mut Slot<T>, cx: &mut Context<'_>, turn: &mut Turn) {
         // Others first.
         Discarded::More => slot.requeue(turn),
     }
-}
-
-/// The memory budget answered `grant` to the connection's request for more
-/// (room to read into, to assemble or to inflate a message): the core
-/// decides, and the connection waits for budget to be given back (woken
-/// when some is, or at once if some was meanwhile) or fails. Out of line:
-/// rare, and the decode loop stays small enough to inline the handler.
-#[cold]
-#[inline(never)]
-fn budget_refused<T>(slot: &mut Slot<T>, inbox: &Inbox, grant: Grant, turn: &mut Turn) {
-    if let Some(wanted) = slot.c.conn().handle_grant(grant, turn.now()) {
-        // The transport's waker, or one made now for a socket of the
-        // engine's poller (which wakes nothing but for the socket).
-        let waker = slot.waker(turn);
-        if inbox.wait_for_budget(wanted, &waker) {
-            slot.requeue(turn);
-        }
-    }
-    slot.c.transmit_owed(turn);
 }
 
 /// Reads into `buf`: straight into its spare capacity for a socket of the
@@ -1573,165 +1697,6 @@ impl ReadMemory for SharedRead {
     fn scratch_len(&self) -> usize {
         self.0
     }
-}
-
-/// Whether to read on: the connection is open, its peer takes what it is
-/// sent, and no memory budget is awaited.
-fn reading<T>(slot: &Slot<T>, inbox: &Inbox) -> bool {
-    slot.stage == Stage::Open
-        && !slot.c.abandoned
-        && !slot.c.write_blocked
-        && !slot.c.close_pending()
-        && slot.c.d.conn().phase() == Phase::Open
-        && inbox.held_back().is_none()
-}
-
-/// Decodes every whole message in the connection's buffer, or in
-/// `scratch` (the engine's shared read buffer), and hands each to the
-/// handler. Only a message decoded from the connection's own buffer may
-/// have its payload kept (sent on without a copy).
-fn decode<H: Handler>(
-    slot: &mut Slot<H::Data>,
-    inbox: &mut Inbox,
-    mut scratch: Option<&mut BytesMut>,
-    cx: &mut Context<'_>,
-    handler: &mut H,
-    turn: &mut Turn,
-) {
-    if slot.data.is_none() {
-        return;
-    }
-    let own = scratch.is_none();
-    // Bytes at the front of `scratch` taken by messages decoded in place,
-    // advanced past once (or cleared) rather than per message.
-    let mut used = 0;
-    loop {
-        if slot.c.conn().phase() != Phase::Open || slot.c.abandoned || slot.c.close_pending() {
-            // A close asked for: the rest waits until it has gone out.
-            break;
-        }
-        if slot.c.buffered() >= CORK {
-            // A cork's worth of replies leaves now, while the rest of the
-            // read is handled: the peer gets to work on them meanwhile.
-            // A peer that is behind only pauses the next read: what this
-            // one brought is handled (its bytes are in the shared buffer).
-            flush(slot, cx, handler, turn);
-        }
-        if let Some(sc) = scratch.as_deref_mut() {
-            // A whole one-frame data message, the usual case, is handed to
-            // the handler where it lies in the shared buffer. Anything
-            // else, and a connection that is closing or waiting for
-            // budget (whose messages the core hears), goes the general
-            // way below.
-            if !slot.c.is_closing() && !slot.c.conn().state().is_waiting_for_budget() {
-                match inbox.decode_borrowed(&mut sc[used..]) {
-                    Ok(Some(b)) => {
-                        used += b.used;
-                        let Some(data) = slot.data.as_mut() else {
-                            break;
-                        };
-                        let mut ws = Ws {
-                            io: &slot.io,
-                            c: &mut slot.c,
-                            data,
-                            turn,
-                        };
-                        match b.data {
-                            BorrowedData::Text(t) => handler.message(&mut ws, HubMessage::Text(t)),
-                            BorrowedData::Binary(b) => {
-                                handler.message(&mut ws, HubMessage::Binary(b))
-                            }
-                        }
-                        ws.c.transmit_owed(ws.turn);
-                        if used == sc.len() {
-                            // All the read brought is handled.
-                            break;
-                        }
-                        continue;
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        slot.c.conn().handle_error(e, turn.now());
-                        break;
-                    }
-                }
-            }
-            // The general way starts where the messages handled in place
-            // end.
-            if used > 0 {
-                sc.advance(std::mem::take(&mut used));
-            }
-        }
-        let next = match scratch.as_deref_mut() {
-            Some(scratch) => inbox.decode_in(scratch),
-            None => inbox.decode(),
-        };
-        let msg = match next {
-            Ok(Some(msg)) => msg,
-            Ok(None) => {
-                if let Some(grant) = inbox.held_back() {
-                    budget_refused(slot, inbox, grant, turn);
-                }
-                break;
-            }
-            Err(e) => {
-                slot.c.conn().handle_error(e, turn.now());
-                break;
-            }
-        };
-        if slot.c.conn().state().hears_message(&msg) {
-            slot.c.conn().handle_message(&msg, turn.now());
-        }
-        if let Message::Close(frame) = msg {
-            slot.c.peer_closed(frame);
-            slot.c.transmit_owed(turn);
-            continue;
-        }
-        // Closing: what came after our close is dropped unheard (the loop
-        // goes on for the peer's close frame).
-        if slot.c.is_closing() {
-            continue;
-        }
-        let Some(data) = slot.data.as_mut() else {
-            break;
-        };
-        let mut ws = Ws {
-            io: &slot.io,
-            c: &mut slot.c,
-            data,
-            turn,
-        };
-        if own {
-            let payload = match &msg {
-                Message::Text(t) => Some(t.as_bytes()),
-                Message::Binary(b) => Some(b),
-                _ => None,
-            };
-            ws.turn.current = payload.filter(|p| p.len() >= SHARE_MIN).cloned();
-        }
-        match &msg {
-            Message::Text(t) => handler.message(&mut ws, HubMessage::Text(t.as_str())),
-            Message::Binary(b) => handler.message(&mut ws, HubMessage::Binary(b)),
-            Message::Ping(p) => handler.ping(&mut ws, p),
-            Message::Pong(p) => handler.pong(&mut ws, p),
-            // Hub decoders assemble messages; close frames are taken above.
-            Message::Close(_) | Message::Frame(_) => {}
-        }
-        ws.turn.current = None;
-        ws.c.transmit_owed(ws.turn);
-    }
-    if let Some(sc) = scratch {
-        // Advanced past, not cleared, even when all of it was handled, as
-        // the general way does. Cleared, the buffer's start never moved
-        // and every read was offered its whole capacity: 16 connections
-        // echoing 64 KiB fell from 2.5 GiB/s at 3.5 us of user time per
-        // message to 1.2 GiB/s at 25 us (alternated runs of both
-        // builds). The engine reclaims the buffer once a quarter is left.
-        if used > 0 {
-            sc.advance(used);
-        }
-    }
-    slot.c.transmit_owed(turn);
 }
 
 /// Writes out what waits for the peer; tells the handler when a backed-up

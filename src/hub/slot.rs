@@ -27,9 +27,9 @@ use crate::proto::deflate::Inflater;
 use crate::proto::driver::Driver;
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::header::OpCode;
-use crate::proto::inbox::Inbox;
 use crate::proto::message::{Message, PreparedMessage};
 use crate::proto::outbox::{PoolLimits, QueuePool};
+use crate::proto::receive::Receiver;
 use crate::retry::Retrying;
 use crate::topics::{Published, Topics};
 
@@ -196,7 +196,7 @@ pub(crate) struct Slot<T> {
     /// Only while the connection holds reading state of its own (the
     /// handshake's request, an unfinished frame or message, compression, a
     /// memory budget); between messages the engine lends one from its pool.
-    pub(crate) reading: Option<Box<Inbox>>,
+    pub(crate) reading: Option<Box<Receiver>>,
     /// The connection's inflater while it has no inbox of its own
     /// (compression negotiated, no message in progress).
     pub(crate) parked: Option<Box<Inflater>>,
