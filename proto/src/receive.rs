@@ -75,7 +75,7 @@ use crate::budget::Grant;
 use crate::buffer::CORK;
 use crate::close::CloseCode;
 use crate::conn::{Connection, Phase, State};
-use crate::decoder::{Borrowable, BorrowedData};
+use crate::decoder::BorrowedData;
 use crate::error::Error;
 use crate::inbox::{Inbox, Plan, ReadMemory};
 use crate::message::Message;
@@ -236,12 +236,6 @@ pub enum Stepped<'s> {
     Step(Step),
 }
 
-/// What [`Receiver::next`] decided: a step, or a message to borrow.
-enum Next {
-    Step(Step),
-    Borrow(Borrowable),
-}
-
 /// How much input an ending connection reads and drops in one go: after
 /// [`Step::Finish`] shut its side down, and per turn of an engine that
 /// keeps reading until the peer ends the transport (a hub's connection
@@ -330,6 +324,8 @@ pub struct Receiver {
     scratch_used: usize,
     /// A cork's flush during this read found the peer behind.
     cork_blocked: bool,
+    /// The engine serves the connection's deadlines itself.
+    engine_timers: bool,
 }
 
 impl Receiver {
@@ -354,7 +350,18 @@ impl Receiver {
             in_scratch: false,
             scratch_used: 0,
             cork_blocked: false,
+            engine_timers: false,
         }
+    }
+
+    /// The engine serves the connection's deadlines itself: it calls
+    /// [`Connection::handle_timeout`] when they pass, within a bound of
+    /// its own on how long input can keep it from doing so (a hub's turn).
+    /// The receiver then looks at no deadline before reading, and input
+    /// under keepalive is told to the connection at once rather than
+    /// remembered (a timer the receiver does not see may fire next).
+    pub fn set_engine_timers(&mut self, engine_timers: bool) {
+        self.engine_timers = engine_timers;
     }
 
     /// Messages that arrive after this side's close frame went out are
@@ -369,6 +376,7 @@ impl Receiver {
     /// Makes the receiver new for another connection of the same limits
     /// (an engine that pools them): the inbox must be
     /// [at rest](Inbox::is_at_rest). Settings stay.
+    #[inline]
     pub fn reset(&mut self) {
         debug_assert!(self.inbox.is_at_rest());
         self.stage = Stage::Open;
@@ -384,17 +392,6 @@ impl Receiver {
         self.in_scratch = false;
         self.scratch_used = 0;
         self.cork_blocked = false;
-    }
-
-    /// Tells the connection what the receiver still remembers (when input
-    /// last came while keepalive ran): for an engine about to put the
-    /// receiver aside, or to serve the connection's timer itself. An
-    /// error: what the connection then owed could not be encoded.
-    pub fn settle(&mut self, link: &mut impl Link) -> Result<(), Error> {
-        if self.last_input.is_some() {
-            self.tell(link, |_| ())?;
-        }
-        Ok(())
     }
 
     /// Whether the message just handed out by
@@ -451,10 +448,10 @@ impl Receiver {
     ) -> Step {
         match self.take(link, input, mem, now) {
             Ok(Some(step)) => step,
-            Ok(None) => match self.next(link, None, mem, now) {
-                Next::Step(step) => step,
+            Ok(None) => match self.next::<false>(link, &mut BytesMut::new(), mem, now) {
+                Stepped::Step(step) => step,
                 // Nothing is borrowed without the engine's buffer.
-                Next::Borrow(_) => unreachable!(),
+                Stepped::Borrowed(_) => unreachable!(),
             },
             Err(e) => self.end(Some(Ended::Error(e))),
         }
@@ -491,43 +488,23 @@ impl Receiver {
                 _ => self.inbox.scratch_unused(),
             }
         }
-        let mut next = match self.take(link, input, mem, now) {
-            Ok(Some(step)) => Next::Step(step),
-            Ok(None) => self.next(link, Some(&mut *scratch), mem, now),
-            Err(e) => Next::Step(self.end(Some(Ended::Error(e)))),
+        let step = match self.take(link, input, mem, now) {
+            Ok(None) => return self.next::<true>(link, scratch, mem, now),
+            Ok(Some(step)) => step,
+            Err(e) => self.end(Some(Ended::Error(e))),
         };
-        loop {
-            match next {
-                Next::Step(step) => {
-                    if self.in_scratch && !matches!(step, Step::Message(_) | Step::Flush) {
-                        let open = self.stage == Stage::Open && link.state().phase() == Phase::Open;
-                        self.leave_scratch(scratch, open);
-                    }
-                    if let Step::Read(Plan::Scratch { .. }) = step {
-                        self.read_scratch = true;
-                    }
-                    return Stepped::Step(step);
-                }
-                Next::Borrow(found) => {
-                    let at = self.scratch_used;
-                    match self
-                        .inbox
-                        .decoder_mut()
-                        .take_borrowable(found, &mut scratch[at..])
-                    {
-                        Ok(frame) => {
-                            self.scratch_used += frame.used;
-                            return Stepped::Borrowed(frame.view(&scratch[at..]));
-                        }
-                        Err(e) => {
-                            next = match self.fail(link, e, now) {
-                                Ok(()) => self.next(link, Some(&mut *scratch), mem, now),
-                                Err(e) => Next::Step(self.end(Some(Ended::Error(e)))),
-                            };
-                        }
-                    }
-                }
-            }
+        self.leave_scratch_for(link, &step, scratch);
+        Stepped::Step(step)
+    }
+
+    /// Before `step` goes back to the engine: the engine's buffer is
+    /// emptied unless the step hands out a message from it or flushes
+    /// between its messages.
+    #[inline(always)]
+    fn leave_scratch_for(&mut self, link: &impl Link, step: &Step, scratch: &mut BytesMut) {
+        if self.in_scratch && !matches!(step, Step::Message(_) | Step::Flush) {
+            let open = self.stage == Stage::Open && link.state().phase() == Phase::Open;
+            self.leave_scratch(scratch, open);
         }
     }
 
@@ -535,6 +512,7 @@ impl Receiver {
     /// what is left (an unfinished frame) becomes the inbox's if `open`
     /// (the connection takes more input), else is dropped; the buffer is
     /// emptied for the engine's next read.
+    #[inline]
     fn leave_scratch(&mut self, scratch: &mut BytesMut, open: bool) {
         self.in_scratch = false;
         self.cork_blocked = false;
@@ -598,6 +576,9 @@ impl Receiver {
                     // Keepalive: told with the next thing the connection
                     // hears (its deadline, at the latest).
                     self.last_input = Some(now());
+                    if self.engine_timers {
+                        self.tell(link, |_| ())?;
+                    }
                 }
             }
             Input::Read(read) => {
@@ -677,15 +658,17 @@ impl Receiver {
     /// The next step from where the connection stands. Inlined into the
     /// engine's loop (one call site per engine): a call per step cost
     /// about a third of the step's instructions.
+    /// `SCRATCH`: stepping over the engine's buffer, `scratch`
+    /// ([`step_in`](Self::step_in)); otherwise `scratch` is not used.
     #[inline(always)]
-    fn next(
+    fn next<'s, const SCRATCH: bool>(
         &mut self,
         link: &mut impl Link,
-        mut scratch: Option<&mut BytesMut>,
+        scratch: &'s mut BytesMut,
         mem: &mut impl ReadMemory,
         now: &impl Fn() -> Instant,
-    ) -> Next {
-        Next::Step('step: loop {
+    ) -> Stepped<'s> {
+        let step = 'step: loop {
             match self.stage {
                 Stage::Done => break 'step Step::End(None),
                 Stage::Abandoning => {
@@ -731,7 +714,7 @@ impl Receiver {
             }
             let next = if self.drained {
                 Ok(None)
-            } else if let (true, Some(sc)) = (self.in_scratch, scratch.as_deref_mut()) {
+            } else if SCRATCH && self.in_scratch {
                 if !self.flushed && !self.cork_blocked && link.queued() >= CORK {
                     // A cork's worth of replies leaves now, while the rest
                     // of the read is handled: the peer gets to work on
@@ -744,21 +727,38 @@ impl Receiver {
                 // them after its close) is borrowed where it lies.
                 let hears = state.is_waiting_for_budget()
                     || (self.quiet_after_close && state.is_close_sent());
-                if !hears {
-                    if let Some(found) = self.inbox.decoder().borrowable(&sc[self.scratch_used..]) {
-                        return Next::Borrow(found);
+                let at = self.scratch_used;
+                let found = if hears {
+                    None
+                } else {
+                    self.inbox.decoder().borrowable(&scratch[at..])
+                };
+                if let Some(found) = found {
+                    match self
+                        .inbox
+                        .decoder_mut()
+                        .take_borrowable(found, &mut scratch[at..])
+                    {
+                        Ok(frame) => {
+                            self.scratch_used += frame.used;
+                            // Borrowed only on this path, which returns.
+                            return Stepped::Borrowed(frame.view(&scratch[at..]));
+                        }
+                        Err(e) => Err(e),
                     }
-                }
-                // The general way starts where the borrowed messages end.
-                sc.advance(std::mem::take(&mut self.scratch_used));
-                match self.inbox.decode_in(sc) {
-                    Ok(None) => {
-                        // What is left becomes the inbox's, decoded there
-                        // once the rest of it comes.
-                        self.leave_scratch(sc, true);
-                        self.inbox.decode()
+                } else {
+                    // The general way starts where the borrowed messages
+                    // end.
+                    scratch.advance(std::mem::take(&mut self.scratch_used));
+                    match self.inbox.decode_in(scratch) {
+                        Ok(None) => {
+                            // What is left becomes the inbox's, decoded
+                            // there once the rest of it comes.
+                            self.leave_scratch(scratch, true);
+                            self.inbox.decode()
+                        }
+                        decoded => decoded,
                     }
-                    decoded => decoded,
                 }
             } else {
                 self.inbox.decode()
@@ -861,10 +861,17 @@ impl Receiver {
                 },
                 plan => {
                     self.read_state = Some(state);
+                    if SCRATCH {
+                        self.read_scratch = matches!(plan, Plan::Scratch { .. });
+                    }
                     break 'step Step::Read(plan);
                 }
             }
-        })
+        };
+        if SCRATCH {
+            self.leave_scratch_for(link, &step, scratch);
+        }
+        Stepped::Step(step)
     }
 
     /// The memory budget answered `grant`: the connection fails if the
@@ -900,12 +907,18 @@ impl Receiver {
         // Input remembered while keepalive ran came before whatever this
         // is: the connection hears it first.
         let heard = self.last_input.take();
+        let engine_timers = self.engine_timers;
         let (out, owes, phase, state, deadline) = link.with_conn(|c| {
             if let Some(t) = heard {
                 c.handle_input(t);
             }
             let out = f(c);
-            (out, c.owes(), c.phase(), c.state(), c.poll_timeout())
+            let deadline = if engine_timers {
+                None
+            } else {
+                c.poll_timeout()
+            };
+            (out, c.owes(), c.phase(), c.state(), deadline)
         })?;
         self.deadline = deadline;
         self.deadline_for = Some(state);
@@ -947,7 +960,7 @@ impl Receiver {
         state: State,
         now: &impl Fn() -> Instant,
     ) -> bool {
-        self.deadline_in(link, state).is_some_and(|d| now() >= d)
+        !self.engine_timers && self.deadline_in(link, state).is_some_and(|d| now() >= d)
     }
 
     fn role(&self) -> crate::Role {

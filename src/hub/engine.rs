@@ -1252,6 +1252,7 @@ impl<H: Handler> Future for Engine<H> {
 impl<H: Handler> Unpin for Engine<H> {}
 
 /// A receiver from the pool (made new for this connection), or a new one.
+#[inline]
 fn lend(readers: &mut Vec<Box<Receiver>>, config: &HubConfig) -> Box<Receiver> {
     match readers.pop() {
         Some(mut rx) => {
@@ -1267,12 +1268,15 @@ fn lend(readers: &mut Vec<Box<Receiver>>, config: &HubConfig) -> Box<Receiver> {
             // hears no more messages.
             let mut rx = Receiver::new(Inbox::new(decoder, BytesMut::new()), true);
             rx.set_quiet_after_close(true);
+            // Timers are the engine's (its heap, served every turn).
+            rx.set_engine_timers(true);
             Box::new(rx)
         }
     }
 }
 
 /// A receiver back to the pool, if it holds nothing of its connection.
+#[inline]
 fn lend_back(rx: Box<Receiver>, readers: &mut Vec<Box<Receiver>>) {
     if rx.inbox().is_at_rest() && readers.len() < READER_POOL_MAX {
         readers.push(rx);
@@ -1428,13 +1432,25 @@ fn read_frames<H: Handler>(
     // Served again next turn with input still buffered.
     let mut requeued = false;
     let mut input = Input::Start;
+    // The turn's time, read when first needed (as `Turn::now`), by the
+    // step too.
+    let clock = std::cell::Cell::new(None);
+    let now = || match clock.get() {
+        Some(t) => t,
+        None => {
+            let t = tokio::time::Instant::now().into_std();
+            clock.set(Some(t));
+            t
+        }
+    };
     loop {
-        let now = turn.now();
+        clock.set(turn.now);
         let mut link = Reach {
             c: &mut slot.c,
             turn,
         };
-        let step = rx.step_in(&mut link, input, shared, mem, &|| now);
+        let step = rx.step_in(&mut link, input, shared, mem, &now);
+        turn.now = clock.get();
         input = match step {
             Stepped::Borrowed(data) => {
                 let Some(data_) = slot.data.as_mut() else {
@@ -1552,12 +1568,6 @@ fn read_frames<H: Handler>(
     if !requeued || rx.inbox().buffered().is_empty() {
         rx.inbox_mut().wait(&mut OwnMemory);
     }
-    // The engine serves the connection's timer itself: input the receiver
-    // remembered is told now.
-    let _ = rx.settle(&mut Reach {
-        c: &mut slot.c,
-        turn,
-    });
     // An idle compressing connection keeps only its inflater (a few words
     // under the shared and dedicated policies), not a whole inbox.
     slot.parked = rx.inbox_mut().park_inflater();

@@ -331,6 +331,7 @@ pub(crate) struct Turn {
 }
 
 impl Turn {
+    #[inline]
     pub(crate) fn now(&mut self) -> Instant {
         *self
             .now
