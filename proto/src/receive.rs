@@ -195,6 +195,12 @@ pub enum Step {
     /// [`Input::Flushed`], [`Input::FlushBlocked`] or
     /// [`Input::WriteFailed`].
     Flush,
+    /// [`Flush`](Self::Flush), then, if everything was written, read as
+    /// [`Read`](Self::Read) says and step with the read's input; else step
+    /// with [`Input::FlushBlocked`] or [`Input::WriteFailed`] (nothing
+    /// read). Only from [`Receiver::step_in`], whose engine writes out
+    /// all or waits: one step fewer per message answered.
+    FlushRead(Plan),
     /// Hand what is queued (the answer to the peer's close) to the
     /// transport now, without waiting for it, then step with
     /// [`Input::Start`]: the application may never poll again.
@@ -326,6 +332,9 @@ pub struct Receiver {
     cork_blocked: bool,
     /// The engine serves the connection's deadlines itself.
     engine_timers: bool,
+    /// The last step was [`Step::FlushRead`]: a read's input says the
+    /// flush before it wrote everything.
+    flush_read: bool,
 }
 
 impl Receiver {
@@ -351,6 +360,7 @@ impl Receiver {
             scratch_used: 0,
             cork_blocked: false,
             engine_timers: false,
+            flush_read: false,
         }
     }
 
@@ -382,7 +392,8 @@ impl Receiver {
         self.stage = Stage::Open;
         self.must_flush = false;
         self.flushed = false;
-        self.drained = false;
+        // At rest: nothing to decode until input comes.
+        self.drained = true;
         self.pending = None;
         self.last_input = None;
         self.read_state = None;
@@ -392,6 +403,7 @@ impl Receiver {
         self.in_scratch = false;
         self.scratch_used = 0;
         self.cork_blocked = false;
+        self.flush_read = false;
     }
 
     /// Whether the message just handed out by
@@ -416,9 +428,11 @@ impl Receiver {
     }
 
     /// The inbox, for the engine's reads ([`Inbox::received`],
-    /// [`Inbox::read_done`], [`Inbox::target`]) and set-up.
+    /// [`Inbox::read_done`], [`Inbox::target`]) and set-up: whatever it
+    /// holds is decoded on the next step.
     #[inline]
     pub fn inbox_mut(&mut self) -> &mut Inbox {
+        self.drained = false;
         &mut self.inbox
     }
 
@@ -508,6 +522,32 @@ impl Receiver {
         }
     }
 
+    /// The read a [`step_in`](Self::step_in) asked for found nothing (the
+    /// engine is woken when there is something): `true` if the engine
+    /// just waits now, as the step with [`Input::ReadPending`] would say
+    /// ([`Step::Wait`]), without taking that step; `false`: take it.
+    #[inline]
+    pub fn read_pending(&mut self, link: &impl Link) -> bool {
+        if std::mem::take(&mut self.read_scratch) {
+            self.inbox.scratch_unused();
+        }
+        if std::mem::take(&mut self.flush_read) {
+            self.must_flush = false;
+        }
+        self.waits(link)
+    }
+
+    /// Whether a read that found nothing leaves nothing to do but wait.
+    #[inline]
+    fn waits(&self, link: &impl Link) -> bool {
+        if self.stage == Stage::Draining {
+            return true;
+        }
+        let state = link.state();
+        let budget_idle = state.is_waiting_for_budget() && !self.inbox.holds_budget();
+        !budget_idle && self.read_state == Some(state)
+    }
+
     /// Done with the engine's buffer: past what was handed out borrowed,
     /// what is left (an unfinished frame) becomes the inbox's if `open`
     /// (the connection takes more input), else is dropped; the buffer is
@@ -520,7 +560,10 @@ impl Receiver {
         // engine's next read is offered what is left of it rather than its
         // whole capacity every time (which made 16 connections echoing 64
         // KiB half as fast in the hub: 2.5 GiB/s fell to 1.2).
-        scratch.advance(std::mem::take(&mut self.scratch_used));
+        let used = std::mem::take(&mut self.scratch_used);
+        if used > 0 {
+            scratch.advance(used);
+        }
         self.inbox.keep_rest(scratch, open);
     }
 
@@ -557,6 +600,12 @@ impl Receiver {
         // read, and in every new poll (the application may have queued
         // messages meanwhile).
         let flushed = std::mem::replace(&mut self.flushed, false);
+        if std::mem::take(&mut self.flush_read)
+            && matches!(input, Input::Read(_) | Input::ReadPending)
+        {
+            // The flush before the read wrote everything.
+            self.must_flush = false;
+        }
         match input {
             Input::Start => {}
             Input::BudgetReady => self.drained = false,
@@ -597,18 +646,14 @@ impl Receiver {
             }
             Input::ReadPending => {
                 self.flushed = flushed;
-                if self.stage == Stage::Draining {
+                if self.waits(link) {
                     return Ok(Some(Step::Wait));
                 }
-                let state = link.state();
-                if state.is_waiting_for_budget() && !self.inbox.holds_budget() {
+                if link.state().is_waiting_for_budget() && !self.inbox.holds_budget() {
                     // It waited for room to read, and holds nothing now: a
                     // quiet connection is not refused for that.
                     self.tell(link, |c| c.handle_budget_idle())?;
                     return Ok(None);
-                }
-                if self.read_state == Some(state) {
-                    return Ok(Some(Step::Wait));
                 }
                 // Changed by another task meanwhile: look again.
             }
@@ -714,6 +759,11 @@ impl Receiver {
             }
             let next = if self.drained {
                 Ok(None)
+            } else if SCRATCH && self.in_scratch && self.scratch_used == scratch.len() {
+                // All the read brought is handed out: the usual end of a
+                // read (one message each, as often as not).
+                self.leave_scratch(scratch, true);
+                Ok(None)
             } else if SCRATCH && self.in_scratch {
                 if !self.flushed && !self.cork_blocked && link.queued() >= CORK {
                     // A cork's worth of replies leaves now, while the rest
@@ -749,13 +799,19 @@ impl Receiver {
                 } else {
                     // The general way starts where the borrowed messages
                     // end.
-                    scratch.advance(std::mem::take(&mut self.scratch_used));
+                    if at > 0 {
+                        scratch.advance(std::mem::take(&mut self.scratch_used));
+                    }
                     match self.inbox.decode_in(scratch) {
                         Ok(None) => {
                             // What is left becomes the inbox's, decoded
                             // there once the rest of it comes.
                             self.leave_scratch(scratch, true);
-                            self.inbox.decode()
+                            if self.inbox.buffered().is_empty() {
+                                Ok(None)
+                            } else {
+                                self.inbox.decode()
+                            }
                         }
                         decoded => decoded,
                     }
@@ -807,11 +863,19 @@ impl Receiver {
             // (replies the application fed, pongs), all in one write. This
             // is what corks replies to pipelined messages without delaying
             // a lone one.
+            // Over the engine's buffer, a flush that comes just before a
+            // read is asked for with it ([`Step::FlushRead`]): one step
+            // fewer per message answered.
+            let mut flush_first = false;
             if !self.flushed && (self.flush_all || self.must_flush) {
                 if link.has_writes() {
-                    break 'step Step::Flush;
+                    if !SCRATCH {
+                        break 'step Step::Flush;
+                    }
+                    flush_first = true;
+                } else {
+                    self.must_flush = false;
                 }
-                self.must_flush = false;
             }
             if state.is_transport_ended() {
                 // A write failed: no input is coming either.
@@ -822,6 +886,9 @@ impl Receiver {
                 break 'step self.transport_ended(link, err);
             }
             if let Some(grant) = held {
+                if flush_first {
+                    break 'step Step::Flush;
+                }
                 // Decoding waits for memory budget: read nothing meanwhile.
                 match self.grant(link, grant, now) {
                     Ok(Some(step)) => break 'step step,
@@ -851,6 +918,7 @@ impl Receiver {
                 continue;
             }
             match self.inbox.plan(mem) {
+                Plan::Refused(_) if flush_first => break 'step Step::Flush,
                 Plan::Refused(grant) => match self.grant(link, grant, now) {
                     Ok(Some(step)) => break 'step step,
                     Ok(None) => {
@@ -863,6 +931,10 @@ impl Receiver {
                     self.read_state = Some(state);
                     if SCRATCH {
                         self.read_scratch = matches!(plan, Plan::Scratch { .. });
+                        if flush_first {
+                            self.flush_read = true;
+                            break 'step Step::FlushRead(plan);
+                        }
                     }
                     break 'step Step::Read(plan);
                 }

@@ -1252,7 +1252,7 @@ impl<H: Handler> Future for Engine<H> {
 impl<H: Handler> Unpin for Engine<H> {}
 
 /// A receiver from the pool (made new for this connection), or a new one.
-#[inline]
+#[inline(always)]
 fn lend(readers: &mut Vec<Box<Receiver>>, config: &HubConfig) -> Box<Receiver> {
     match readers.pop() {
         Some(mut rx) => {
@@ -1276,7 +1276,7 @@ fn lend(readers: &mut Vec<Box<Receiver>>, config: &HubConfig) -> Box<Receiver> {
 }
 
 /// A receiver back to the pool, if it holds nothing of its connection.
-#[inline]
+#[inline(always)]
 fn lend_back(rx: Box<Receiver>, readers: &mut Vec<Box<Receiver>>) {
     if rx.inbox().is_at_rest() && readers.len() < READER_POOL_MAX {
         readers.push(rx);
@@ -1479,7 +1479,27 @@ fn read_frames<H: Handler>(
                     Input::Start
                 }
             }
-            Stepped::Step(Step::Read(plan)) => {
+            Stepped::Step(step @ (Step::Read(_) | Step::FlushRead(_))) => {
+                let plan = match step {
+                    Step::FlushRead(plan) => {
+                        // The replies to what one read brought leave
+                        // together, now: a peer waiting for them should
+                        // not wait for the rest of the turn. Sends to
+                        // other connections stay corked until the turn
+                        // ends.
+                        flush(slot, cx, handler, turn);
+                        if slot.c.abandoned {
+                            break;
+                        }
+                        if slot.c.write_blocked {
+                            input = Input::FlushBlocked;
+                            continue;
+                        }
+                        plan
+                    }
+                    Step::Read(plan) => plan,
+                    _ => unreachable!(),
+                };
                 if reads == READS_PER_TURN {
                     // Others first; this one comes back next turn.
                     if let Plan::Scratch { .. } = plan {
@@ -1518,15 +1538,19 @@ fn read_frames<H: Handler>(
                     Plan::Refused(_) => break,
                 };
                 match read {
-                    Poll::Pending => Input::ReadPending,
+                    Poll::Pending => {
+                        if rx.read_pending(&Reach {
+                            c: &mut slot.c,
+                            turn,
+                        }) {
+                            break;
+                        }
+                        Input::ReadPending
+                    }
                     Poll::Ready(r) => Input::Read(r),
                 }
             }
             Stepped::Step(Step::Flush) => {
-                // The replies to what one read brought leave together,
-                // now: a peer waiting for them should not wait for the
-                // rest of the turn. Sends to other connections stay corked
-                // until the turn ends.
                 flush(slot, cx, handler, turn);
                 if slot.c.abandoned {
                     break;
