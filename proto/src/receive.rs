@@ -522,6 +522,18 @@ impl Receiver {
         }
     }
 
+    /// The engine stops stepping while bytes of the last read are still
+    /// in its buffer, its connection ended another way (a write failed,
+    /// the application is gone): they are dropped, and `scratch` emptied
+    /// for the engine's next connection. Nothing if none are: an engine
+    /// calls it whenever it leaves its loop.
+    #[inline]
+    pub fn quit_scratch(&mut self, scratch: &mut BytesMut) {
+        if self.in_scratch {
+            self.leave_scratch(scratch, false);
+        }
+    }
+
     /// The read a [`step_in`](Self::step_in) asked for found nothing (the
     /// engine is woken when there is something): `true` if the engine
     /// just waits now, as the step with [`Input::ReadPending`] would say

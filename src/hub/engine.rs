@@ -48,6 +48,10 @@ use crate::proto::outbox::QueuePool;
 use crate::proto::receive::{DISCARD_AT_ONCE, Ended, Input, Link, Receiver, Step, Stepped};
 use crate::topics::Delivery;
 
+/// Times per turn a connection whose memory budget had room at once goes
+/// on before the others get their turn.
+const BUDGET_RETRIES_PER_TURN: usize = 4;
+
 /// Reads per connection per turn before the others get theirs.
 const READS_PER_TURN: usize = 4;
 /// Messages at least this large, received into a connection's own buffer,
@@ -1429,6 +1433,7 @@ fn read_frames<H: Handler>(
     });
     let mem = &mut SharedRead(config.read_buffer_size);
     let mut reads = 0;
+    let mut budget_retries = 0;
     // Served again next turn with input still buffered.
     let mut requeued = false;
     let mut input = Input::Start;
@@ -1565,12 +1570,19 @@ fn read_frames<H: Handler>(
             Stepped::Step(Step::WaitForBudget(wanted)) => {
                 // The transport's waker, or one made now for a socket of
                 // the engine's poller (which wakes nothing but for the
-                // socket).
+                // socket): woken when the budget has room, the step asks
+                // again and this finds it.
                 let waker = slot.waker(turn);
-                if rx.inbox().wait_for_budget(wanted, &waker) {
-                    slot.requeue(turn);
+                if !rx.inbox().wait_for_budget(wanted, &waker) {
+                    break;
                 }
-                break;
+                // Room already: go on, a few times a turn at most.
+                if budget_retries == BUDGET_RETRIES_PER_TURN {
+                    slot.requeue(turn);
+                    break;
+                }
+                budget_retries += 1;
+                Input::BudgetReady
             }
             Stepped::Step(Step::End(how)) => {
                 match how {
@@ -1586,6 +1598,11 @@ fn read_frames<H: Handler>(
             Stepped::Step(_) => break,
         };
     }
+    // Left mid-read (a write failed, or the handler's data is gone): the
+    // rest of the read is not this connection's any more, and must not be
+    // the next one's.
+    rx.quit_scratch(shared);
+    debug_assert!(shared.is_empty());
     // What a connection keeps between reads: nothing once its bytes are
     // decoded (after a large message too), and no more than in proportion
     // to an unfinished frame while it waits for the rest.

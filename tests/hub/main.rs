@@ -23,6 +23,7 @@ mod hub_faults;
 mod hub_hostile;
 mod hub_interleavings;
 mod model;
+mod read_path;
 mod soundness;
 mod topics;
 mod topics_cluster;
