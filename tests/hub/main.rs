@@ -24,6 +24,7 @@ mod hub_hostile;
 mod hub_interleavings;
 mod model;
 mod read_path;
+mod read_path_pool;
 mod soundness;
 mod topics;
 mod topics_cluster;

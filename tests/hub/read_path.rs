@@ -393,13 +393,17 @@ fn script(rng: &mut Rng, n: usize, deflate: bool) -> (Vec<u8>, Vec<(char, Vec<u8
 
 async fn pipelined(readiness: Readiness, read_buffer: usize, deflate: bool, seed: u64) {
     let log = Arc::new(Mutex::new(std::collections::HashMap::new()));
-    let mut config = Config::default();
-    if deflate {
-        #[cfg(feature = "deflate")]
-        {
-            config = config.deflate(wavesock::DeflateConfig::default());
-        }
-    }
+    #[cfg(feature = "deflate")]
+    let config = if deflate {
+        Config::default().deflate(wavesock::DeflateConfig::default())
+    } else {
+        Config::default()
+    };
+    #[cfg(not(feature = "deflate"))]
+    let config = {
+        assert!(!deflate, "compression needs the deflate feature");
+        Config::default()
+    };
     let hub_config = HubConfig::default()
         .engines(Some(1))
         .readiness(readiness)
