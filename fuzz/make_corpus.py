@@ -271,7 +271,7 @@ def inbox():
     write("inbox", "hub_budget", bytes([3 | (4 << 2), 5]) + msgs + budget)
 
 
-def receive():
+def receive(target="receive"):
     # [flags: 1 client, 2 keepalive, 4 budget of 16 KiB + (flags >> 6) * 8
     # KiB, 8 flush all, 16 garbage after the messages, 32 a close at the
     # end] [count % 6 + 1] [a byte per message: size class (% 4) and kind
@@ -280,16 +280,18 @@ def receive():
     # another connection takes (even arg) or gives back budget; on a flush:
     # 6 some left, 7 blocked or with arg 0 failed; op >> 3 scales the
     # read), arg (the read's size, or the seconds the clock moves on).
+    # receive_in reads the same: op & 0x40 makes a cork's worth of replies
+    # wait, op & 0x80 answers a read that found nothing without a step.
     msgs = bytes([4, 0x21, 0x05, 0x47, 0x12, 0x03])
     events = bytes([0, 1, 0, 40, 5, 7, 0, 200, 14, 255, 7, 3, 0, 9, 8, 90])
-    write("receive", "server_reads", bytes([32, 5]) + msgs + events)
-    write("receive", "client_flush_all", bytes([1 | 8 | 32, 5]) + msgs + events)
-    write("receive", "keepalive_time", bytes([2, 5]) + msgs + events + bytes([5, 63] * 4))
+    write(target, "server_reads", bytes([32, 5]) + msgs + events)
+    write(target, "client_flush_all", bytes([1 | 8 | 32, 5]) + msgs + events)
+    write(target, "keepalive_time", bytes([2, 5]) + msgs + events + bytes([5, 63] * 4))
     budget = bytes([7, 60, 0, 30, 7, 1, 0, 200, 0, 200, 7, 2, 7, 3, 0, 255])
-    write("receive", "budget", bytes([4 | (1 << 6) | 32, 5]) + msgs + budget)
-    write("receive", "garbage", bytes([16, 2, 0x21, 0x47, 6]) + b"\x83\x80abcd" + events)
+    write(target, "budget", bytes([4 | (1 << 6) | 32, 5]) + msgs + budget)
+    write(target, "garbage", bytes([16, 2, 0x21, 0x47, 6]) + b"\x83\x80abcd" + events)
     failing = bytes([0, 3, 6, 0, 0, 50, 7, 0])
-    write("receive", "failures", bytes([8, 5]) + msgs + failing)
+    write(target, "failures", bytes([8, 5]) + msgs + failing)
 
 
 if __name__ == "__main__":
@@ -302,5 +304,6 @@ if __name__ == "__main__":
     driver()
     inbox()
     receive()
+    receive("receive_in")
     for t in sorted(os.listdir(ROOT)):
         print(t, len(os.listdir(os.path.join(ROOT, t))))

@@ -26,7 +26,7 @@ if [ $# -ne 2 ]; then
 fi
 what="$1"
 secs="$2"
-targets=(frame_decoder utf8 handshake deflate conn hub driver inbox receive)
+targets=(frame_decoder utf8 handshake deflate conn hub driver inbox receive receive_in)
 if [ "$what" != all ]; then
     case " ${targets[*]} " in
     *" $what "*) targets=("$what") ;;

@@ -43,6 +43,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("driver", driver),
     ("inbox", inbox),
     ("receive", receive),
+    ("receive_in", receive_in),
 ];
 
 /// Takes bytes off the front of the input; zeros once it runs out.
@@ -1741,6 +1742,8 @@ struct ReceiveLink {
     conn: Connection,
     sent: Vec<Message>,
     transport_ended: bool,
+    /// What `Link::queued` says: replies waiting, input-chosen.
+    queued: usize,
 }
 
 impl wavesock::proto::receive::Link for ReceiveLink {
@@ -1761,6 +1764,10 @@ impl wavesock::proto::receive::Link for ReceiveLink {
     }
 
     fn abandon(&mut self) {}
+
+    fn queued(&self) -> usize {
+        self.queued
+    }
 }
 
 /// The receive step (`proto::receive::Receiver`) as an engine drives it:
@@ -1777,11 +1784,27 @@ impl wavesock::proto::receive::Link for ReceiveLink {
 /// nothing in the way (no garbage, no failures, no budget, no keepalive)
 /// every message arrives; nothing panics.
 pub fn receive(data: &[u8]) {
+    receive_with(data, false)
+}
+
+/// [`receive`] with the engine reading into a buffer of its own, the
+/// hub's way ([`Receiver::step_in`](wavesock::proto::receive::Receiver::step_in)):
+/// messages borrowed from it or split off, a flush and the next read in
+/// one step, a read that finds nothing answered without a step when the
+/// receiver says so, and a cork's worth of replies now and then. Beyond
+/// `receive`'s properties: the engine's buffer is empty whenever a step
+/// other than a message or a flush comes back, and at the end.
+pub fn receive_in(data: &[u8]) {
+    receive_with(data, true)
+}
+
+fn receive_with(data: &[u8], in_buffer: bool) {
     use std::io;
     use wavesock::proto::budget::{BudgetAccount, Held};
+    use wavesock::proto::decoder::BorrowedData;
     use wavesock::proto::encoder::FrameEncoder;
     use wavesock::proto::inbox::{Inbox, Plan};
-    use wavesock::proto::receive::{Ended, Input as Did, Receiver, Step};
+    use wavesock::proto::receive::{Ended, Input as Did, Receiver, Step, Stepped};
 
     let mut input = Input(data);
     let flags = input.byte();
@@ -1832,7 +1855,10 @@ pub fn receive(data: &[u8]) {
         conn: Connection::new(role, timers, start),
         sent: Vec::new(),
         transport_ended: false,
+        queued: 0,
     };
+    // The engine's own read buffer (`in_buffer`).
+    let mut scratch = BytesMut::with_capacity(FUZZ_SCRATCH);
     let mut other = BudgetAccount::new(budget.clone());
     let mut mem = FuzzMemory::default();
     let mut got: Vec<Message> = Vec::new();
@@ -1844,7 +1870,26 @@ pub fn receive(data: &[u8]) {
         steps += 1;
         assert!(steps < 200_000, "no end after {steps} steps");
         let now = clock;
-        let step = rx.step(&mut link, did, &mut mem, &|| now);
+        let step = if in_buffer {
+            match rx.step_in(&mut link, did, &mut scratch, &mut mem, &|| now) {
+                Stepped::Borrowed(data) => {
+                    got.push(match data {
+                        BorrowedData::Text(t) => Message::text(t.to_owned()),
+                        BorrowedData::Binary(b) => Message::binary(b.to_vec()),
+                    });
+                    did = Did::Start;
+                    continue;
+                }
+                Stepped::Step(step) => {
+                    if !matches!(step, Step::Message(_) | Step::Flush) {
+                        assert!(scratch.is_empty(), "{step:?} with the buffer not empty");
+                    }
+                    step
+                }
+            }
+        } else {
+            rx.step(&mut link, did, &mut mem, &|| now)
+        };
         if let Some(b) = &budget {
             assert!(b.in_use() <= b.limit(), "budget over: {}", b.in_use());
         }
@@ -1854,6 +1899,25 @@ pub fn receive(data: &[u8]) {
             (0, 255)
         } else {
             (input.byte(), input.byte())
+        };
+        // Now and then the replies queued reach a cork's worth.
+        link.queued = if op & 0x40 != 0 { 16 << 10 } else { 0 };
+        // A flush before the read: the engine writes all, or waits, or
+        // fails; then reads as asked.
+        let step = match step {
+            Step::FlushRead(plan) => match op % 8 {
+                7 if arg == 0 => {
+                    failures = true;
+                    did = Did::WriteFailed(io::ErrorKind::BrokenPipe.into());
+                    continue;
+                }
+                7 => {
+                    did = Did::FlushBlocked;
+                    continue;
+                }
+                _ => Step::Read(plan),
+            },
+            step => step,
         };
         did = match step {
             Step::Message(msg) => {
@@ -1870,8 +1934,9 @@ pub fn receive(data: &[u8]) {
                     7 => false,
                     _ => true,
                 };
-                if !read && matches!(plan, Plan::Scratch { .. }) {
-                    // Room set aside for a read that did not happen.
+                if !read && matches!(plan, Plan::Scratch { .. }) && !in_buffer {
+                    // Room set aside for a read that did not happen (the
+                    // step over the engine's buffer gives it back itself).
                     rx.inbox_mut().scratch_unused();
                 }
                 match op % 8 {
@@ -1894,6 +1959,12 @@ pub fn receive(data: &[u8]) {
                         let chunk = &rest[..rest.len().min(want)];
                         let inbox = rx.inbox_mut();
                         let n = match plan {
+                            Plan::Scratch { limit } if in_buffer => {
+                                assert!(scratch.is_empty(), "a read into a buffer left full");
+                                let n = chunk.len().min(limit).min(FUZZ_SCRATCH);
+                                scratch.extend_from_slice(&chunk[..n]);
+                                n
+                            }
                             Plan::Scratch { limit } => {
                                 let n = chunk.len().min(limit).min(FUZZ_SCRATCH);
                                 if n > 0 {
@@ -1918,6 +1989,15 @@ pub fn receive(data: &[u8]) {
                     }
                 }
             }
+            Step::Flush if in_buffer => match op % 8 {
+                // This engine writes all or waits.
+                7 if arg == 0 => {
+                    failures = true;
+                    Did::WriteFailed(io::ErrorKind::BrokenPipe.into())
+                }
+                7 => Did::FlushBlocked,
+                _ => Did::Flushed(false),
+            },
             Step::Flush => match op % 8 {
                 6 => Did::Flushed(true),
                 7 if arg == 0 => {
@@ -1959,7 +2039,20 @@ pub fn receive(data: &[u8]) {
             Step::End(how) => break how,
             other => panic!("a step this engine does not know: {other:?}"),
         };
+        if in_buffer && matches!(did, Did::ReadPending) && op & 0x80 != 0 && rx.read_pending(&link)
+        {
+            // Nothing to step for: woken by input while some is left,
+            // else by the timer.
+            did = if at < wire.len() {
+                Did::Start
+            } else {
+                clock += Duration::from_secs(1 + u64::from(arg % 64));
+                Did::Timer
+            };
+        }
     };
+    rx.quit_scratch(&mut scratch);
+    assert!(scratch.is_empty());
     assert!(rx.is_done());
     let now = clock;
     assert!(

@@ -1020,7 +1020,6 @@ impl Receiver {
                 plan => {
                     self.read_state = Some(state);
                     if SCRATCH {
-                        self.read_scratch = matches!(plan, Plan::Scratch { .. });
                         if flush_first {
                             self.flush_read = true;
                             let step = Step::FlushRead(plan);
@@ -1048,6 +1047,12 @@ impl Receiver {
     ) -> O {
         if SCRATCH {
             self.leave_scratch_for(link, &step, scratch);
+            // A read into the engine's buffer, whatever asks for it (the
+            // client draining to the server's end too).
+            self.read_scratch = matches!(
+                step,
+                Step::Read(Plan::Scratch { .. }) | Step::FlushRead(Plan::Scratch { .. })
+            );
         }
         O::step(step)
     }

@@ -102,4 +102,5 @@ fn driver_inbox_and_receive_regressions() {
     replay("driver");
     replay("inbox");
     replay("receive");
+    replay("receive_in");
 }
