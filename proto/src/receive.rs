@@ -1019,12 +1019,12 @@ impl Receiver {
                 },
                 plan => {
                     self.read_state = Some(state);
-                    if SCRATCH {
-                        if flush_first {
-                            self.flush_read = true;
-                            let step = Step::FlushRead(plan);
-                            return self.out::<O, SCRATCH>(link, scratch, step);
-                        }
+                    // (`flush_first` is never set without the engine's
+                    // buffer.)
+                    if flush_first {
+                        self.flush_read = true;
+                        let step = Step::FlushRead(plan);
+                        return self.out::<O, SCRATCH>(link, scratch, step);
                     }
                     let step = Step::Read(plan);
                     return self.out::<O, SCRATCH>(link, scratch, step);

@@ -1437,25 +1437,15 @@ fn read_frames<H: Handler>(
     // Served again next turn with input still buffered.
     let mut requeued = false;
     let mut input = Input::Start;
-    // The turn's time, read when first needed (as `Turn::now`), by the
-    // step too.
-    let clock = std::cell::Cell::new(None);
-    let now = || match clock.get() {
-        Some(t) => t,
-        None => {
-            let t = tokio::time::Instant::now().into_std();
-            clock.set(Some(t));
-            t
-        }
-    };
+    // The turn's time (read once a turn, shared by its connections): the
+    // step's clock as well.
+    let now = turn.now();
     loop {
-        clock.set(turn.now);
         let mut link = Reach {
             c: &mut slot.c,
             turn,
         };
-        let step = rx.step_in(&mut link, input, shared, mem, &now);
-        turn.now = clock.get();
+        let step = rx.step_in(&mut link, input, shared, mem, &|| now);
         input = match step {
             Stepped::Borrowed(data) => {
                 let Some(data_) = slot.data.as_mut() else {
