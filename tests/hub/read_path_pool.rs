@@ -14,7 +14,7 @@ use wavesock::http::{Request, Response};
 use wavesock::hub::{Closed, Handler, HttpResponse, Hub, HubConfig, HubMessage, Readiness, Ws};
 use wavesock::{CloseCode, Config};
 
-use crate::support::raw::within;
+use crate::support::raw::{Rng, drain, masked_with, within, write_cut};
 
 type Heard = Arc<Mutex<HashMap<String, Vec<(char, Vec<u8>)>>>>;
 type ClosedLog = Arc<Mutex<Vec<(String, Option<String>)>>>;
@@ -99,38 +99,6 @@ fn heard(s: &Server, label: &str) -> Vec<(char, Vec<u8>)> {
         .unwrap_or_default()
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn masked(b0: u8, payload: &[u8], rng: &mut Rng) -> Vec<u8> {
-    let key = (rng.next() as u32 | 1).to_be_bytes();
-    let mut f = vec![b0];
-    match payload.len() {
-        n @ 0..=125 => f.push(0x80 | n as u8),
-        n @ 126..=0xFFFF => {
-            f.push(0x80 | 126);
-            f.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            f.push(0x80 | 127);
-            f.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    f.extend_from_slice(&key);
-    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
-    f
-}
-
 fn request(label: &str, deflate: bool) -> Vec<u8> {
     let ext = if deflate {
         "Sec-WebSocket-Extensions: permessage-deflate\r\n"
@@ -193,35 +161,35 @@ fn script(
             0 => {
                 let len = rng.below(100) as usize;
                 let p = body(rng, len);
-                wire.extend(masked(0x82, &p, rng));
+                wire.extend(masked_with(0x82, &p, rng));
                 want.push(('B', p));
             }
             1 => {
                 let len = rng.below(3000) as usize;
                 let p = body(rng, len);
                 let mid = rng.below(p.len() as u64) as usize;
-                wire.extend(masked(0x01, &p[..mid], rng));
+                wire.extend(masked_with(0x01, &p[..mid], rng));
                 let ping = format!("{tag}p{i}").into_bytes();
-                wire.extend(masked(0x89, &ping, rng));
+                wire.extend(masked_with(0x89, &ping, rng));
                 want.push(('P', ping));
-                wire.extend(masked(0x80, &p[mid..], rng));
+                wire.extend(masked_with(0x80, &p[mid..], rng));
                 want.push(('T', p));
             }
             2 => {
                 let len = 20_000 + rng.below(80_000) as usize;
                 let p = body(rng, len);
-                wire.extend(masked(0x82, &p, rng));
+                wire.extend(masked_with(0x82, &p, rng));
                 want.push(('B', p));
             }
             3 => {
                 let ping = format!("{tag}q{i}").into_bytes();
-                wire.extend(masked(0x89, &ping, rng));
+                wire.extend(masked_with(0x89, &ping, rng));
                 want.push(('P', ping));
             }
             4 => {
                 let len = rng.below(40) as usize;
                 let p = body(rng, len);
-                wire.extend(masked(0x81, &p, rng));
+                wire.extend(masked_with(0x81, &p, rng));
                 want.push(('T', p));
             }
             _ => {
@@ -233,50 +201,17 @@ fn script(
                 let p = body(rng, len);
                 let packed = z.as_mut().unwrap().pack(&p);
                 if rng.below(2) == 0 {
-                    wire.extend(masked(0xc1, &packed, rng));
+                    wire.extend(masked_with(0xc1, &packed, rng));
                 } else {
                     let mid = rng.below(packed.len() as u64 + 1) as usize;
-                    wire.extend(masked(0x41, &packed[..mid], rng));
-                    wire.extend(masked(0x80, &packed[mid..], rng));
+                    wire.extend(masked_with(0x41, &packed[..mid], rng));
+                    wire.extend(masked_with(0x80, &packed[mid..], rng));
                 }
                 want.push(('T', p));
             }
         }
     }
     (wire, want)
-}
-
-/// Writes `wire` in random pieces with random pauses.
-async fn write_cut(w: &mut (impl tokio::io::AsyncWrite + Unpin), wire: &[u8], rng: &mut Rng) {
-    let mut at = 0;
-    while at < wire.len() {
-        let n = match rng.below(10) {
-            0 => 1,
-            1..=3 => rng.below(16) as usize + 1,
-            4..=7 => rng.below(3000) as usize + 1,
-            _ => rng.below(100_000) as usize + 1,
-        };
-        let end = (at + n).min(wire.len());
-        w.write_all(&wire[at..end]).await.unwrap();
-        at = end;
-        match rng.below(5) {
-            0 => tokio::time::sleep(Duration::from_millis(1)).await,
-            1 | 2 => tokio::task::yield_now().await,
-            _ => {}
-        }
-    }
-}
-
-fn drain(r: tokio::net::tcp::OwnedReadHalf) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut r = r;
-        let mut buf = vec![0u8; 1 << 16];
-        while let Ok(n) = r.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-        }
-    })
 }
 
 fn rst(tcp: TcpStream) {
@@ -331,39 +266,39 @@ async fn short_lived(
     out.append(&mut wire);
     let mut tail = Vec::new();
     match end {
-        End::PeerClose => tail.extend(masked(0x88, &1000u16.to_be_bytes(), &mut rng)),
+        End::PeerClose => tail.extend(masked_with(0x88, &1000u16.to_be_bytes(), &mut rng)),
         End::HandlerClose => {
-            tail.extend(masked(0x81, b"close", &mut rng));
+            tail.extend(masked_with(0x81, b"close", &mut rng));
             want.push(('T', b"close".to_vec()));
             // Unheard: after the close asked for.
-            tail.extend(masked(0x81, b"after-close", &mut rng));
-            tail.extend(masked(0x88, &1000u16.to_be_bytes(), &mut rng));
+            tail.extend(masked_with(0x81, b"after-close", &mut rng));
+            tail.extend(masked_with(0x88, &1000u16.to_be_bytes(), &mut rng));
         }
         End::BadUtf8 => {
-            tail.extend(masked(0x81, &[b'x', 0xc3, 0x28], &mut rng));
-            tail.extend(masked(0x81, b"after-bad", &mut rng));
+            tail.extend(masked_with(0x81, &[b'x', 0xc3, 0x28], &mut rng));
+            tail.extend(masked_with(0x81, b"after-bad", &mut rng));
         }
         End::ResetMidFrame | End::EofMidFrame => {
-            let f = masked(0x82, &vec![7u8; 5000], &mut rng);
+            let f = masked_with(0x82, &vec![7u8; 5000], &mut rng);
             tail.extend_from_slice(&f[..2500]);
         }
         End::ResetMidFragmentedText => {
             // First fragment ends inside a character.
             let p = "ab€".as_bytes();
-            tail.extend(masked(0x01, &p[..3], &mut rng));
+            tail.extend(masked_with(0x01, &p[..3], &mut rng));
         }
         End::Unmasked => {
             tail.extend([0x81, 2, b'h', b'i']);
-            tail.extend(masked(0x81, b"after-unmasked", &mut rng));
+            tail.extend(masked_with(0x81, b"after-unmasked", &mut rng));
         }
         End::ResetMidCompressed => {
             if deflate {
                 let p: Vec<u8> = (0..60_000).map(|i| (i % 251) as u8).collect();
                 let packed = z.pack(&p);
-                tail.extend(masked(0x42, &packed, &mut rng));
-                tail.extend(masked(0x00, &packed[..packed.len().min(10)], &mut rng));
+                tail.extend(masked_with(0x42, &packed, &mut rng));
+                tail.extend(masked_with(0x00, &packed[..packed.len().min(10)], &mut rng));
             } else {
-                tail.extend(masked(0x01, b"frag-", &mut rng));
+                tail.extend(masked_with(0x01, b"frag-", &mut rng));
             }
         }
         End::Eof => {}
@@ -661,12 +596,12 @@ async fn backpressure_mid_read(readiness: Readiness, policy: wavesock::hub::Back
     a.write_all(&request("A", false)).await.unwrap();
     read_head(&mut a).await;
     let mut rng = Rng(5);
-    let n = 600;
+    let n = 300;
     let mut w = Vec::new();
     for i in 0..n {
-        w.extend(masked(0x82, format!("R{i:04}|").as_bytes(), &mut rng));
+        w.extend(masked_with(0x82, format!("R{i:04}|").as_bytes(), &mut rng));
         if i % 7 == 0 {
-            w.extend(masked(0x89, format!("p{i}").as_bytes(), &mut rng));
+            w.extend(masked_with(0x89, format!("p{i}").as_bytes(), &mut rng));
         }
     }
     // A reads nothing; its messages come in few reads.
@@ -679,7 +614,7 @@ async fn backpressure_mid_read(readiness: Readiness, policy: wavesock::hub::Back
     let mut want_b = Vec::new();
     for i in 0..200 {
         let p = format!("b{i}").into_bytes();
-        bw.extend(masked(0x81, &p, &mut rng));
+        bw.extend(masked_with(0x81, &p, &mut rng));
         want_b.push(('T', p));
     }
     for chunk in bw.chunks(97) {
@@ -760,7 +695,7 @@ async fn backpressure_mid_read(readiness: Readiness, policy: wavesock::hub::Back
     }
     drop(writer);
     // B still served.
-    b.write_all(&masked(0x81, b"b-last", &mut rng))
+    b.write_all(&masked_with(0x81, b"b-last", &mut rng))
         .await
         .unwrap();
     crate::support::raw::until(|| heard(&server, "B").len() == 201).await;
@@ -808,14 +743,14 @@ async fn budget_deflate(readiness: Readiness) {
                 p[..4].copy_from_slice(b"msg-");
                 let packed = z.pack(&p);
                 let mid = packed.len() / 2;
-                w.extend(masked(0x42, &packed[..mid], &mut rng));
-                w.extend(masked(0x80, &packed[mid..], &mut rng));
+                w.extend(masked_with(0x42, &packed[..mid], &mut rng));
+                w.extend(masked_with(0x80, &packed[mid..], &mut rng));
                 want.push(('B', p));
                 let s = format!("small{i}").into_bytes();
-                w.extend(masked(0x81, &s, &mut rng));
+                w.extend(masked_with(0x81, &s, &mut rng));
                 want.push(('T', s));
                 let s = format!("zsmall{i}").into_bytes();
-                w.extend(masked(0xc1, &z.pack(&s), &mut rng));
+                w.extend(masked_with(0xc1, &z.pack(&s), &mut rng));
                 want.push(('T', s));
             }
             let mut t = TcpStream::connect(addr).await.unwrap();
@@ -912,7 +847,7 @@ async fn keepalive_pooled(readiness: Readiness, deflate: bool) {
             match h[0] & 0x0f {
                 0x9 => {
                     pings += 1;
-                    let f = masked(0x8a, &p, &mut rng);
+                    let f = masked_with(0x8a, &p, &mut rng);
                     kw2.lock().await.write_all(&f).await.unwrap();
                 }
                 0x8 => return (pings, true),

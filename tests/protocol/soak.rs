@@ -22,26 +22,13 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use wavesock::{Config, Frame, Message, OpCode};
 
+use crate::support::raw::Rng;
+
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// A small deterministic generator, so a failing run can be repeated.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 fn payload(rng: &mut Rng, max: usize) -> Vec<u8> {

@@ -88,3 +88,76 @@ pub fn budget_config(budget: &wavesock::MemoryBudget) -> wavesock::Config {
         .max_message_size(64 << 20)
         .max_frame_size(64 << 20)
 }
+
+/// A small deterministic generator (xorshift), so a failing run can be
+/// repeated from its seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A client's frame with first byte `b0` (FIN, RSV and opcode as given),
+/// masked with a key from `rng`.
+pub fn masked_with(b0: u8, payload: &[u8], rng: &mut Rng) -> Vec<u8> {
+    let key = (rng.next() as u32 | 1).to_be_bytes();
+    let mut f = vec![b0];
+    match payload.len() {
+        n @ 0..=125 => f.push(0x80 | n as u8),
+        n @ 126..=0xFFFF => {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(0x80 | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    f.extend_from_slice(&key);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    f
+}
+
+/// Writes `wire` in pieces of random sizes (a byte to 100 KB) with, now
+/// and then, a yield or a millisecond's pause: frames split anywhere,
+/// across reads and turns.
+pub async fn write_cut(w: &mut (impl tokio::io::AsyncWrite + Unpin), wire: &[u8], rng: &mut Rng) {
+    let mut at = 0;
+    while at < wire.len() {
+        let n = match rng.below(10) {
+            0 => 1,
+            1..=3 => rng.below(16) as usize + 1,
+            4..=7 => rng.below(3000) as usize + 1,
+            _ => rng.below(100_000) as usize + 1,
+        };
+        let end = (at + n).min(wire.len());
+        w.write_all(&wire[at..end]).await.unwrap();
+        at = end;
+        match rng.below(5) {
+            0 => tokio::time::sleep(Duration::from_millis(1)).await,
+            1 | 2 => tokio::task::yield_now().await,
+            _ => {}
+        }
+    }
+}
+
+/// Reads and drops what the server sends until it ends.
+pub fn drain(mut r: tokio::net::tcp::OwnedReadHalf) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 1 << 16];
+        while let Ok(n) = r.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+}
