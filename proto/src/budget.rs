@@ -424,6 +424,20 @@ impl BudgetAccount {
         }
     }
 
+    /// [`Grant::Never`] if holding `bytes` of `kind` (beside what the
+    /// connection holds of the others) would exceed the whole budget:
+    /// waiting for others to give budget back could never help. Asks the
+    /// budget for nothing.
+    #[inline]
+    pub fn never_fits(&self, kind: Held, bytes: usize) -> Option<Grant> {
+        let c = self.counts.as_ref()?;
+        let charge = c.charge_with(kind, bytes);
+        (charge > c.budget.limit()).then(|| Grant::Never {
+            charge,
+            limit: c.budget.limit(),
+        })
+    }
+
     /// Asks to hold `bytes` of `kind` (a larger or smaller amount than
     /// now). Shrinking is always granted; growing beyond the allowance
     /// takes from the budget if it has room.

@@ -404,6 +404,23 @@ impl MessageDecoder {
         }
     }
 
+    /// The payload bytes of the frame being read that the read buffer must
+    /// hold at once before it is decoded: all of them, unless they are
+    /// handed out in pieces as they come (streaming uncompressed data).
+    /// `None` between frames and while streaming.
+    #[inline]
+    pub fn frame_held_whole(&self) -> Option<usize> {
+        match self.state {
+            DecodeState::Payload {
+                header,
+                len,
+                inflate,
+                ..
+            } if !self.stream || inflate || header.opcode.is_control() => Some(len),
+            _ => None,
+        }
+    }
+
     /// Checks a frame header; returns the payload length and whether the
     /// payload is compressed.
     fn start_frame(&mut self, header: FrameHeader) -> Result<(usize, bool), Error> {

@@ -321,7 +321,8 @@ impl Inbox {
             self.settle(mem);
         } else if self.decoder.account().is_on() {
             if let Err(refused) = self.reserve_budgeted(frame_left, mem) {
-                if self.buf.capacity() == self.buf.len() {
+                // Refused for good: no use reading into the room left.
+                if matches!(refused, Grant::Never { .. }) || self.buf.capacity() == self.buf.len() {
                     return Plan::Refused(refused);
                 }
             }
@@ -602,6 +603,16 @@ impl Inbox {
         frame_left: Option<usize>,
         mem: &mut impl ReadMemory,
     ) -> Result<(), Grant> {
+        // A frame that must lie whole in the buffer and is larger than the
+        // budget can take is refused at once, whatever others hold now:
+        // growing towards it chunk by chunk would wait for room beside
+        // them (a wait the frame could never end), holding part of the
+        // budget meanwhile.
+        if let Some(whole) = self.decoder.frame_held_whole() {
+            if let Some(never) = self.decoder.account().never_fits(Held::ReadBuffer, whole) {
+                return Err(never);
+            }
+        }
         let len = self.buf.len();
         let spare = self.buf.capacity() - len;
         let Some(mut additional) = growth(len, spare, frame_left) else {

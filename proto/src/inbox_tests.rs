@@ -376,6 +376,44 @@ fn a_message_over_the_whole_budget_is_refused_for_good() {
     assert!(matches!(refused, Some(Grant::Never { .. })), "{refused:?}");
 }
 
+/// A frame larger than the whole budget is refused for good once its
+/// header is known, also while other connections hold part of the budget:
+/// growing towards it would wait beside them for room it can never have
+/// (holding part of the budget, and the engine's reading, meanwhile). A
+/// streaming decoder, which hands the frame out in pieces, reads it all.
+#[test]
+fn a_frame_over_the_whole_budget_is_refused_beside_others() {
+    let budget = MemoryBudget::new(256 << 10).allowance(0);
+    let mut other = crate::budget::BudgetAccount::new(Some(budget.clone()));
+    assert_eq!(other.try_set(Held::Fragments, 200 << 10), Grant::Granted);
+    let mut mem = Pool::default();
+    let mut inbox = inbox_with(Limits::default().budget(budget.clone()));
+    let wire = frame(300_000);
+    read(&mut inbox, &mut mem, &wire[..100]);
+    assert!(inbox.decode().unwrap().is_none(), "the header, read");
+    let held = budget.in_use();
+    let Plan::Refused(Grant::Never { charge, limit }) = inbox.plan(&mut mem) else {
+        panic!("not refused for good")
+    };
+    assert_eq!((charge, limit), (300_000, 256 << 10));
+    assert_eq!(budget.in_use(), held, "nothing more asked for");
+    // Streamed, the same frame goes through in pieces beside the other.
+    let decoder = MessageDecoder::new(Role::Server, Limits::default().budget(budget.clone()))
+        .stream_messages(true);
+    let mut inbox = Inbox::new(decoder, BytesMut::new());
+    let (mut at, mut got) = (0, 0);
+    while got < 300_000 {
+        if at < wire.len() {
+            at += read(&mut inbox, &mut mem, &wire[at..]);
+        }
+        while let Some(piece) = inbox.decode().unwrap() {
+            got += piece.len();
+        }
+        assert!(budget.in_use() <= budget.limit());
+    }
+    assert_eq!(at, wire.len());
+}
+
 /// A frame that fits in the budget is never refused for good (`Never`,
 /// 1009): not while its buffer grows (the old buffer and the new one
 /// live together while bytes are copied), and not beside what another

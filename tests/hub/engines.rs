@@ -653,6 +653,45 @@ async fn a_message_larger_than_the_whole_budget_gets_1009() {
     }
 }
 
+/// A frame larger than the whole budget gets 1009 at once on every engine
+/// also while another connection holds part of the budget: it must not
+/// wait beside the other for room it could never have (holding budget,
+/// and its engine, meanwhile). The other goes on.
+#[tokio::test]
+async fn a_frame_larger_than_the_whole_budget_gets_1009_beside_others() {
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let budget = MemoryBudget::new(4 << 20)
+            .allowance(0)
+            .wait_timeout(Duration::from_secs(30));
+        let mut server = start(engine, budget_config(&budget)).await;
+        let mut a = upgrade_raw(server.addr).await;
+        a.write_all(&frame(false, OpCode::Binary, vec![1; 1 << 20]))
+            .await
+            .unwrap();
+        until(|| budget.in_use() >= 1 << 20).await;
+        let (mut rd, mut wr) = upgrade_raw(server.addr).await.into_split();
+        let big = frame(true, OpCode::Binary, vec![2; 8 << 20]);
+        let writer = tokio::spawn(async move {
+            let _ = wr.write_all(&big).await;
+            wr
+        });
+        // (`read_frame` waits 10 s at most: the budget's wait is 30.)
+        let (op, payload) = read_frame(&mut rd).await;
+        let close = close_of(op, &payload).map(|(code, _)| code);
+        assert_eq!(close, Some(1009), "{engine:?}");
+        assert!(server.ended().await.is_some(), "{engine:?}");
+        a.write_all(&frame(true, OpCode::Continuation, vec![]))
+            .await
+            .unwrap();
+        assert_eq!(read_frame(&mut a).await.1.len(), 1 << 20, "{engine:?}");
+        writer.abort();
+        drop((a, rd));
+        until(|| budget.in_use() == 0).await;
+        assert!(budget.peak() <= budget.limit(), "{engine:?}");
+    }
+}
+
 #[tokio::test]
 async fn under_contention_a_client_waits_then_resumes_and_is_not_refused_later() {
     let wait = Duration::from_millis(800);
