@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::conn::{Connection, Outgoing, Phase};
+use crate::conn::{Clock, Connection, Outgoing, Phase};
 use crate::encoder::FrameEncoder;
 use crate::error::Error;
 use crate::header::OpCode;
@@ -136,7 +136,7 @@ impl Driver {
     pub fn send(
         &mut self,
         msg: Message,
-        now: Instant,
+        now: impl Clock,
         lender: &mut impl Lender,
     ) -> Result<Outgoing, Error> {
         let verdict = self.conn.handle_send(&msg, now)?;
@@ -161,7 +161,7 @@ impl Driver {
         &mut self,
         opcode: OpCode,
         payload: &[u8],
-        now: Instant,
+        now: impl Clock,
         lender: &mut impl Lender,
     ) -> Result<Outgoing, Error> {
         let verdict = self.conn.handle_send_frame(opcode, true, now)?;
@@ -182,7 +182,7 @@ impl Driver {
         &mut self,
         opcode: OpCode,
         payload: Bytes,
-        now: Instant,
+        now: impl Clock,
         lender: &mut impl Lender,
     ) -> Result<Outgoing, Error> {
         if self.encoder.compresses_len(payload.len()) {
@@ -204,7 +204,7 @@ impl Driver {
     pub fn send_prepared(
         &mut self,
         p: &PreparedMessage,
-        now: Instant,
+        now: impl Clock,
         lender: &mut impl Lender,
     ) -> Result<Outgoing, Error> {
         let verdict = self.conn.handle_send_frame(p.opcode(), true, now)?;
@@ -445,6 +445,29 @@ mod tests {
 
     fn n_slices(d: &Driver) -> usize {
         d.with_slices(|s| s.len())
+    }
+
+    /// Data goes out without reading the clock; a close reads it once,
+    /// to start its deadline.
+    #[test]
+    fn only_a_close_reads_the_clock() {
+        let mut pool = pool();
+        let mut d = driver(Role::Server);
+        let never = || -> Instant { panic!("the clock was read for data") };
+        d.send(Message::text("x"), never, &mut pool).unwrap();
+        d.send_data(OpCode::Binary, b"y", never, &mut pool).unwrap();
+        let reads = std::cell::Cell::new(0);
+        let at = Instant::now();
+        let clock = || {
+            reads.set(reads.get() + 1);
+            at
+        };
+        assert_eq!(
+            d.send(Message::Close(None), clock, &mut pool),
+            Ok(Outgoing::Send)
+        );
+        assert_eq!(reads.get(), 1);
+        assert!(d.conn().close_deadline_from(at).is_some());
     }
 
     #[test]

@@ -230,6 +230,13 @@ impl FrameEncoder {
                     .next_key(),
             );
         }
+        if header.mask.is_none() && len <= 125 {
+            // A server's small frame, the usual reply: two bytes, copied
+            // as such (the general case's copy of a length known only at
+            // run time is a call to `memcpy`).
+            dst.put_slice(&[header.first_byte(), len as u8]);
+            return Ok(None);
+        }
         let mut head = [0u8; MAX_HEADER_LEN];
         let n = header.encode(&mut head);
         dst.put_slice(&head[..n]);
@@ -467,6 +474,54 @@ mod tests {
         enc.encode_frame(true, OpCode::Text, b"hi", &mut wire)
             .unwrap();
         assert_eq!(wire[..], [0x81, 0x82, 0, 0, 0, 0, b'h', b'i']);
+    }
+
+    /// A server's frame of up to 125 bytes (the two-byte header written
+    /// on its own) is the general encoding's, every opcode, FIN and RSV;
+    /// a fragmented control frame is refused all the same.
+    #[test]
+    fn small_server_frames_match_the_general_header() {
+        let mut enc = FrameEncoder::new(Role::Server);
+        let ops = [
+            OpCode::Continuation,
+            OpCode::Text,
+            OpCode::Binary,
+            OpCode::Ping,
+            OpCode::Pong,
+            OpCode::Close,
+        ];
+        for opcode in ops {
+            for (fin, rsv, len) in [
+                (true, 0, 0),
+                (false, 0, 7),
+                (true, RSV1, 125),
+                (true, 0, 126),
+            ] {
+                let payload = vec![0x5a; len];
+                let mut wire = BytesMut::new();
+                let r = enc.write_frame(fin, rsv, opcode, &payload, &mut wire);
+                if opcode.is_control() && (!fin || len > 125) {
+                    assert!(r.is_err(), "{opcode:?} fin {fin} len {len}");
+                    continue;
+                }
+                r.unwrap();
+                let header = FrameHeader {
+                    fin,
+                    rsv,
+                    opcode,
+                    mask: None,
+                    payload_len: len as u64,
+                };
+                let mut head = [0u8; MAX_HEADER_LEN];
+                let n = header.encode(&mut head);
+                assert_eq!(
+                    &wire[..n],
+                    &head[..n],
+                    "{opcode:?} fin {fin} rsv {rsv} len {len}"
+                );
+                assert_eq!(&wire[n..], &payload[..]);
+            }
+        }
     }
 
     #[test]

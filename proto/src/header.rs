@@ -175,10 +175,16 @@ impl FrameHeader {
         Ok(())
     }
 
+    /// The header's first byte: FIN, RSV bits and opcode.
+    #[inline]
+    pub fn first_byte(&self) -> u8 {
+        (u8::from(self.fin) << 7) | ((self.rsv & 0x07) << 4) | self.opcode.as_u8()
+    }
+
     /// Writes the header into `dst` and returns how many bytes it took.
     /// The shortest length encoding is always used.
     pub fn encode(&self, dst: &mut [u8; MAX_HEADER_LEN]) -> usize {
-        dst[0] = (u8::from(self.fin) << 7) | ((self.rsv & 0x07) << 4) | self.opcode.as_u8();
+        dst[0] = self.first_byte();
         let mask_bit = if self.mask.is_some() { 0x80 } else { 0 };
         let mut at = match self.payload_len {
             n @ 0..=125 => {

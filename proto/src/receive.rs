@@ -197,9 +197,11 @@ pub enum Step {
     Flush,
     /// [`Flush`](Self::Flush), then, if everything was written, read as
     /// [`Read`](Self::Read) says and step with the read's input; else step
-    /// with [`Input::FlushBlocked`] or [`Input::WriteFailed`] (nothing
-    /// read). Only from [`Receiver::step_in`], whose engine writes out
-    /// all or waits: one step fewer per message answered.
+    /// with the flush's ([`Input::Flushed`]`(true)`,
+    /// [`Input::FlushBlocked`], [`Input::WriteFailed`]; nothing read).
+    /// From [`Receiver::step_in`], and from [`Receiver::step`] when the
+    /// engine takes it ([`Receiver::set_flush_then_read`]): one step fewer
+    /// per message answered.
     FlushRead(Plan),
     /// Hand what is queued (the answer to the peer's close) to the
     /// transport now, without waiting for it, then step with
@@ -367,6 +369,9 @@ pub struct Receiver {
     /// The last step was [`Step::FlushRead`]: a read's input says the
     /// flush before it wrote everything.
     flush_read: bool,
+    /// [`step`](Self::step) may ask for [`Step::FlushRead`]
+    /// ([`set_flush_then_read`](Self::set_flush_then_read)).
+    flush_then_read: bool,
 }
 
 impl Receiver {
@@ -393,7 +398,16 @@ impl Receiver {
             cork_blocked: false,
             engine_timers: false,
             flush_read: false,
+            flush_then_read: false,
         }
+    }
+
+    /// [`step`](Self::step) asks for a flush and the read after it as one
+    /// step ([`Step::FlushRead`]) rather than two: the engine flushes and,
+    /// if that wrote everything, reads at once (one step fewer per message
+    /// answered). [`step_in`](Self::step_in) always does.
+    pub fn set_flush_then_read(&mut self, on: bool) {
+        self.flush_then_read = on;
     }
 
     /// The engine serves the connection's deadlines itself: it calls
@@ -492,6 +506,7 @@ impl Receiver {
         mem: &mut impl ReadMemory,
         now: &impl Fn() -> Instant,
     ) -> Step {
+        self.after_flush_read(&input);
         match self.take(link, input, mem, now) {
             Ok(Some(step)) => step,
             // No buffer of the engine's: an empty one, never read, and
@@ -525,12 +540,7 @@ impl Receiver {
         mem: &mut impl ReadMemory,
         now: &impl Fn() -> Instant,
     ) -> Stepped<'s> {
-        if std::mem::take(&mut self.flush_read)
-            && matches!(input, Input::Read(_) | Input::ReadPending)
-        {
-            // The flush before the read wrote everything.
-            self.must_flush = false;
-        }
+        self.after_flush_read(&input);
         if std::mem::take(&mut self.read_scratch) {
             match input {
                 Input::Read(Ok(n)) if n > 0 => {
@@ -551,6 +561,17 @@ impl Receiver {
         };
         self.leave_scratch_for(link, &step, scratch);
         Stepped::Step(step)
+    }
+
+    /// After [`Step::FlushRead`]: input from the read says the flush
+    /// before it wrote everything.
+    #[inline(always)]
+    fn after_flush_read(&mut self, input: &Input) {
+        if std::mem::take(&mut self.flush_read)
+            && matches!(input, Input::Read(_) | Input::ReadPending)
+        {
+            self.must_flush = false;
+        }
     }
 
     /// Before `step` goes back to the engine: the engine's buffer is
@@ -576,8 +597,8 @@ impl Receiver {
         }
     }
 
-    /// The read a [`step_in`](Self::step_in) asked for found nothing (the
-    /// engine is woken when there is something): `true` if the engine
+    /// The read a step asked for found nothing (the engine is woken when
+    /// there is something): `true` if the engine
     /// just waits now, as the step with [`Input::ReadPending`] would say
     /// ([`Step::Wait`]), without taking that step; `false`: take it.
     #[inline]
@@ -939,7 +960,7 @@ impl Receiver {
             let mut flush_first = false;
             if !self.flushed && (self.flush_all || self.must_flush) {
                 if link.has_writes() {
-                    if !SCRATCH {
+                    if !SCRATCH && !self.flush_then_read {
                         let step = Step::Flush;
                         return self.out::<O, SCRATCH>(link, scratch, step);
                     }
@@ -1019,8 +1040,6 @@ impl Receiver {
                 },
                 plan => {
                     self.read_state = Some(state);
-                    // (`flush_first` is never set without the engine's
-                    // buffer.)
                     if flush_first {
                         self.flush_read = true;
                         let step = Step::FlushRead(plan);

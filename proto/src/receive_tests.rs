@@ -232,6 +232,43 @@ fn a_ping_is_handed_out_and_its_pong_flushed_before_the_next_read() {
     assert_eq!(s.step(Input::ReadPending), Step::Wait);
 }
 
+/// With [`Receiver::set_flush_then_read`], the flush before a read and
+/// the read are one step; what the receiver owes stays owed until a flush
+/// wrote everything (a read's input after the step says it did).
+#[test]
+fn flush_then_read_is_one_step_and_the_pong_stays_owed_until_written() {
+    let mut s = Side::server(false);
+    s.rx.set_flush_then_read(true);
+    let ping = Message::Ping(bytes::Bytes::from_static(b"p"));
+    assert_eq!(s.receive(&ping), Step::Message(ping));
+    assert!(matches!(s.step(Input::Start), Step::FlushRead(_)));
+    // The flush left some owed (the transport took part): the read comes
+    // as a step of its own, and the next poll flushes again.
+    assert!(matches!(s.step(Input::Flushed(true)), Step::Read(_)));
+    assert_eq!(s.step(Input::ReadPending), Step::Wait);
+    // This time the flush wrote everything and the read brought a
+    // message: nothing is owed any more.
+    let Step::FlushRead(plan) = s.step(Input::Start) else {
+        panic!("no flush and read")
+    };
+    let text = Message::text("t");
+    assert_eq!(
+        s.read(Step::Read(plan), &wire(&text, Role::Client)),
+        Step::Message(text)
+    );
+    assert!(matches!(s.step(Input::Start), Step::Read(_)));
+    // A read that finds nothing after such a step: the engine waits
+    // without a step.
+    s.receive(&Message::Ping(bytes::Bytes::from_static(b"q")));
+    assert!(matches!(s.step(Input::Start), Step::FlushRead(_)));
+    assert!(s.rx.read_pending(&s.link));
+    assert!(matches!(s.step(Input::Start), Step::Read(_)));
+    // Without the setting the same receiver asks for the flush alone.
+    let mut plain = Side::server(false);
+    plain.receive(&Message::Ping(bytes::Bytes::from_static(b"p")));
+    assert_eq!(plain.step(Input::Start), Step::Flush);
+}
+
 #[test]
 fn only_the_unsplit_engine_flushes_what_it_does_not_owe() {
     let mut split = Side::server(false);

@@ -87,14 +87,14 @@ impl Core {
     #[inline]
     pub(crate) fn start_send(&mut self, msg: Message) -> Result<()> {
         let close = msg.is_close();
-        if self.d.send(msg, now(), &mut ThreadQueues)? == Outgoing::Send && close {
+        if self.d.send(msg, now, &mut ThreadQueues)? == Outgoing::Send && close {
             trace::debug_event!("close frame sent");
         }
         Ok(())
     }
 
     pub(crate) fn start_send_prepared(&mut self, p: &PreparedMessage) -> Result<()> {
-        self.d.send_prepared(p, now(), &mut ThreadQueues)?;
+        self.d.send_prepared(p, now, &mut ThreadQueues)?;
         Ok(())
     }
 

@@ -163,8 +163,10 @@ impl ReadState {
     /// waits for input ([`set_split`](Self::set_split) for a receiver).
     pub(crate) fn new(role: Role, config: &Config, read_buf: BytesMut) -> Self {
         let inbox = Inbox::new(crate::codec::decoder(role, config), read_buf);
+        let mut rx = Receiver::new(inbox, true);
+        rx.set_flush_then_read(true);
         ReadState {
-            rx: Receiver::new(inbox, true),
+            rx,
             timer: CoreTimer::default(),
             #[cfg(feature = "tracing")]
             span: tracing::debug_span!("websocket", ?role),
@@ -239,6 +241,27 @@ impl ReadState {
         }
     }
 
+    /// The read a step asked for, as the next step's input. Pending when
+    /// it found nothing and the receiver says to wait (as the step with
+    /// [`Input::ReadPending`] would), with the timer set: that step is
+    /// not taken.
+    #[inline]
+    fn poll_read_input<L: CoreLink>(
+        &mut self,
+        link: &mut L,
+        cx: &mut Context<'_>,
+        plan: Plan,
+    ) -> Poll<Input> {
+        match self.poll_read(link, cx, plan) {
+            Poll::Ready(r) => Poll::Ready(Input::Read(r)),
+            Poll::Pending if self.rx.read_pending(&Reach { link: &mut *link }) => {
+                ready!(self.poll_timer(link, cx));
+                Poll::Ready(Input::Timer)
+            }
+            Poll::Pending => Poll::Ready(Input::ReadPending),
+        }
+    }
+
     /// The next message: a loop around the core's receive step.
     pub(crate) fn poll_next<L: CoreLink>(
         &mut self,
@@ -258,9 +281,12 @@ impl ReadState {
             );
             input = match step {
                 Step::Message(msg) => return Poll::Ready(Some(Ok(msg))),
-                Step::Read(plan) => match self.poll_read(link, cx, plan) {
-                    Poll::Ready(r) => Input::Read(r),
-                    Poll::Pending => Input::ReadPending,
+                Step::Read(plan) => ready!(self.poll_read_input(link, cx, plan)),
+                Step::FlushRead(plan) => match link.with_core(|c, io| c.poll_write_owed(io, cx)) {
+                    Poll::Ready(Ok(false)) => ready!(self.poll_read_input(link, cx, plan)),
+                    Poll::Ready(Ok(true)) => Input::Flushed(true),
+                    Poll::Ready(Err(e)) => Input::WriteFailed(e),
+                    Poll::Pending => Input::FlushBlocked,
                 },
                 Step::Flush => match link.with_core(|c, io| c.poll_write_owed(io, cx)) {
                     Poll::Ready(Ok(still_owed)) => Input::Flushed(still_owed),
