@@ -12,7 +12,7 @@
 //! ```sh
 //! cargo test --features deflate --test memory deflate_memory -- --nocapture
 //! ```
-#![cfg(all(feature = "deflate", not(feature = "tracing")))]
+#![cfg(feature = "deflate")]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
