@@ -264,6 +264,15 @@ impl Inbox {
         if !self.decoder.account().is_on() {
             return Plan::Scratch { limit: usize::MAX };
         }
+        // A read that ended at a frame's header: a frame larger than the
+        // whole budget is refused now, as `reserve_budgeted` refuses it
+        // when part of it came with the header (else, with no room left
+        // beside others, it would wait for room it can never use).
+        if let Some(whole) = self.decoder.frame_held_whole() {
+            if let Some(never) = self.decoder.account().never_fits(Held::ReadBuffer, whole) {
+                return Plan::Refused(never);
+            }
+        }
         let frame_left = self.decoder.payload_remaining(0);
         let limit = frame_left.map_or(usize::MAX, |want| want.saturating_add(READ_CHUNK));
         self.scratch_budgeted(limit.min(mem.scratch_len()))

@@ -397,6 +397,22 @@ fn a_frame_over_the_whole_budget_is_refused_beside_others() {
     };
     assert_eq!((charge, limit), (300_000, 256 << 10));
     assert_eq!(budget.in_use(), held, "nothing more asked for");
+    // The same when the read ended at the header, and the others have
+    // taken all the room meanwhile: refused for good, not a wait.
+    let mut inbox = inbox_with(Limits::default().budget(budget.clone()));
+    read(&mut inbox, &mut mem, &wire[..14]);
+    assert!(inbox.decode().unwrap().is_none(), "the header, read");
+    assert!(inbox.buffered().is_empty());
+    let room = budget.limit() - budget.in_use();
+    assert_eq!(
+        other.try_set(Held::Fragments, (200 << 10) + room),
+        Grant::Granted
+    );
+    let Plan::Refused(Grant::Never { charge, .. }) = inbox.plan(&mut mem) else {
+        panic!("not refused for good after a read of the header alone")
+    };
+    assert_eq!(charge, 300_000);
+    assert_eq!(other.try_set(Held::Fragments, 200 << 10), Grant::Granted);
     // Streamed, the same frame goes through in pieces beside the other.
     let decoder = MessageDecoder::new(Role::Server, Limits::default().budget(budget.clone()))
         .stream_messages(true);

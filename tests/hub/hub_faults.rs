@@ -35,6 +35,11 @@ use crate::support::hub;
 use faulty::{Break, Counts, Faulty, Rng, client_frame, messages};
 use hub::{TestHub, Tracked};
 
+/// How long one exchange may take before it counts as stuck: a stall
+/// detector, not a speed limit (a seed over a one-byte pipe is CPU-bound,
+/// and a loaded machine slows it several times over).
+const STUCK: Duration = Duration::from_secs(120);
+
 fn seeds() -> u64 {
     std::env::var("FAULT_SEEDS")
         .ok()
@@ -142,7 +147,7 @@ async fn exchange(seed: u64, deflate: bool) {
 
 async fn run_all(deflate: bool) {
     for seed in 0..seeds() {
-        tokio::time::timeout(Duration::from_secs(20), exchange(seed, deflate))
+        tokio::time::timeout(STUCK, exchange(seed, deflate))
             .await
             .unwrap_or_else(|_| panic!("seed {seed}: stuck (deflate={deflate})"));
     }
@@ -302,7 +307,7 @@ async fn a_broken_transport_loses_nothing_silently() {
         .unwrap_or(0);
     for seed in first..4 * seeds() {
         let deflate = cfg!(feature = "deflate") && seed % 2 == 1;
-        tokio::time::timeout(Duration::from_secs(20), broken_exchange(seed, deflate))
+        tokio::time::timeout(STUCK, broken_exchange(seed, deflate))
             .await
             .unwrap_or_else(|_| panic!("seed {seed}: stuck after the transport broke"));
     }

@@ -27,6 +27,7 @@ mod scripted;
 mod settings;
 mod soak;
 mod stream;
+mod stream_edges;
 mod streaming;
 mod tracing;
 mod wire;
