@@ -1968,7 +1968,10 @@ fn receive_with(data: &[u8], in_buffer: bool) {
                             Plan::Scratch { limit } => {
                                 let n = chunk.len().min(limit).min(FUZZ_SCRATCH);
                                 if n > 0 {
-                                    inbox.received(&chunk[..n], n == FUZZ_SCRATCH, &mut mem);
+                                    // As the Stream hands it over (a read
+                                    // of one whole message decoded there).
+                                    let mut got = chunk[..n].to_vec();
+                                    rx.received(&mut got, n == FUZZ_SCRATCH, &mut mem);
                                 } else {
                                     inbox.scratch_unused();
                                 }

@@ -58,6 +58,15 @@ pub(crate) struct Borrowable {
     header_len: usize,
 }
 
+impl Borrowable {
+    /// The bytes the frame takes, header included.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        // At most the buffer's length (`borrowable` checked).
+        self.header_len + self.header.payload_len as usize
+    }
+}
+
 /// A frame [`MessageDecoder::take_borrowable`] unmasked and checked in
 /// place: where its payload lies, and whether it is validated text.
 /// Neither copied nor cloned: one view per frame taken.
@@ -70,6 +79,18 @@ pub(crate) struct TakenFrame {
 }
 
 impl TakenFrame {
+    /// The message, its payload copied from `src` (the bytes
+    /// `take_borrowable` was given) into memory `copy` gives.
+    #[inline]
+    pub(crate) fn owned(self, src: &[u8], copy: impl FnOnce(&[u8]) -> BytesMut) -> Message {
+        let payload = copy(&src[self.header_len..self.used]).freeze();
+        if self.text {
+            Message::Text(Utf8Bytes::from_validated(payload))
+        } else {
+            Message::Binary(payload)
+        }
+    }
+
     /// The payload, borrowed from `src`: the bytes `take_borrowable` was
     /// given, unchanged since (its callers pass the same buffer at once).
     #[inline]

@@ -405,6 +405,36 @@ impl Inbox {
         self.sync();
     }
 
+    /// Before [`received`](Self::received), for a read into the engine's
+    /// memory (`got`) that is exactly one whole one-frame data message, the
+    /// usual read under request and reply: that message, decoded where it
+    /// lies and only its payload copied ([`ReadMemory::arena_copy`]), or
+    /// the rule it breaks; the buffer is not touched. `None`: not such a
+    /// read (or under a memory budget, whose charges the buffer's way
+    /// keeps); nothing was done, hand it to `received`.
+    #[inline]
+    pub fn take_whole(
+        &mut self,
+        got: &mut [u8],
+        mem: &mut impl ReadMemory,
+    ) -> Option<Result<Message, Error>> {
+        if self.buf.capacity() != 0 || self.decoder.account().is_on() {
+            return None;
+        }
+        let found = self.decoder.borrowable(got)?;
+        if found.len() != got.len() {
+            return None;
+        }
+        self.bulk = false;
+        let taken = self.decoder.take_borrowable(found, got);
+        Some(taken.map(|frame| {
+            frame.owned(got, |payload| {
+                mem.arena_copy(payload)
+                    .unwrap_or_else(|| BytesMut::from(payload))
+            })
+        }))
+    }
+
     /// Decodes the next message from the buffer. A message goes to the
     /// core too when its [`State::hears_message`] says so
     /// ([`Connection::handle_message`]), an error always

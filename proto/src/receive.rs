@@ -333,8 +333,11 @@ pub struct Receiver {
     /// Decoded to the end of what the inbox holds since input last came:
     /// nothing to decode until more does.
     drained: bool,
-    /// A message held back while [`Step::WriteNow`] answers it.
-    pending: Option<Message>,
+    /// A message held back while [`Step::WriteNow`] answers it, or one
+    /// [`received`](Self::received) decoded from a read (or the rule it
+    /// broke): handed out (or failed with) before anything else is
+    /// decoded.
+    pending: Option<Result<Message, Error>>,
     /// When input last came while keepalive ran, not yet told to the
     /// connection: it hears it before anything else.
     last_input: Option<Instant>,
@@ -585,6 +588,28 @@ impl Receiver {
         }
     }
 
+    /// What a [`Plan::Scratch`] read brought, in the engine's memory
+    /// (`got`): [`Inbox::received`], but a read that is one whole
+    /// one-frame data message (the usual one under request and reply) is
+    /// decoded where it lies, only its payload copied, and handed out by
+    /// the next step ([`Inbox::take_whole`]). Before that step, which
+    /// gets the read's [`Input::Read`] as always.
+    #[inline]
+    pub fn received(&mut self, got: &mut [u8], filled: bool, mem: &mut impl ReadMemory) {
+        // A message handed out this way skips the connection, which hears
+        // data messages only while waiting for memory budget (no budget:
+        // `take_whole` declines under one) and after a quiet receiver's
+        // close.
+        if !filled && self.stage == Stage::Open && !self.quiet_after_close && self.pending.is_none()
+        {
+            if let Some(whole) = self.inbox.take_whole(got, mem) {
+                self.pending = Some(whole);
+                return;
+            }
+        }
+        self.inbox.received(got, filled, mem);
+    }
+
     /// The engine stops stepping while bytes of the last read are still
     /// in its buffer, its connection ended another way (a write failed,
     /// the application is gone): they are dropped, and `scratch` emptied
@@ -813,9 +838,19 @@ impl Receiver {
                 }
                 Stage::Open | Stage::Finishing => {}
             }
-            if let Some(msg) = self.pending.take() {
-                let step = Step::Message(msg);
-                return self.out::<O, SCRATCH>(link, scratch, step);
+            match self.pending.take() {
+                None => {}
+                Some(Ok(msg)) => {
+                    let step = Step::Message(msg);
+                    return self.out::<O, SCRATCH>(link, scratch, step);
+                }
+                Some(Err(e)) => {
+                    if let Err(e) = self.fail(link, e, now) {
+                        let step = self.end(Some(Ended::Error(e)));
+                        return self.out::<O, SCRATCH>(link, scratch, step);
+                    }
+                    continue;
+                }
             }
             let mut state = link.state();
             match state.phase() {
@@ -923,7 +958,7 @@ impl Receiver {
                             // The peer's close: its echo goes to the
                             // transport before the frame is handed out.
                             self.inbox.release();
-                            self.pending = Some(msg);
+                            self.pending = Some(Ok(msg));
                             let step = Step::WriteNow;
                             return self.out::<O, SCRATCH>(link, scratch, step);
                         }

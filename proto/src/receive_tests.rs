@@ -108,14 +108,17 @@ impl Side {
         let Step::Read(plan) = step else {
             panic!("expected a read, got {step:?}");
         };
-        let inbox = self.rx.inbox_mut();
         let n = match plan {
             Plan::Scratch { limit } => {
+                // As an engine hands it over: a read that is one whole
+                // message is decoded where it lies.
                 let n = bytes.len().min(limit);
-                inbox.received(&bytes[..n], false, &mut OwnMemory);
+                self.rx
+                    .received(&mut bytes[..n].to_vec(), false, &mut OwnMemory);
                 n
             }
             _ => {
+                let inbox = self.rx.inbox_mut();
                 let mut target = inbox.target();
                 let buf = target.get_ref();
                 let room = (buf.capacity() - buf.len()).min(bytes::buf::Limit::limit(&target));
@@ -506,3 +509,96 @@ fn input_remembered_under_keepalive_does_not_end_a_later_budget_wait() {
 
 #[path = "receive_scratch_tests.rs"]
 mod scratch;
+
+/// What [`Receiver::received`] takes: a read that is one whole one-frame
+/// data message is decoded where it lies, the inbox's buffer untouched.
+fn received_alone(s: &mut Side, bytes: &[u8]) -> Step {
+    let Step::Read(Plan::Scratch { .. }) = s.step(Input::Start) else {
+        panic!("no read into the engine's memory")
+    };
+    s.rx.received(&mut bytes.to_vec(), false, &mut OwnMemory);
+    s.step(Input::Read(Ok(bytes.len())))
+}
+
+/// A read of one whole message is decoded from the engine's memory, with
+/// the same outcome as through the inbox's buffer: the message, or the
+/// close code of the rule it breaks (1007, 1009, 1002). Reads of more
+/// (or less) than one frame, and reads under a memory budget, go through
+/// the buffer.
+#[test]
+fn a_read_of_one_whole_message_is_decoded_where_it_lies() {
+    let text = Message::text("hello");
+    let mut s = Side::server(false);
+    assert_eq!(
+        received_alone(&mut s, &wire(&text, Role::Client)),
+        Step::Message(text.clone())
+    );
+    assert_eq!(
+        s.rx.inbox().buffered().capacity(),
+        0,
+        "the buffer was not used"
+    );
+    let bin = Message::binary(vec![7u8; 300]);
+    assert_eq!(
+        received_alone(&mut s, &wire(&bin, Role::Client)),
+        Step::Message(bin)
+    );
+
+    let bad_text = Message::Frame(crate::message::Frame::new(
+        true,
+        crate::header::OpCode::Text,
+        bytes::Bytes::from_static(&[0xff]),
+    ));
+    let unmasked = wire(&text, Role::Server);
+    let too_big = wire(&Message::binary(vec![1u8; 5]), Role::Client);
+    for (bytes, limits, code) in [
+        (
+            wire(&bad_text, Role::Client),
+            Limits::default(),
+            CloseCode::INVALID_PAYLOAD,
+        ),
+        (
+            too_big,
+            Limits::default().max_message_size(4),
+            CloseCode::MESSAGE_TOO_BIG,
+        ),
+        (unmasked, Limits::default(), CloseCode::PROTOCOL_ERROR),
+    ] {
+        let mut s = Side::with_limits(Role::Server, Timers::default(), limits, false);
+        assert_eq!(
+            received_alone(&mut s, &bytes),
+            Step::Finish { shut_down: true }
+        );
+        let [Message::Close(Some(frame))] = &s.link.sent[..] else {
+            panic!("{:?}", s.link.sent)
+        };
+        assert_eq!(frame.code, code);
+    }
+
+    // Two messages in one read: through the buffer, both handed out.
+    let mut s = Side::server(false);
+    let mut two = wire(&text, Role::Client);
+    two.extend_from_slice(&wire(&Message::text("again"), Role::Client));
+    let Step::Read(Plan::Scratch { .. }) = s.step(Input::Start) else {
+        panic!()
+    };
+    s.rx.received(&mut two.to_vec(), false, &mut OwnMemory);
+    assert_eq!(s.rx.inbox().buffered().len(), two.len());
+    assert_eq!(
+        s.step(Input::Read(Ok(two.len()))),
+        Step::Message(text.clone())
+    );
+    assert_eq!(s.step(Input::Start), Step::Message(Message::text("again")));
+
+    // Under a budget, through the buffer, whose charges the budget sees.
+    let budget = crate::MemoryBudget::new(1 << 20);
+    let limits = Limits::default().budget(budget);
+    let mut s = Side::with_limits(Role::Server, Timers::default(), limits, false);
+    let Step::Read(Plan::Scratch { .. }) = s.step(Input::Start) else {
+        panic!()
+    };
+    let one = wire(&text, Role::Client);
+    s.rx.received(&mut one.to_vec(), false, &mut OwnMemory);
+    assert_eq!(s.rx.inbox().buffered().len(), one.len());
+    assert_eq!(s.step(Input::Read(Ok(one.len()))), Step::Message(text));
+}

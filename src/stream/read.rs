@@ -224,9 +224,10 @@ impl ReadState {
                     inbox.scratch_unused();
                 }
                 ready!(read)?;
-                let got = into.filled();
-                inbox.received(got, got.len() == STACK_READ, &mut mem);
-                Poll::Ready(Ok(got.len()))
+                let got = into.filled_mut();
+                let n = got.len();
+                self.rx.received(got, n == STACK_READ, &mut mem);
+                Poll::Ready(Ok(n))
             }
             // `Own` (the plan never asks to read when refused).
             _ => {
