@@ -30,6 +30,7 @@ mod stream;
 mod stream_edges;
 mod streaming;
 mod tracing;
+mod whole_read;
 mod wire;
 mod with_axum;
 mod with_hyper;
