@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use crate::buffer::CORK;
 use crate::conn::{Clock, Connection, Outgoing, Phase};
 use crate::encoder::FrameEncoder;
 use crate::error::Error;
@@ -117,6 +118,16 @@ impl Driver {
     #[inline]
     pub fn buffered(&self) -> usize {
         self.out.as_ref().map_or(0, |q| q.len())
+    }
+
+    /// Whether what is queued should start leaving now, before the
+    /// engine's own flush point: a cork's worth ([`CORK`]) waits, so a
+    /// burst of sends reaches the peer while it goes on, and the queue
+    /// stays small. (The receive step keeps the same rule for replies
+    /// within one read.)
+    #[inline]
+    pub fn uncorks(&self) -> bool {
+        self.buffered() >= CORK
     }
 
     /// Whether this connection holds a write queue now.
@@ -405,6 +416,25 @@ mod tests {
         }
         assert!(wire.is_empty());
         out
+    }
+
+    #[test]
+    fn a_corks_worth_queued_starts_leaving_and_less_waits() {
+        let mut pool = pool();
+        let mut d = driver(Role::Server);
+        let now = Instant::now();
+        assert!(!d.uncorks(), "nothing queued");
+        // A frame's header is 4 bytes at these sizes: one byte under the
+        // cork, then one at it.
+        d.send_data(OpCode::Binary, &vec![1; CORK - 5], now, &mut pool)
+            .unwrap();
+        assert_eq!(d.buffered(), CORK - 1);
+        assert!(!d.uncorks());
+        d.send_data(OpCode::Binary, &[], now, &mut pool).unwrap();
+        assert!(d.buffered() >= CORK);
+        assert!(d.uncorks());
+        let _ = wire(&mut d, &mut pool, usize::MAX);
+        assert!(!d.uncorks(), "written out");
     }
 
     #[test]

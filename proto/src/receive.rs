@@ -499,6 +499,29 @@ impl Receiver {
         link.abandon();
     }
 
+    /// The engine's timer for a close the application waits on (its close
+    /// frame not yet taken by the peer) went off: what the core makes of
+    /// it. Once the connection's close deadline has passed, the
+    /// connection ends at once, nothing more written or read (as
+    /// [`give_up`](Self::give_up)), and this is the error to report
+    /// ([`Error::CloseTimeout`]); `None` while the deadline is still ahead
+    /// (a timer that went off early, or a deadline moved): wait on.
+    #[cold]
+    pub fn close_timer(&mut self, link: &mut impl Link, now: Instant) -> Option<Error> {
+        let error = link
+            .with_conn(|c| {
+                c.handle_timeout(now);
+                if c.phase() == Phase::TimedOut {
+                    Some(c.take_error().unwrap_or(Error::CloseTimeout))
+                } else {
+                    None
+                }
+            })
+            .unwrap_or_else(Some)?;
+        self.give_up(link);
+        Some(error)
+    }
+
     /// The next step, given what came of the last one. `now` reads the
     /// engine's clock, called only when a time is needed.
     #[inline(always)]

@@ -380,6 +380,29 @@ fn a_close_that_times_out_writes_what_it_can_and_ends() {
 }
 
 #[test]
+fn an_applications_close_timer_ends_the_connection_only_past_the_deadline() {
+    let mut s = Side::new(
+        Role::Client,
+        Timers::default().close_timeout(Duration::from_secs(5)),
+        false,
+    );
+    let _ = s.link.with_conn(|c| c.send_close(s.now));
+    // Early (the engine's deadline reckoned before the core's): wait on,
+    // the connection as it was.
+    s.at(4);
+    assert_eq!(s.rx.close_timer(&mut s.link, s.now), None);
+    assert!(!s.rx.is_done() && !s.link.abandoned);
+    assert!(matches!(s.step(Input::Start), Step::Read(_)));
+    // Past it: the core's error, the connection given up at once, and
+    // nothing more to step (the error is reported once, by the close).
+    s.at(5);
+    let error = s.rx.close_timer(&mut s.link, s.now);
+    assert_eq!(error, Some(Error::CloseTimeout));
+    assert!(s.rx.is_done() && s.link.abandoned);
+    assert_eq!(s.link.conn.phase(), Phase::TimedOut);
+}
+
+#[test]
 fn a_read_refused_by_the_budget_waits_for_it_then_goes_on() {
     use crate::budget::{BudgetAccount, Grant, Held, MemoryBudget};
     let budget = MemoryBudget::new(256 << 10).allowance(0);

@@ -42,6 +42,7 @@ use crate::proto::Role;
 use crate::proto::close::Leaving;
 use crate::proto::conn::{Connection, Phase, State, later};
 use crate::proto::decoder::{BorrowedData, MessageDecoder};
+use crate::proto::encoder::SHARE_PAYLOAD_MIN;
 use crate::proto::inbox::{Inbox, OwnMemory, Plan, ReadMemory};
 use crate::proto::message::Message;
 use crate::proto::outbox::QueuePool;
@@ -54,10 +55,6 @@ const BUDGET_RETRIES_PER_TURN: usize = 4;
 
 /// Reads per connection per turn before the others get theirs.
 const READS_PER_TURN: usize = 4;
-/// Messages at least this large, received into a connection's own buffer,
-/// are sent on from where they are when a handler sends them back as
-/// they are; smaller ones are copied (cheaper than the bookkeeping).
-const SHARE_MIN: usize = 64 << 10;
 /// Connections accepted per turn.
 const ACCEPTS_PER_TURN: usize = 64;
 /// Commands taken from handles per turn.
@@ -1635,7 +1632,9 @@ fn dispatch<H: Handler>(
             Message::Binary(b) => Some(b),
             _ => None,
         };
-        ws.turn.current = payload.filter(|p| p.len() >= SHARE_MIN).cloned();
+        // Kept only where the core would queue it by reference: below
+        // that it copies, and a reference kept would cost a count.
+        ws.turn.current = payload.filter(|p| p.len() >= SHARE_PAYLOAD_MIN).cloned();
     }
     match msg {
         Message::Text(t) => handler.message(&mut ws, HubMessage::Text(t.as_str())),

@@ -21,7 +21,7 @@ use crate::proto::conn::{Connection, Outgoing};
 use crate::proto::driver::Driver;
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::message::{Message, PreparedMessage};
-use crate::stream::write::{CORK, Task, ThreadQueues, WriteState};
+use crate::stream::write::{Task, ThreadQueues, WriteState};
 use crate::trace;
 
 /// The current time, from Tokio's clock so that tests can pause it.
@@ -69,7 +69,7 @@ impl Core {
     {
         if self.write.is_full(&self.d) {
             ready!(self.poll_send_buffered(io, cx))?;
-        } else if self.d.buffered() >= CORK && self.write.nobody_parked() {
+        } else if self.d.uncorks() && self.write.nobody_parked() {
             // A burst of replies starts leaving once a cork's worth is
             // queued; a transport that is not ready just lets the queue grow
             // on. Only when no other task waits to write: polling the

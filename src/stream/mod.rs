@@ -195,33 +195,38 @@ where
     /// # server.await.unwrap();
     /// # Ok(()) }
     /// ```
-    pub async fn close(&mut self, frame: Option<CloseFrame>) -> Result<()> {
+    pub async fn close(&mut self, mut frame: Option<CloseFrame>) -> Result<()> {
         if self.reader.is_terminated() {
             return Ok(());
         }
-        // The core's close deadline: no fresh timeout for a second call
-        // after a first that gave up.
-        let deadline = self.core.d.conn().close_deadline_from(now());
-        let send = async {
-            if !self.core.d.conn().is_close_sent() {
-                self.feed(Message::Close(frame)).await?;
+        loop {
+            // The core's close deadline: no fresh timeout for a second
+            // call after a first that gave up.
+            let deadline = self.core.d.conn().close_deadline_from(now());
+            let send = async {
+                if !self.core.d.conn().is_close_sent() {
+                    self.feed(Message::Close(frame.take())).await?;
+                }
+                self.flush().await
+            };
+            // Without a close timeout, no timer: a runtime without Tokio's
+            // time driver can close (see `Config::without_timeouts`).
+            let Some(deadline) = deadline else {
+                return send.await;
+            };
+            if let Ok(r) = tokio::time::timeout_at(deadline.into(), send).await {
+                return r;
             }
-            self.flush().await
-        };
-        // Without a close timeout, no timer: a runtime without Tokio's
-        // time driver can close (see `Config::without_timeouts`).
-        let Some(deadline) = deadline else {
-            return send.await;
-        };
-        match tokio::time::timeout_at(deadline.into(), send).await {
-            Ok(r) => r,
-            Err(_) => {
-                let mut link = UnsplitLink {
-                    io: &mut self.io,
-                    core: &mut self.core,
-                };
-                self.reader.give_up(&mut link);
-                Err(Error::CloseTimeout)
+            // What the deadline means is the core's: the connection ends
+            // with its error, or, if the deadline is still ahead (the
+            // core's, set as the frame was queued, is a little later than
+            // the one reckoned before), wait on.
+            let mut link = UnsplitLink {
+                io: &mut self.io,
+                core: &mut self.core,
+            };
+            if let Some(e) = self.reader.close_timer(&mut link, now()) {
+                return Err(e.into());
             }
         }
     }

@@ -191,9 +191,15 @@ impl ReadState {
         self.rx.is_done()
     }
 
-    /// Ends the connection without waiting for anything more.
-    pub(crate) fn give_up<L: CoreLink>(&mut self, link: &mut L) {
-        self.rx.give_up(&mut Reach { link });
+    /// The timer of a close the application waits on went off
+    /// ([`Receiver::close_timer`]): the error that ends the connection, or
+    /// `None` to wait on.
+    pub(crate) fn close_timer<L: CoreLink>(
+        &mut self,
+        link: &mut L,
+        now: Instant,
+    ) -> Option<crate::proto::Error> {
+        self.rx.close_timer(&mut Reach { link }, now)
     }
 
     /// Ready once the core's next deadline has passed.

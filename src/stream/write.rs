@@ -27,8 +27,6 @@ pub(crate) enum Task {
     Sending,
 }
 
-pub(crate) use crate::proto::buffer::CORK;
-
 /// Write queues kept per thread: one connection is polled at a time and
 /// needs one (a split one's halves may be polled on two), so two are kept;
 /// each gets room for a 64 KiB message.

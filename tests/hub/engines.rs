@@ -335,6 +335,38 @@ async fn a_server_close_answered_by_a_hang_up_is_a_clean_end() {
     }
 }
 
+/// Our close, read by a peer that neither answers nor hangs up: every
+/// engine ends the connection at the core's close deadline (not before),
+/// with the core's error, and the peer then sees the end.
+#[tokio::test]
+async fn a_server_close_never_answered_ends_at_the_close_deadline() {
+    let timeout = Duration::from_millis(400);
+    let config = Config::default().close_timeout(timeout);
+    for engine in ENGINES {
+        eprintln!("engine {engine:?}");
+        let mut server = start(engine, config.clone()).await;
+        let mut tcp = upgrade_raw(server.addr).await;
+        tcp.write_all(&frame(true, OpCode::Text, b"close".to_vec()))
+            .await
+            .unwrap();
+        assert_eq!(close_code(&mut tcp).await, 4000, "{engine:?}");
+        let heard = tokio::time::Instant::now();
+        let ended = server.ended().await;
+        assert!(
+            heard.elapsed() + Duration::from_millis(50) >= timeout,
+            "{engine:?}: early"
+        );
+        assert_eq!(
+            ended,
+            Some(wavesock::Error::CloseTimeout.to_string()),
+            "{engine:?}"
+        );
+        let mut rest = Vec::new();
+        let _ = within(5, tcp.read_to_end(&mut rest)).await;
+        assert!(rest.is_empty(), "{engine:?}: {rest:?} after the close");
+    }
+}
+
 #[tokio::test]
 async fn a_close_reason_over_the_limit_never_goes_out_whole() {
     for engine in ENGINES {

@@ -261,12 +261,20 @@ async fn large_echoes_keep_their_place_among_other_sends() {
     let server = start(HubConfig::default()).await;
     let (mut ws, _) = wavesock::connect_async(server.url("/")).await.unwrap();
     // Larger than a read: received into the connection's own buffer and
-    // sent back from there. Several in flight at once.
-    let bigs: Vec<Vec<u8>> = (0..4u8)
+    // sent back from there; the smaller ones too when a read ends inside
+    // them (all are over the size the core queues by reference). Several
+    // in flight at once.
+    let sizes = [
+        700 << 10,
+        5 << 10,
+        701 << 10,
+        (40 << 10) + 7,
+        63 << 10,
+        702 << 10,
+    ];
+    let bigs: Vec<Vec<u8>> = (0..sizes.len())
         .map(|i| {
-            let mut b: Vec<u8> = (0..(700 << 10) + i as usize * 1000)
-                .map(|j| (j % 253) as u8 ^ i)
-                .collect();
+            let mut b: Vec<u8> = (0..sizes[i]).map(|j| (j % 253) as u8 ^ i as u8).collect();
             b[0] = b'W';
             b
         })

@@ -232,6 +232,12 @@ async fn close_is_bounded_by_the_deadline_armed_when_the_close_was_recorded() {
         waited >= Duration::from_secs(2) && waited < Duration::from_secs(3),
         "{waited:?}: the rest of the deadline, not a fresh timeout"
     );
+    // The connection ended with that error, reported once: the stream
+    // ends, and closing again sends and waits for nothing.
+    assert!(ws.next().await.is_none());
+    let again = tokio::time::Instant::now();
+    assert!(ws.close(None).await.is_ok());
+    assert_eq!(again.elapsed(), Duration::ZERO);
 }
 
 /// How long a peer waits for a close reply before the test fails: a guard
