@@ -499,17 +499,31 @@ impl Receiver {
         link.abandon();
     }
 
-    /// The engine's timer for a close the application waits on (its close
-    /// frame not yet taken by the peer) went off: what the core makes of
-    /// it. Once the connection's close deadline has passed, the
-    /// connection ends at once, nothing more written or read (as
-    /// [`give_up`](Self::give_up)), and this is the error to report
-    /// ([`Error::CloseTimeout`]); `None` while the deadline is still ahead
-    /// (a timer that went off early, or a deadline moved): wait on.
+    /// The engine's timer for a close the application waits on went off:
+    /// what the core makes of it. `asked` is when the application asked
+    /// to close: until its close frame is queued (a full write queue to a
+    /// peer that reads nothing has no room for it), the close timeout
+    /// runs from then; once queued, the connection's own close deadline
+    /// rules. Past the deadline, the connection ends at once, nothing
+    /// more written or read (as [`give_up`](Self::give_up)), and this is
+    /// the error to report ([`Error::CloseTimeout`]); `None` while the
+    /// deadline is still ahead (a timer that went off early): wait on.
+    /// Keepalive and the budget's wait are not looked at: the close's
+    /// deadline is the only one that ends a close.
     #[cold]
-    pub fn close_timer(&mut self, link: &mut impl Link, now: Instant) -> Option<Error> {
+    pub fn close_timer(
+        &mut self,
+        link: &mut impl Link,
+        now: Instant,
+        asked: Instant,
+    ) -> Option<Error> {
         let error = link
             .with_conn(|c| {
+                if c.close_deadline().is_none() {
+                    // Not queued yet: the frame waits for room.
+                    let passed = c.close_deadline_from(asked).is_some_and(|d| now >= d);
+                    return passed.then_some(Error::CloseTimeout);
+                }
                 c.handle_timeout(now);
                 if c.phase() == Phase::TimedOut {
                     Some(c.take_error().unwrap_or(Error::CloseTimeout))

@@ -199,13 +199,18 @@ where
         if self.reader.is_terminated() {
             return Ok(());
         }
+        let asked = now();
         loop {
-            // The core's close deadline: no fresh timeout for a second
-            // call after a first that gave up.
-            let deadline = self.core.d.conn().close_deadline_from(now());
+            // The core's close deadline once our close is queued (no fresh
+            // timeout for a second call after a first that gave up); until
+            // then, the close timeout from the call.
+            let deadline = self.core.d.conn().close_deadline_from(asked);
             let send = async {
                 if !self.core.d.conn().is_close_sent() {
-                    self.feed(Message::Close(frame.take())).await?;
+                    // The frame is taken only as it is queued: a wait for
+                    // room cut short by the deadline keeps it.
+                    std::future::poll_fn(|cx| Pin::new(&mut *self).poll_ready(cx)).await?;
+                    Pin::new(&mut *self).start_send(Message::Close(frame.take()))?;
                 }
                 self.flush().await
             };
@@ -218,14 +223,14 @@ where
                 return r;
             }
             // What the deadline means is the core's: the connection ends
-            // with its error, or, if the deadline is still ahead (the
+            // with its error, or, while the deadline is still ahead (the
             // core's, set as the frame was queued, is a little later than
-            // the one reckoned before), wait on.
+            // the one reckoned from the call), wait on.
             let mut link = UnsplitLink {
                 io: &mut self.io,
                 core: &mut self.core,
             };
-            if let Some(e) = self.reader.close_timer(&mut link, now()) {
+            if let Some(e) = self.reader.close_timer(&mut link, now(), asked) {
                 return Err(e.into());
             }
         }

@@ -198,8 +198,9 @@ impl ReadState {
         &mut self,
         link: &mut L,
         now: Instant,
+        asked: Instant,
     ) -> Option<crate::proto::Error> {
-        self.rx.close_timer(&mut Reach { link }, now)
+        self.rx.close_timer(&mut Reach { link }, now, asked)
     }
 
     /// Ready once the core's next deadline has passed.

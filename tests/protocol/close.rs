@@ -240,6 +240,96 @@ async fn close_is_bounded_by_the_deadline_armed_when_the_close_was_recorded() {
     assert_eq!(again.elapsed(), Duration::ZERO);
 }
 
+/// A peer that reads nothing, and a write queue past the backpressure
+/// limit (one large message let in below it): `close()` cannot even queue
+/// its frame, yet ends at the close timeout from the call, with
+/// `CloseTimeout`, keepalive's deadlines passing meanwhile or not, and the
+/// stream then ends.
+#[tokio::test(start_paused = true)]
+async fn close_with_no_room_for_its_frame_ends_at_the_timeout_from_the_call() {
+    use wavesock::{Role, WebSocketStream};
+    for keepalive in [false, true] {
+        let (a, _peer_never_reads) = tokio::io::duplex(64);
+        let mut config = Config::default()
+            .close_timeout(Duration::from_secs(10))
+            .max_backpressure(64 << 10);
+        if keepalive {
+            config = config
+                .ping_interval(Some(Duration::from_secs(3)))
+                .pong_timeout(Duration::from_secs(3));
+        }
+        let mut ws = WebSocketStream::from_raw_socket(a, Role::Client, config).unwrap();
+        ws.feed(Message::binary(vec![7u8; 1 << 20])).await.unwrap();
+        let start = tokio::time::Instant::now();
+        let r = tokio::time::timeout(Duration::from_secs(600), ws.close(None)).await;
+        let waited = start.elapsed();
+        assert!(
+            matches!(r, Ok(Err(Error::CloseTimeout))),
+            "keepalive {keepalive}: {r:?} after {waited:?}"
+        );
+        assert!(
+            waited >= Duration::from_secs(10) && waited < Duration::from_secs(11),
+            "keepalive {keepalive}: {waited:?}"
+        );
+        assert!(ws.next().await.is_none());
+    }
+}
+
+/// Over loopback: a server with 32 MiB queued to a client that reads only
+/// after `close()`'s timeout. `close()` gives up at its timeout; the
+/// client gets whole frames up to where the connection was dropped, and
+/// never a close frame other than the one asked for (the frame is taken
+/// only as it is queued, not by a wait for room cut short).
+#[tokio::test]
+async fn a_close_cut_short_never_sends_another_frame_than_the_one_asked() {
+    let (l, addr) = support::listener().await;
+    let peer = tokio::spawn(async move {
+        let (mut tcp, buf) = support::raw_upgrade(addr).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let mut all = buf.to_vec();
+        let _ = tokio::time::timeout(REPLY_GUARD, tcp.read_to_end(&mut all)).await;
+        let mut closes = Vec::new();
+        let mut at = 0;
+        while all.len() >= at + 2 {
+            let (len, h) = match all[at + 1] & 0x7f {
+                126 if all.len() >= at + 4 => (
+                    usize::from(u16::from_be_bytes([all[at + 2], all[at + 3]])),
+                    4,
+                ),
+                127 if all.len() >= at + 10 => {
+                    let n = u64::from_be_bytes(all[at + 2..at + 10].try_into().unwrap());
+                    (usize::try_from(n).unwrap(), 10)
+                }
+                126 | 127 => break,
+                n => (usize::from(n), 2),
+            };
+            if all.len() < at + h + len {
+                break;
+            }
+            if all[at] & 0x0f == 0x8 {
+                closes.push(all[at + h..at + h + len].to_vec());
+            }
+            at += h + len;
+        }
+        closes
+    });
+    let config = Config::default().close_timeout(Duration::from_millis(300));
+    let mut ws = support::accept(&l, config).await;
+    ws.feed(Message::binary(vec![3u8; 32 << 20])).await.unwrap();
+    let r = ws
+        .close(Some(CloseFrame::new(CloseCode::from(4001), "bye")))
+        .await;
+    drop(ws);
+    assert!(matches!(r, Err(Error::CloseTimeout)), "{r:?}");
+    for c in peer.await.unwrap() {
+        assert_eq!(
+            &c[..2],
+            &4001u16.to_be_bytes(),
+            "{c:?}: not the close asked for"
+        );
+    }
+}
+
 /// How long a peer waits for a close reply before the test fails: a guard
 /// against hanging, not a bound on how fast the reply comes.
 const REPLY_GUARD: Duration = Duration::from_secs(5);
