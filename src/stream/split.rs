@@ -117,6 +117,14 @@ where
 /// receiver keeps reading and answering pings, and dropping the receiver
 /// and every sender drops the connection without a close frame.
 ///
+/// The close timeout ([`Config::close_timeout`](crate::Config::close_timeout))
+/// is served by the receiving half: while a task polls it, the connection
+/// ends at the deadline. [`SinkExt::close`](futures_util::SinkExt::close) on a sender
+/// with nobody reading waits for the transport to take the close frame,
+/// with no deadline of its own (as the unsplit stream's `Sink::close`;
+/// [`WebSocketStream::close`](crate::WebSocketStream::close) is the bounded
+/// one): keep the receiver polled, or bound the call.
+///
 /// ```
 /// use futures_util::StreamExt;
 /// use wavesock::{Config, Message, Role, WebSocketStream};
