@@ -268,14 +268,21 @@ impl Inbox {
         // whole budget is refused now, as `reserve_budgeted` refuses it
         // when part of it came with the header (else, with no room left
         // beside others, it would wait for room it can never use).
-        if let Some(whole) = self.decoder.frame_held_whole() {
-            if let Some(never) = self.decoder.account().never_fits(Held::ReadBuffer, whole) {
-                return Plan::Refused(never);
-            }
+        if let Some(never) = self.frame_never_fits() {
+            return Plan::Refused(never);
         }
         let frame_left = self.decoder.payload_remaining(0);
         let limit = frame_left.map_or(usize::MAX, |want| want.saturating_add(READ_CHUNK));
         self.scratch_budgeted(limit.min(mem.scratch_len()))
+    }
+
+    /// The refusal for a frame that must lie whole in the buffer (not
+    /// streamed, or compressed, or control) and is larger than the whole
+    /// budget can ever take; `None` for any other.
+    #[inline]
+    fn frame_never_fits(&self) -> Option<Grant> {
+        let whole = self.decoder.frame_held_whole()?;
+        self.decoder.account().never_fits(Held::ReadBuffer, whole)
     }
 
     #[cold]
@@ -642,15 +649,11 @@ impl Inbox {
         frame_left: Option<usize>,
         mem: &mut impl ReadMemory,
     ) -> Result<(), Grant> {
-        // A frame that must lie whole in the buffer and is larger than the
-        // budget can take is refused at once, whatever others hold now:
-        // growing towards it chunk by chunk would wait for room beside
-        // them (a wait the frame could never end), holding part of the
-        // budget meanwhile.
-        if let Some(whole) = self.decoder.frame_held_whole() {
-            if let Some(never) = self.decoder.account().never_fits(Held::ReadBuffer, whole) {
-                return Err(never);
-            }
+        // Refused at once, whatever others hold now: growing towards it
+        // chunk by chunk would wait for room beside them (a wait the
+        // frame could never end), holding part of the budget meanwhile.
+        if let Some(never) = self.frame_never_fits() {
+            return Err(never);
         }
         let len = self.buf.len();
         let spare = self.buf.capacity() - len;
