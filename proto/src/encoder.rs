@@ -183,6 +183,15 @@ impl FrameEncoder {
         payload: &[u8],
         dst: &mut BytesMut,
     ) -> Result<(), Error> {
+        if self.role == Role::Server && payload.len() <= 125 && (fin || !opcode.is_control()) {
+            // A server's small frame, the usual reply: two bytes of header
+            // and the payload, with nothing to check or mask.
+            dst.reserve(2 + payload.len());
+            let first = (u8::from(fin) << 7) | ((rsv & 0x07) << 4) | opcode.as_u8();
+            dst.put_slice(&[first, payload.len() as u8]);
+            dst.put_slice(payload);
+            return Ok(());
+        }
         dst.reserve(MAX_HEADER_LEN + payload.len());
         let mask = self.write_header(fin, rsv, opcode, payload.len(), dst)?;
         let start = dst.len();
@@ -267,6 +276,28 @@ impl FrameEncoder {
     /// ```
     #[inline]
     pub fn encode_owned(
+        &mut self,
+        msg: Message,
+        dst: &mut BytesMut,
+    ) -> Result<Option<Bytes>, Error> {
+        if self.deflater.is_none() && self.role == Role::Server {
+            // No compression: a data message goes out as it is, its
+            // payload copied when small and shared when large.
+            let small: Option<(OpCode, &[u8])> = match &msg {
+                Message::Text(t) => Some((OpCode::Text, &t.as_bytes()[..])),
+                Message::Binary(b) => Some((OpCode::Binary, &b[..])),
+                _ => None,
+            };
+            if let Some((opcode, payload)) = small.filter(|(_, p)| p.len() < SHARE_PAYLOAD_MIN) {
+                return self
+                    .write_frame(true, 0, opcode, payload, dst)
+                    .map(|()| None);
+            }
+        }
+        self.encode_owned_other(msg, dst)
+    }
+
+    fn encode_owned_other(
         &mut self,
         msg: Message,
         dst: &mut BytesMut,
@@ -538,6 +569,79 @@ mod tests {
             assert_eq!(wire[..], [0x81, 0x02, b'h', b'i'], "{keys:?}");
             assert!(enc.keys.is_none());
         }
+    }
+
+    /// The server's short path for small frames writes what the general
+    /// header encoding writes, for every opcode, FIN, RSV and length
+    /// around the 125-byte edge; and refuses what it refuses.
+    #[test]
+    fn a_servers_small_frame_is_the_general_encoding() {
+        let ops = [
+            OpCode::Continuation,
+            OpCode::Text,
+            OpCode::Binary,
+            OpCode::Close,
+            OpCode::Ping,
+            OpCode::Pong,
+        ];
+        for opcode in ops {
+            for fin in [true, false] {
+                for rsv in [0, RSV1] {
+                    for len in [0, 1, 16, 124, 125, 126, 200] {
+                        let payload: Vec<u8> = (0..len).map(|i| i as u8 ^ 0x5a).collect();
+                        let mut enc = FrameEncoder::new(Role::Server);
+                        let mut got = BytesMut::new();
+                        let r = enc.write_frame(fin, rsv, opcode, &payload, &mut got);
+                        let header = FrameHeader {
+                            fin,
+                            rsv,
+                            opcode,
+                            mask: None,
+                            payload_len: len as u64,
+                        };
+                        let case = format!("{opcode:?} fin {fin} rsv {rsv} len {len}");
+                        if let Err(e) = header.check_outgoing() {
+                            assert_eq!(r, Err(e), "{case}");
+                            continue;
+                        }
+                        r.unwrap();
+                        let mut head = [0u8; MAX_HEADER_LEN];
+                        let n = header.encode(&mut head);
+                        let mut want = head[..n].to_vec();
+                        want.extend_from_slice(&payload);
+                        assert_eq!(&got[..], &want[..], "{case}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Owned messages of a server without compression: small ones copied
+    /// whole, large ones as a header and the shared payload; control
+    /// frames and a client's frames the general way.
+    #[test]
+    fn owned_messages_of_a_server_copy_small_and_share_large() {
+        let mut enc = FrameEncoder::new(Role::Server);
+        for (msg, op) in [
+            (Message::text("hi"), 0x81u8),
+            (Message::binary(vec![3; 125]), 0x82),
+            (Message::binary(vec![3; 126]), 0x82),
+            (Message::Ping(Bytes::from_static(b"p")), 0x89),
+        ] {
+            let mut dst = BytesMut::new();
+            assert_eq!(enc.encode_owned(msg.clone(), &mut dst).unwrap(), None);
+            assert_eq!(dst[0], op, "{msg:?}");
+            let mut want = BytesMut::new();
+            FrameEncoder::new(Role::Server)
+                .encode_message(&msg, &mut want)
+                .unwrap();
+            assert_eq!(dst, want, "{msg:?}");
+        }
+        let big = Message::binary(vec![9; SHARE_PAYLOAD_MIN]);
+        let mut dst = BytesMut::new();
+        let shared = enc.encode_owned(big, &mut dst).unwrap();
+        assert_eq!(shared.map(|b| b.len()), Some(SHARE_PAYLOAD_MIN));
+        assert_eq!(&dst[..2], &[0x82, 126]);
     }
 }
 
