@@ -374,6 +374,9 @@ struct Outstanding {
     owed: VecDeque<Message>,
     /// When the closing handshake must be over.
     close_deadline: Option<Instant>,
+    /// When the application first asked to close ([`Connection::ask_close`]),
+    /// until the close deadline runs.
+    close_asked: Option<Instant>,
     /// When the memory budget's wait runs out.
     budget_deadline: Option<Instant>,
     /// What the connection ends with, until taken.
@@ -904,7 +907,31 @@ impl Connection {
         if let Some(running) = self.close_deadline() {
             return Some(running);
         }
-        (self.close_timeout != NO_CLOSE_TIMEOUT).then(|| later(now, self.close_timeout()))
+        let from = self.close_asked().unwrap_or(now);
+        (self.close_timeout != NO_CLOSE_TIMEOUT).then(|| later(from, self.close_timeout()))
+    }
+
+    fn close_asked(&self) -> Option<Instant> {
+        self.outstanding.as_ref()?.close_asked
+    }
+
+    /// The application asks to close (the Stream's `close`), with `frame`
+    /// (`None` for none): the frame is checked now, before any wait for
+    /// room to queue it, and the closing handshake's deadline runs from
+    /// the first ask, not from when the frame is queued. A close frame
+    /// that waits behind a full write queue, or a `close` cut short and
+    /// called again, gets no fresh timeout. Nothing to record once our
+    /// close went out, or without a close timeout.
+    pub fn ask_close(&mut self, frame: Option<&CloseFrame>, now: Instant) -> Result<(), Error> {
+        if self.is_close_sent() {
+            // Nothing more is sent: nothing to check.
+            return Ok(());
+        }
+        CloseFrame::encode(frame)?;
+        if self.close_timeout != NO_CLOSE_TIMEOUT {
+            self.outstanding().close_asked.get_or_insert(now);
+        }
+        Ok(())
     }
 
     fn budget_deadline(&self) -> Option<Instant> {
@@ -935,7 +962,8 @@ impl Connection {
         let timeout = Duration::from_nanos(self.close_timeout);
         let o = self.outstanding();
         if o.close_deadline.is_none() {
-            o.close_deadline = Some(later(now, timeout));
+            let from = o.close_asked.take().map_or(now, |asked| asked.min(now));
+            o.close_deadline = Some(later(from, timeout));
         }
     }
 

@@ -214,6 +214,42 @@ fn our_close_starts_the_close_timer_when_sent() {
 }
 
 #[test]
+fn an_asked_close_runs_its_deadline_from_the_first_ask() {
+    let t0 = Instant::now();
+    let mut c = Connection::new(Role::Client, Timers::default().close_timeout(5 * SEC), t0);
+    // An invalid frame is refused at the ask, before any wait.
+    let bad = CloseFrame::new(CloseCode::from(1005), "");
+    assert!(c.ask_close(Some(&bad), t0).is_err());
+    assert_eq!(
+        c.close_deadline_from(t0 + SEC),
+        Some(t0 + 6 * SEC),
+        "nothing asked"
+    );
+    c.ask_close(None, t0 + SEC).unwrap();
+    c.ask_close(None, t0 + 3 * SEC).unwrap();
+    assert_eq!(
+        c.close_deadline_from(t0 + 4 * SEC),
+        Some(t0 + 6 * SEC),
+        "first ask"
+    );
+    // Queued late (the write queue had no room): the deadline still runs
+    // from the ask.
+    assert!(c.send_close(t0 + 4 * SEC));
+    assert_eq!(c.close_deadline(), Some(t0 + 6 * SEC));
+    // Once sent, a later ask checks and records nothing.
+    c.ask_close(Some(&bad), t0 + 5 * SEC).unwrap();
+    assert_eq!(c.close_deadline(), Some(t0 + 6 * SEC));
+    // Without a close timeout, nothing is recorded.
+    let mut never = Connection::new(
+        Role::Client,
+        Timers::default().close_timeout(Duration::MAX),
+        t0,
+    );
+    never.ask_close(None, t0).unwrap();
+    assert_eq!(never.close_deadline_from(t0 + SEC), None);
+}
+
+#[test]
 fn closing_again_gets_no_fresh_deadline() {
     let t0 = Instant::now();
     let mut c = Connection::new(Role::Client, Timers::default().close_timeout(5 * SEC), t0);

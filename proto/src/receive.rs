@@ -500,28 +500,24 @@ impl Receiver {
     }
 
     /// The engine's timer for a close the application waits on went off:
-    /// what the core makes of it. `asked` is when the application asked
-    /// to close: until its close frame is queued (a full write queue to a
-    /// peer that reads nothing has no room for it), the close timeout
-    /// runs from then; once queued, the connection's own close deadline
-    /// rules. Past the deadline, the connection ends at once, nothing
-    /// more written or read (as [`give_up`](Self::give_up)), and this is
-    /// the error to report ([`Error::CloseTimeout`]); `None` while the
-    /// deadline is still ahead (a timer that went off early): wait on.
-    /// Keepalive and the budget's wait are not looked at: the close's
-    /// deadline is the only one that ends a close.
+    /// what the core makes of it. Until its close frame is queued (a full
+    /// write queue to a peer that reads nothing has no room for it), the
+    /// close timeout runs from the application's first ask
+    /// ([`Connection::ask_close`]); once queued, the connection's close
+    /// deadline (from that ask too) rules. Past the deadline, the
+    /// connection ends at once, nothing more written or read (as
+    /// [`give_up`](Self::give_up)), and this is the error to report
+    /// ([`Error::CloseTimeout`]); `None` while the deadline is still ahead
+    /// (a timer that went off early): wait on. Keepalive and the budget's
+    /// wait are not looked at: the close's deadline is the only one that
+    /// ends a close.
     #[cold]
-    pub fn close_timer(
-        &mut self,
-        link: &mut impl Link,
-        now: Instant,
-        asked: Instant,
-    ) -> Option<Error> {
+    pub fn close_timer(&mut self, link: &mut impl Link, now: Instant) -> Option<Error> {
         let error = link
             .with_conn(|c| {
                 if c.close_deadline().is_none() {
                     // Not queued yet: the frame waits for room.
-                    let passed = c.close_deadline_from(asked).is_some_and(|d| now >= d);
+                    let passed = c.close_deadline_from(now).is_some_and(|d| now >= d);
                     return passed.then_some(Error::CloseTimeout);
                 }
                 c.handle_timeout(now);

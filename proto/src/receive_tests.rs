@@ -390,14 +390,13 @@ fn an_applications_close_timer_ends_the_connection_only_past_the_deadline() {
     // Early (the engine's deadline reckoned before the core's): wait on,
     // the connection as it was.
     s.at(4);
-    let asked = s.start;
-    assert_eq!(s.rx.close_timer(&mut s.link, s.now, asked), None);
+    assert_eq!(s.rx.close_timer(&mut s.link, s.now), None);
     assert!(!s.rx.is_done() && !s.link.abandoned);
     assert!(matches!(s.step(Input::Start), Step::Read(_)));
     // Past it: the core's error, the connection given up at once, and
     // nothing more to step (the error is reported once, by the close).
     s.at(5);
-    let error = s.rx.close_timer(&mut s.link, s.now, asked);
+    let error = s.rx.close_timer(&mut s.link, s.now);
     assert_eq!(error, Some(Error::CloseTimeout));
     assert!(s.rx.is_done() && s.link.abandoned);
     assert_eq!(s.link.conn.phase(), Phase::TimedOut);
@@ -415,18 +414,21 @@ fn a_close_not_yet_queued_times_out_from_when_it_was_asked_and_keepalive_waits()
     );
     // Asked at 1 s; the frame never finds room in the write queue.
     s.at(1);
-    let asked = s.now;
+    s.link.conn.ask_close(None, s.now).unwrap();
+    // Asked again (a close cut short and called again): no fresh timeout.
+    s.at(5);
+    s.link.conn.ask_close(None, s.now).unwrap();
     // Keepalive's deadlines pass meanwhile; the close's timer looks only
     // at the close's.
     s.at(10);
-    assert_eq!(s.rx.close_timer(&mut s.link, s.now, asked), None);
+    assert_eq!(s.rx.close_timer(&mut s.link, s.now), None);
     assert_eq!(s.link.conn.phase(), Phase::Open);
     assert!(
         s.link.sent.is_empty(),
         "no keepalive ping from the close timer"
     );
     s.at(11);
-    let error = s.rx.close_timer(&mut s.link, s.now, asked);
+    let error = s.rx.close_timer(&mut s.link, s.now);
     assert_eq!(error, Some(Error::CloseTimeout));
     assert!(s.rx.is_done() && s.link.abandoned);
 }

@@ -172,8 +172,13 @@ where
     ///
     /// So "close and wait" is `close`, then `next()` until `None`, bounded
     /// by `close_timeout`. Writing the close frame is bounded by the same
-    /// timeout ([`Error::CloseTimeout`] if the peer takes nothing). Closing
-    /// a connection that is already closing or closed sends nothing more.
+    /// timeout ([`Error::CloseTimeout`] if the peer takes nothing), which
+    /// runs from the first call: a frame that waits for room behind a full
+    /// write queue, or a `close` cut short (by `select!` or a timeout) and
+    /// called again, gets no fresh one. The frame is checked before any
+    /// wait (an invalid one is an error at once, and nothing is sent).
+    /// Closing a connection that is already closing or closed sends
+    /// nothing more.
     ///
     /// ```
     /// use futures_util::{SinkExt, StreamExt};
@@ -199,12 +204,13 @@ where
         if self.reader.is_terminated() {
             return Ok(());
         }
-        let asked = now();
+        // Checked now, and the close timeout runs from the first call:
+        // neither waits for room in the write queue.
+        self.core.d.conn_mut().ask_close(frame.as_ref(), now())?;
         loop {
-            // The core's close deadline once our close is queued (no fresh
-            // timeout for a second call after a first that gave up); until
-            // then, the close timeout from the call.
-            let deadline = self.core.d.conn().close_deadline_from(asked);
+            // The core's close deadline: from the first call, the same
+            // once the frame is queued.
+            let deadline = self.core.d.conn().close_deadline_from(now());
             let send = async {
                 if !self.core.d.conn().is_close_sent() {
                     // The frame is taken only as it is queued: a wait for
@@ -223,14 +229,13 @@ where
                 return r;
             }
             // What the deadline means is the core's: the connection ends
-            // with its error, or, while the deadline is still ahead (the
-            // core's, set as the frame was queued, is a little later than
-            // the one reckoned from the call), wait on.
+            // with its error, or, while the deadline is still ahead (a
+            // timer that went off early), wait on.
             let mut link = UnsplitLink {
                 io: &mut self.io,
                 core: &mut self.core,
             };
-            if let Some(e) = self.reader.close_timer(&mut link, now(), asked) {
+            if let Some(e) = self.reader.close_timer(&mut link, now()) {
                 return Err(e.into());
             }
         }

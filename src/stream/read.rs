@@ -198,9 +198,8 @@ impl ReadState {
         &mut self,
         link: &mut L,
         now: Instant,
-        asked: Instant,
     ) -> Option<crate::proto::Error> {
-        self.rx.close_timer(&mut Reach { link }, now, asked)
+        self.rx.close_timer(&mut Reach { link }, now)
     }
 
     /// Ready once the core's next deadline has passed.

@@ -7,7 +7,7 @@ use crate::support;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use wavesock::{CloseCode, CloseFrame, Config, Error, Message};
@@ -273,6 +273,99 @@ async fn close_with_no_room_for_its_frame_ends_at_the_timeout_from_the_call() {
         );
         assert!(ws.next().await.is_none());
     }
+}
+
+/// A client with 1 MiB queued past a 64 KiB backpressure limit to a peer
+/// that reads nothing (the peer's end is returned, to read later).
+fn stuck_client(
+    close_timeout: Duration,
+) -> (wavesock::WebSocketStream<DuplexStream>, DuplexStream) {
+    use wavesock::{Role, WebSocketStream};
+    let (a, b) = tokio::io::duplex(64);
+    let config = Config::default()
+        .close_timeout(close_timeout)
+        .max_backpressure(64 << 10);
+    (
+        WebSocketStream::from_raw_socket(a, Role::Client, config).unwrap(),
+        b,
+    )
+}
+
+/// `close()` cut short (as by `select!`) while its frame waits for room,
+/// then called again, and again: the close timeout runs from the first
+/// call, so the retries end at it.
+#[tokio::test(start_paused = true)]
+async fn close_cut_short_and_called_again_ends_at_the_first_calls_timeout() {
+    let (mut ws, _peer) = stuck_client(Duration::from_secs(10));
+    ws.feed(Message::binary(vec![7u8; 1 << 20])).await.unwrap();
+    let start = tokio::time::Instant::now();
+    let mut outcome = None;
+    for _ in 0..10 {
+        let frame = CloseFrame::new(CloseCode::from(4001), "bye");
+        if let Ok(r) = tokio::time::timeout(Duration::from_secs(6), ws.close(Some(frame))).await {
+            outcome = Some(r);
+            break;
+        }
+    }
+    let waited = start.elapsed();
+    assert!(
+        matches!(outcome, Some(Err(Error::CloseTimeout))),
+        "{outcome:?}"
+    );
+    assert!(
+        waited >= Duration::from_secs(10) && waited < Duration::from_secs(11),
+        "{waited:?}"
+    );
+}
+
+/// Room for the close frame comes just before the timeout, then the peer
+/// stops reading: the deadline still runs from the call (not from when
+/// the frame was queued), so `close()` takes one timeout in all.
+#[tokio::test(start_paused = true)]
+async fn a_close_frame_queued_late_keeps_the_deadline_of_the_call() {
+    let (mut ws, mut peer) = stuck_client(Duration::from_secs(10));
+    ws.feed(Message::binary(vec![7u8; 1 << 20])).await.unwrap();
+    let reader = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(9900)).await;
+        // The data frame (a client's: a 14-byte masked header) and no more.
+        let mut frame = vec![0u8; (1 << 20) + 14];
+        peer.read_exact(&mut frame).await.unwrap();
+        peer
+    });
+    let start = tokio::time::Instant::now();
+    // Larger than the duplex's 64 bytes: it cannot be written whole.
+    let frame = CloseFrame::new(CloseCode::from(4001), "x".repeat(120));
+    let r = ws.close(Some(frame)).await;
+    let waited = start.elapsed();
+    let _peer = reader.await.unwrap();
+    assert!(matches!(r, Err(Error::CloseTimeout)), "{r:?}");
+    assert!(waited < Duration::from_secs(11), "{waited:?}");
+}
+
+/// An invalid close frame is refused at once, whether or not the write
+/// queue has room for it, and the connection lives on.
+#[tokio::test(start_paused = true)]
+async fn an_invalid_close_frame_is_refused_at_once_with_or_without_room() {
+    use wavesock::{Role, WebSocketStream};
+    let (a, _b) = tokio::io::duplex(4096);
+    let mut roomy = WebSocketStream::from_raw_socket(a, Role::Client, Config::default()).unwrap();
+    let (mut stuck, _peer) = stuck_client(Duration::from_secs(10));
+    stuck
+        .feed(Message::binary(vec![7u8; 1 << 20]))
+        .await
+        .unwrap();
+    let r = roomy
+        .close(Some(CloseFrame::new(CloseCode::from(1005), "")))
+        .await;
+    assert!(matches!(r, Err(Error::InvalidMessage(_))), "{r:?}");
+    assert!(!roomy.is_close_sent());
+    let start = tokio::time::Instant::now();
+    let r = stuck
+        .close(Some(CloseFrame::new(CloseCode::from(1005), "")))
+        .await;
+    assert!(matches!(r, Err(Error::InvalidMessage(_))), "{r:?}");
+    assert_eq!(start.elapsed(), Duration::ZERO, "no wait for room");
+    assert!(!stuck.is_close_sent());
 }
 
 /// Over loopback: a server with 32 MiB queued to a client that reads only
