@@ -335,6 +335,13 @@ impl Inbox {
                 self.arena = false;
             }
             self.settle(mem);
+            if self.buf.capacity() == 0 {
+                // No spare, or the budget had no room for it: no memory of
+                // our own to read into (a read would allocate some past
+                // the budget), so the scratch memory's rules apply: room
+                // set aside, or a wait.
+                return self.scratch(mem);
+            }
         } else if self.decoder.account().is_on() {
             if let Err(refused) = self.reserve_budgeted(frame_left, mem) {
                 // Refused for good: no use reading into the room left.

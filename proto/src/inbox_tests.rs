@@ -346,6 +346,31 @@ fn under_a_budget_growth_is_asked_for_and_refused_reads_wait() {
     assert!(!inbox.holds_budget());
 }
 
+/// Input that came in bulk sends the next read to a spare; with the
+/// whole budget held by others there is no room for one, and the read
+/// must wait, not be planned into a buffer of no memory (which a read
+/// then grows past the budget: the `receive` fuzz target's
+/// `budget_over_limit`).
+#[test]
+fn a_bulk_read_with_no_room_for_a_spare_waits() {
+    let budget = MemoryBudget::new(16 << 10).allowance(0);
+    let mut other = crate::budget::BudgetAccount::new(Some(budget.clone()));
+    let mut mem = Pool::default();
+    let mut inbox = inbox_with(Limits::default().budget(budget.clone()));
+    inbox.bulk = true;
+    assert_eq!(other.try_set(Held::Fragments, 16 << 10), Grant::Granted);
+    let plan = inbox.plan(&mut mem);
+    assert!(
+        matches!(plan, Plan::Refused(Grant::Wait { .. })),
+        "{plan:?}"
+    );
+    assert!(budget.in_use() <= budget.limit());
+    // Room again: the read goes on.
+    other.release_all();
+    assert!(!matches!(inbox.plan(&mut mem), Plan::Refused(_)));
+    assert!(budget.in_use() <= budget.limit());
+}
+
 #[test]
 fn a_message_over_the_whole_budget_is_refused_for_good() {
     let budget = MemoryBudget::new(16 << 10).allowance(0);
