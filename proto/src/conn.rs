@@ -911,17 +911,24 @@ impl Connection {
         (self.close_timeout != NO_CLOSE_TIMEOUT).then(|| later(from, self.close_timeout()))
     }
 
-    fn close_asked(&self) -> Option<Instant> {
+    /// When the application first asked to close ([`ask_close`](Self::ask_close)),
+    /// until a closing handshake begins: the time a `close` queues its
+    /// frame as of, so that its deadline runs from the ask.
+    pub fn close_asked(&self) -> Option<Instant> {
         self.outstanding.as_ref()?.close_asked
     }
 
     /// The application asks to close (the Stream's `close`), with `frame`
     /// (`None` for none): the frame is checked now, before any wait for
-    /// room to queue it, and the closing handshake's deadline runs from
-    /// the first ask, not from when the frame is queued. A close frame
+    /// room to queue it, and the time of the first ask is kept until a
+    /// closing handshake begins. The asking side queues its frame as of
+    /// then ([`close_asked`](Self::close_asked)) and waits until
+    /// [`close_deadline_from`](Self::close_deadline_from): a close frame
     /// that waits behind a full write queue, or a `close` cut short and
-    /// called again, gets no fresh timeout. Nothing to record once our
-    /// close went out, or without a close timeout.
+    /// called again, gets no fresh timeout. A closing handshake begun any
+    /// other way (the peer's close, an error, a close frame sent as a
+    /// message) runs from its own start and ends the ask. Nothing to
+    /// record once our close went out, or without a close timeout.
     pub fn ask_close(&mut self, frame: Option<&CloseFrame>, now: Instant) -> Result<(), Error> {
         if self.is_close_sent() {
             // Nothing more is sent: nothing to check.
@@ -962,9 +969,11 @@ impl Connection {
         let timeout = Duration::from_nanos(self.close_timeout);
         let o = self.outstanding();
         if o.close_deadline.is_none() {
-            let from = o.close_asked.take().map_or(now, |asked| asked.min(now));
-            o.close_deadline = Some(later(from, timeout));
+            o.close_deadline = Some(later(now, timeout));
         }
+        // A close begun by any way ends what an ask left: one cut short
+        // and never asked again must not shorten a later handshake.
+        o.close_asked = None;
     }
 
     /// Ends the connection on a timer; an error it was already ending with

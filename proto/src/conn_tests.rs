@@ -232,10 +232,12 @@ fn an_asked_close_runs_its_deadline_from_the_first_ask() {
         Some(t0 + 6 * SEC),
         "first ask"
     );
-    // Queued late (the write queue had no room): the deadline still runs
-    // from the ask.
-    assert!(c.send_close(t0 + 4 * SEC));
+    assert_eq!(c.close_asked(), Some(t0 + SEC));
+    // Queued late (the write queue had no room), as of the ask: the
+    // deadline runs from it, and the ask is done.
+    assert!(c.send_close(c.close_asked().unwrap()));
     assert_eq!(c.close_deadline(), Some(t0 + 6 * SEC));
+    assert_eq!(c.close_asked(), None);
     // Once sent, a later ask checks and records nothing.
     c.ask_close(Some(&bad), t0 + 5 * SEC).unwrap();
     assert_eq!(c.close_deadline(), Some(t0 + 6 * SEC));
@@ -247,6 +249,26 @@ fn an_asked_close_runs_its_deadline_from_the_first_ask() {
     );
     never.ask_close(None, t0).unwrap();
     assert_eq!(never.close_deadline_from(t0 + SEC), None);
+}
+
+#[test]
+fn an_ask_cut_short_leaves_a_later_handshake_its_whole_timeout() {
+    let t0 = Instant::now();
+    let bye = Message::Close(Some(CloseFrame::new(CloseCode::NORMAL, "")));
+    for how in ["send", "peer", "error"] {
+        let mut c = Connection::new(Role::Client, Timers::default().close_timeout(5 * SEC), t0);
+        // A close asked, cut short before its frame was queued, never
+        // asked again; a minute later a handshake begins another way.
+        c.ask_close(None, t0).unwrap();
+        let later = t0 + 60 * SEC;
+        match how {
+            "send" => assert_eq!(c.handle_send(&bye, later), Ok(Outgoing::Send)),
+            "peer" => c.handle_message(&bye, later),
+            _ => c.handle_error(Error::Protocol(ProtocolError::ReservedBits), later),
+        }
+        assert_eq!(c.close_deadline(), Some(later + 5 * SEC), "{how}");
+        assert_eq!(c.close_asked(), None, "{how}");
+    }
 }
 
 #[test]

@@ -16,7 +16,7 @@ use tokio::io::AsyncWrite;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::proto::Role;
-use crate::proto::close::Leaving;
+use crate::proto::close::{CloseFrame, Leaving};
 use crate::proto::conn::{Connection, Outgoing};
 use crate::proto::driver::Driver;
 use crate::proto::encoder::FrameEncoder;
@@ -88,6 +88,19 @@ impl Core {
     pub(crate) fn start_send(&mut self, msg: Message) -> Result<()> {
         let close = msg.is_close();
         if self.d.send(msg, now, &mut ThreadQueues)? == Outgoing::Send && close {
+            trace::debug_event!("close frame sent");
+        }
+        Ok(())
+    }
+
+    /// Queues our close frame as of `at` (when the application asked to
+    /// close: the closing handshake's deadline runs from then).
+    pub(crate) fn start_send_close(
+        &mut self,
+        frame: Option<CloseFrame>,
+        at: Instant,
+    ) -> Result<()> {
+        if self.d.send(Message::Close(frame), at, &mut ThreadQueues)? == Outgoing::Send {
             trace::debug_event!("close frame sent");
         }
         Ok(())

@@ -216,7 +216,9 @@ where
                     // The frame is taken only as it is queued: a wait for
                     // room cut short by the deadline keeps it.
                     std::future::poll_fn(|cx| Pin::new(&mut *self).poll_ready(cx)).await?;
-                    Pin::new(&mut *self).start_send(Message::Close(frame.take()))?;
+                    // As of the ask: its deadline runs from then.
+                    let at = self.core.d.conn().close_asked().unwrap_or_else(now);
+                    self.core.start_send_close(frame.take(), at)?;
                 }
                 self.flush().await
             };

@@ -318,6 +318,71 @@ async fn close_cut_short_and_called_again_ends_at_the_first_calls_timeout() {
     );
 }
 
+/// A `close()` cut short while its frame waited for room, and never
+/// called again: the connection goes on, and a closing handshake begun a
+/// minute later another way (our close sent as a message, or the peer's)
+/// has its whole timeout, not one that ran out long ago.
+#[tokio::test(start_paused = true)]
+async fn a_close_cut_short_and_given_up_leaves_a_later_close_its_timeout() {
+    use wavesock::{Role, WebSocketStream};
+    for peer_closes in [false, true] {
+        let (a, b) = tokio::io::duplex(64);
+        let config = Config::default()
+            .close_timeout(Duration::from_secs(10))
+            .max_backpressure(64 << 10);
+        let mut ws = WebSocketStream::from_raw_socket(a, Role::Client, config.clone()).unwrap();
+        let mut peer = WebSocketStream::from_raw_socket(b, Role::Server, config).unwrap();
+        ws.feed(Message::binary(vec![7u8; 1 << 20])).await.unwrap();
+        let frame = CloseFrame::new(CloseCode::from(4001), "bye");
+        let cut = tokio::time::timeout(Duration::from_secs(1), ws.close(Some(frame))).await;
+        assert!(cut.is_err() && !ws.is_close_sent(), "{cut:?}");
+        // The peer takes the backlog; a minute of use goes by.
+        let reader = tokio::spawn(async move {
+            assert_eq!(peer.next().await.unwrap().unwrap().len(), 1 << 20);
+            peer
+        });
+        ws.flush().await.unwrap();
+        let mut peer = reader.await.unwrap();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        // The peer answers (or ends) 2 s into the handshake.
+        let other = tokio::spawn(async move {
+            if peer_closes {
+                peer.send(Message::Close(Some(CloseFrame::new(
+                    CloseCode::from(4002),
+                    "srv",
+                ))))
+                .await
+                .unwrap();
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            while let Some(m) = peer.next().await {
+                m.unwrap();
+            }
+        });
+        if !peer_closes {
+            ws.send(Message::Close(Some(CloseFrame::new(
+                CloseCode::NORMAL,
+                "later",
+            ))))
+            .await
+            .unwrap();
+        }
+        let start = tokio::time::Instant::now();
+        let got = ws.next().await;
+        assert!(
+            matches!(got, Some(Ok(Message::Close(_)))),
+            "{peer_closes}: {got:?}"
+        );
+        assert!(ws.next().await.is_none(), "{peer_closes}");
+        assert!(
+            start.elapsed() >= Duration::from_secs(2),
+            "{peer_closes}: ended at {:?}, not at the peer's end",
+            start.elapsed()
+        );
+        other.await.unwrap();
+    }
+}
+
 /// Room for the close frame comes just before the timeout, then the peer
 /// stops reading: the deadline still runs from the call (not from when
 /// the frame was queued), so `close()` takes one timeout in all.
