@@ -167,18 +167,22 @@ where
     ///   the timeout, for the server to close TCP);
     /// - the peer ends the TCP connection without answering (many servers
     ///   do), or resets it: `None`. This is a normal end, not an error;
-    /// - neither within [`Config::close_timeout`] of our close frame:
-    ///   `Some(Err(Error::CloseTimeout))`, the connection dropped, then `None`.
+    /// - neither within [`Config::close_timeout`] of the first `close`
+    ///   call: `Some(Err(Error::CloseTimeout))`, the connection dropped,
+    ///   then `None`.
     ///
     /// So "close and wait" is `close`, then `next()` until `None`, bounded
-    /// by `close_timeout`. Writing the close frame is bounded by the same
-    /// timeout ([`Error::CloseTimeout`] if the peer takes nothing), which
-    /// runs from the first call: a frame that waits for room behind a full
-    /// write queue, or a `close` cut short (by `select!` or a timeout) and
-    /// called again, gets no fresh one. The frame is checked before any
-    /// wait (an invalid one is an error at once, and nothing is sent).
-    /// Closing a connection that is already closing or closed sends
-    /// nothing more.
+    /// by `close_timeout` in all. Writing what is queued and the close
+    /// frame is bounded by the same timeout, which runs from the first
+    /// call: what the peer has not taken by then (it reads too slowly, or
+    /// not at all) is given up with the connection, [`Error::CloseTimeout`].
+    /// A frame that waits for room behind a full write queue, or a `close`
+    /// cut short (by `select!` or a timeout) and called again, gets no
+    /// fresh timeout. The frame is checked before any wait (an invalid one
+    /// is an error at once, and nothing is sent). A connection already
+    /// failing (the peer broke the protocol, and our close reporting it
+    /// waits to be written) ends with that error instead. Closing a
+    /// connection that is already closing or closed sends nothing more.
     ///
     /// ```
     /// use futures_util::{SinkExt, StreamExt};
