@@ -19,7 +19,7 @@
 #       old=/tmp/old/hub_echo new=target/release/examples/hub_echo
 # and the hub's two readiness paths:
 #   bash benches/run-callgrind.sh owned=target/release/examples/hub_echo \
-#       "tokio=env WAVESOCK_HUB_READINESS=tokio target/release/examples/hub_echo"
+#       "tokio=target/release/examples/hub_echo --readiness tokio"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -31,7 +31,14 @@ async fn serve(tcp: TcpStream, config: Config) -> wavesock::Result<()> {
 }
 
 fn main() -> std::io::Result<()> {
-    let (addr, config) = echo_args::parse()?;
+    let echo_args::Args {
+        addr,
+        config,
+        readiness,
+    } = echo_args::parse()?;
+    if readiness.is_some() {
+        return Err(echo_args::bad("--readiness is hub_echo's"));
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release --example hub_echo -- 127.0.0.1:9001
 //! cargo run --release --features deflate --example hub_echo -- 127.0.0.1:9001 --deflate shared
+//! cargo run --release --example hub_echo -- 127.0.0.1:9001 --readiness tokio
 //! ```
 //!
 //! Runs one engine on a current-thread runtime (one core), with a 64 MiB
@@ -39,10 +40,20 @@ impl Handler for Echo {
 mod echo_args;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (addr, config) = echo_args::parse()?;
+    let echo_args::Args {
+        addr,
+        config,
+        readiness,
+    } = echo_args::parse()?;
     // Room for a whole echoed 64 MiB message: a peer that reads is never
     // cut off, one that does not stops being read.
-    let hub_config = HubConfig::default().config(config.max_backpressure(80 << 20));
+    let mut hub_config = HubConfig::default().config(config.max_backpressure(80 << 20));
+    if let Some(mode) = readiness {
+        hub_config = hub_config.readiness(
+            mode.parse()
+                .map_err(|e| echo_args::bad(&format!("--readiness {mode}: {e}")))?,
+        );
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

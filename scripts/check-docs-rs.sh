@@ -27,6 +27,9 @@ expect() {
     fi
 }
 expect deflate/index.html '<code>deflate</code>'
+expect hub/index.html '<code>hub</code>'
+expect topics/index.html '<code>topics</code>'
+expect proxy/index.html '<code>proxy</code>'
 expect topics/redis/index.html '<code>redis</code>'
 expect upgrade/index.html '<code>hyper</code>'
 expect axum/index.html '<code>axum</code>'

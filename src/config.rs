@@ -8,6 +8,7 @@ use crate::proto::conn::Timers;
 use crate::proto::deflate::DeflateConfig;
 use crate::proto::limits::Limits;
 use crate::proto::mask::MaskKeys;
+#[cfg(feature = "proxy")]
 use crate::proxy::config::Proxy;
 
 /// The largest [`Config::max_headers`].
@@ -78,6 +79,8 @@ pub struct Config {
     pub connect_timeout: Option<Duration>,
     /// The proxy a client connects through (clients only). Default
     /// [`Proxy::none`]; see [`crate::proxy`].
+    #[cfg(feature = "proxy")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]
     pub proxy: Proxy,
     /// Accept unmasked frames from clients (servers only). RFC 6455 forbids
     /// them; default `false`.
@@ -133,6 +136,7 @@ impl Default for Config {
             max_headers: 64,
             handshake_timeout: Some(Duration::from_secs(10)),
             connect_timeout: Some(Duration::from_secs(10)),
+            #[cfg(feature = "proxy")]
             proxy: Proxy::none(),
             accept_unmasked_frames: false,
             ping_interval: None,
@@ -223,6 +227,8 @@ impl Config {
     /// let config = Config::default().proxy(Proxy::http("http://proxy:notaport"));
     /// assert!(config.validate().is_err());
     /// ```
+    #[cfg(feature = "proxy")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]
     pub fn proxy(mut self, proxy: Proxy) -> Self {
         self.proxy = proxy;
         self
@@ -447,6 +453,7 @@ impl Config {
         if self.connect_timeout.is_some_and(|t| t.is_zero()) {
             return Err(Error::InvalidConfig("connect_timeout must not be zero"));
         }
+        #[cfg(feature = "proxy")]
         self.proxy.validate()?;
         Ok(())
     }

@@ -21,12 +21,31 @@
 //! - `wss://` with rustls (features `rustls`, `rustls-webpki-roots`,
 //!   `rustls-native-roots`, `rustls-platform-verifier`) or the operating
 //!   system's TLS (`native-tls`), see the `tls` module, and client
-//!   connections through HTTP `CONNECT` and SOCKS5 proxies ([`proxy`]).
+//!   connections through HTTP `CONNECT` and SOCKS5 proxies ([`proxy`],
+//!   feature `proxy`).
 //! - [`PreparedMessage`]: a message encoded once and sent to many
 //!   connections without a copy per connection.
 //! - Messages of any size in bounded memory: received in pieces as they
 //!   arrive ([`Config::stream_messages`], [`WebSocketStream::next_message_pieces`]),
 //!   sent from a stream of chunks ([`WebSocketStream::send_reader`]).
+//!
+//! # Features
+//!
+//! A client or a Stream server compiles only the protocol, the handshake
+//! and the Stream. What serves fewer users is opt-in:
+//!
+//! | feature | adds |
+//! | --- | --- |
+//! | `simd`, `ring` (default) | SIMD UTF-8 validation; rustls' crypto when a rustls feature is on |
+//! | `deflate` | permessage-deflate (RFC 7692) |
+//! | `rustls`, `native-tls` and the root store features | `wss://` |
+//! | `proxy` | clients through HTTP `CONNECT` and SOCKS5 proxies ([`proxy`]) |
+//! | `hyper`, `axum`, `http2` | serving from hyper and axum; the HTTP/2 client (RFC 8441) |
+//! | `hub` | [`hub`]: many connections per task with borrowed messages (mio and socket2 on Unix) |
+//! | `router` | several routes on one hub (implies `hub`) |
+//! | `topics` | [`topics`]: publish once to every subscriber, Streams and hub connections alike |
+//! | `redis` | topics across servers through Redis (implies `topics`) |
+//! | `url`, `tracing` | `url::Url` requests; `tracing` spans and events |
 //!
 //! The [`guide`] covers what to know before production: limits, split
 //! halves and concurrency, cancel safety in `select!`, closing, keepalive,
@@ -72,6 +91,14 @@
 // feature with the feature it needs. `__tls` is internal ("any TLS stack"),
 // so its items name the public features instead.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// The docs of items every build has link to the hub, topics and proxies
+// where those explain more. Without their features those links have
+// nothing to point at and render as plain text; the docs.rs build (every
+// feature, scripts/check-docs-rs.sh in CI) checks that each one resolves.
+#![cfg_attr(
+    not(all(feature = "hub", feature = "topics", feature = "proxy")),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 #![cfg_attr(docsrs, doc(auto_cfg(hide(feature = "__tls"))))]
 
 #[cfg(feature = "axum")]
@@ -89,13 +116,16 @@ pub mod handshake;
 mod head;
 #[cfg(feature = "http2")]
 pub mod http2;
+#[cfg(feature = "hub")]
 pub mod hub;
 mod negotiated;
 pub use wavesock_proto as proto;
+#[cfg(feature = "proxy")]
 pub mod proxy;
 mod retry;
 mod server;
 pub mod stream;
+#[cfg(feature = "topics")]
 pub mod topics;
 #[cfg(feature = "__tls")]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "rustls", feature = "native-tls"))))]

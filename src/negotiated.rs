@@ -62,6 +62,7 @@ impl Negotiated {
 
     /// permessage-deflate's parameters and configuration, if it was agreed
     /// on: for an engine that sets its decoder and encoder up itself.
+    #[cfg(feature = "hub")]
     pub(crate) fn into_deflate(self) -> Option<(DeflateParams, DeflateConfig)> {
         self.deflate
     }

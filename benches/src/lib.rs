@@ -70,9 +70,14 @@ impl wavesock::hub::Handler for HubEcho {
 }
 
 /// Serves `listener` with one hub engine echoing every message, with the
-/// limits of [`wavesock_config`] and room to echo the largest message.
-pub async fn hub_echo(listener: tokio::net::TcpListener) -> Result<(), BoxError> {
+/// limits of [`wavesock_config`] and room to echo the largest message,
+/// its sockets' readiness from `readiness`.
+pub async fn hub_echo(
+    listener: tokio::net::TcpListener,
+    readiness: wavesock::hub::Readiness,
+) -> Result<(), BoxError> {
     let config = wavesock::hub::HubConfig::default()
+        .readiness(readiness)
         .config(wavesock_config().max_backpressure(MAX_MESSAGE + (1 << 20)));
     wavesock::hub::Hub::new(HubEcho, config)?
         .serve(listener)

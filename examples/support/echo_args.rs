@@ -1,23 +1,39 @@
-//! The command line both echo examples take: `ADDR [--deflate POLICY]`.
+//! The command line both echo examples take:
+//! `ADDR [--deflate POLICY] [--readiness MODE]` (`--readiness`, `owned` or
+//! `tokio`, is the hub's).
 
 use wavesock::Config;
 
-/// The address to listen on and the connection config: a 64 MiB message
-/// limit and, in a build with the `deflate` feature, permessage-deflate
-/// under the policy `--deflate` names (`takeover` when absent).
-pub fn parse() -> std::io::Result<(String, Config)> {
+/// What the command line asked for.
+pub struct Args {
+    /// The address to listen on.
+    pub addr: String,
+    /// A 64 MiB message limit and, in a build with the `deflate` feature,
+    /// permessage-deflate under the policy `--deflate` names (`takeover`
+    /// when absent).
+    pub config: Config,
+    /// `--readiness`, as given.
+    pub readiness: Option<String>,
+}
+
+/// Parses the command line.
+pub fn parse() -> std::io::Result<Args> {
     let mut addr = None;
     let mut policy = None;
+    let mut readiness = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--deflate" => {
                 policy = Some(args.next().ok_or_else(|| bad("--deflate needs a policy"))?)
             }
+            "--readiness" => {
+                readiness = Some(args.next().ok_or_else(|| bad("--readiness needs a mode"))?)
+            }
             _ if addr.is_none() && !arg.starts_with('-') => addr = Some(arg),
             _ => {
                 return Err(bad(&format!(
-                    "unexpected argument {arg:?}; usage: ADDR [--deflate POLICY]"
+                    "unexpected argument {arg:?}; usage: ADDR [--deflate POLICY] [--readiness MODE]"
                 )));
             }
         }
@@ -45,9 +61,13 @@ pub fn parse() -> std::io::Result<(String, Config)> {
     if policy.is_some() {
         return Err(bad("--deflate needs a build with --features deflate"));
     }
-    Ok((addr.unwrap_or_else(|| "127.0.0.1:9001".into()), config))
+    Ok(Args {
+        addr: addr.unwrap_or_else(|| "127.0.0.1:9001".into()),
+        config,
+        readiness,
+    })
 }
 
-fn bad(what: &str) -> std::io::Error {
+pub fn bad(what: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string())
 }

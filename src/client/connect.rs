@@ -14,6 +14,7 @@ use crate::deadline::{after, within};
 use crate::error::ConnectError;
 use crate::error::{HandshakeError, Result};
 use crate::handshake::client::target::{is_secure, port_or_default, ws_scheme_is_secure};
+#[cfg(feature = "proxy")]
 use crate::proxy::tunnel::tunnel;
 
 /// What secures `wss://`: with a TLS feature, the caller's connector or
@@ -68,10 +69,12 @@ pub(crate) async fn open(
             return Err(ConnectError::UnsupportedScheme("wss".into()).into());
         }
     }
+    #[cfg(feature = "proxy")]
     let proxy = config.proxy.server_for(uri)?;
 
     let deadline = after(config.connect_timeout);
     let opening = async {
+        #[cfg(feature = "proxy")]
         let tcp = match &proxy {
             Some(p) => {
                 let mut tcp = tcp_connect(&p.host, p.port).await?;
@@ -80,6 +83,8 @@ pub(crate) async fn open(
             }
             None => tcp_connect(host, port).await?,
         };
+        #[cfg(not(feature = "proxy"))]
+        let tcp = tcp_connect(host, port).await?;
         tcp.set_nodelay(true)?;
         #[cfg(feature = "__tls")]
         if let Some(prepared) = prepared {

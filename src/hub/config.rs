@@ -61,10 +61,10 @@ pub struct HubConfig {
     pub topics: Topics,
     /// How an engine learns that its TCP sockets are ready. Default
     /// [`Readiness::Owned`] where the platform has a poller to own (Unix),
-    /// [`Readiness::Tokio`] elsewhere; the environment variable
-    /// `WAVESOCK_HUB_READINESS` (`owned` or `tokio`), when set, chooses
-    /// the default instead, so that a whole program or test suite can be
-    /// run under each without a change to its code.
+    /// [`Readiness::Tokio`] elsewhere. Nothing in the environment changes
+    /// it: a program that wants to choose at run time parses the choice
+    /// itself ([`Readiness`] implements `FromStr`: `owned`, `tokio`), as
+    /// the `hub_echo` example's `--readiness` flag does.
     pub readiness: Readiness,
 }
 
@@ -80,7 +80,7 @@ impl Default for HubConfig {
             handle_capacity: 1024,
             shutdown_timeout: Duration::from_secs(5),
             topics: Topics::global(),
-            readiness: Readiness::from_env().unwrap_or_default(),
+            readiness: Readiness::default(),
         }
     }
 }
@@ -263,16 +263,34 @@ impl Default for Readiness {
     }
 }
 
-impl Readiness {
-    /// `WAVESOCK_HUB_READINESS`, when set to a known value.
-    fn from_env() -> Option<Self> {
-        match std::env::var("WAVESOCK_HUB_READINESS").ok()?.as_str() {
-            "owned" => Some(Readiness::Owned),
-            "tokio" => Some(Readiness::Tokio),
-            _ => None,
+/// `owned` or `tokio`, as a command line or a configuration file would
+/// name them.
+///
+/// ```
+/// use wavesock::hub::Readiness;
+///
+/// assert_eq!("tokio".parse(), Ok(Readiness::Tokio));
+/// assert_eq!("owned".parse(), Ok(Readiness::Owned));
+/// assert!("epoll".parse::<Readiness>().is_err());
+/// ```
+impl std::str::FromStr for Readiness {
+    type Err = UnknownReadiness;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        match s {
+            "owned" => Ok(Readiness::Owned),
+            "tokio" => Ok(Readiness::Tokio),
+            _ => Err(UnknownReadiness),
         }
     }
+}
 
+/// A name [`Readiness`] does not know (it knows `owned` and `tokio`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("unknown hub readiness mode (expected `owned` or `tokio`)")]
+pub struct UnknownReadiness;
+
+impl Readiness {
     /// Whether an engine owns a poller on this platform.
     pub(crate) fn owned(self) -> bool {
         cfg!(unix) && self == Readiness::Owned

@@ -123,7 +123,7 @@ mod subs;
 mod timers;
 mod wake;
 
-pub use config::{BackpressurePolicy, HubConfig, Readiness};
+pub use config::{BackpressurePolicy, HubConfig, Readiness, UnknownReadiness};
 pub use engine::Hub;
 pub use event::{
     Addresses, Closed, ConnId, HttpResponse, HubMessage, ParseConnIdError, SendStatus, respond,

@@ -8,7 +8,7 @@
 #           engine reading readiness from a poller of its own
 #   hub-tokio
 #           the same with a Tokio registration per socket
-#           (WAVESOCK_HUB_READINESS=tokio), the portable readiness path
+#           (`--readiness tokio`), the portable readiness path
 #   client  examples/autobahn_client against kosoku's fuzzingserver
 #   server@POLICY, hub@POLICY, client@POLICY
 #           the same server or client with `--deflate POLICY` (shared, dedicated:4k,
@@ -116,20 +116,21 @@ case_args() {
     compression) echo "-i 12.* -i 13.*" ;;
     esac
 }
-# drive SIDE SERVER PORT [VAR=VALUE]: starts the example SERVER on PORT
-# (with VAR=VALUE in its environment) and kosoku's
+# drive SIDE SERVER PORT [ARG...]: starts the example SERVER on PORT
+# (with ARGs on its command line) and kosoku's
 # fuzzingclient against it, in the background. kosoku exits non-zero on
 # any case that is not OK (INFORMATIONAL and UNIMPLEMENTED included): the
 # verdict is check.py's, not its status.
 drive() {
-    local side=$1 server=$2 port=$3 environment=${4:-WAVESOCK_AUTOBAHN=1} d
+    local side=$1 server=$2 port=$3 d
+    shift 3
     d=$(dir "$side")
-    local args=() cases=()
-    [[ $side != *@* ]] || args=(--deflate "${side#*@}")
+    local args=("$@") cases=()
+    [[ $side != *@* ]] || args+=(--deflate "${side#*@}")
     read -r -a cases <<< "$(case_args "$side")"
     rm -rf "reports/$d"
     # The servers log every protocol violation the fuzzer commits.
-    env "$environment" "$bin/$server" "127.0.0.1:$port" "${args[@]}" 2> "reports/$d-$server.log" &
+    "$bin/$server" "127.0.0.1:$port" "${args[@]}" 2> "reports/$d-$server.log" &
     PIDS+=($!)
     wait_port "$port"
     ("$KOSOKU" -m fuzzingclient "${cases[@]}" "127.0.0.1:$port" -o "reports/$d" > "reports/$d.log" 2>&1 || true) &
@@ -138,7 +139,7 @@ drive() {
 }
 want server && drive server echo_server 9001
 want hub && drive hub hub_echo 9003
-want hub-tokio && drive hub-tokio hub_echo 9004 WAVESOCK_HUB_READINESS=tokio
+want hub-tokio && drive hub-tokio hub_echo 9004 --readiness tokio
 port=9010
 for s in "${sides[@]}"; do
     case $s in
@@ -152,7 +153,7 @@ run_client() {
     local side=$1 port=$2 d
     d=$(dir "$side")
     local args=() cases=()
-    [[ $side != *@* ]] || args=(--deflate "${side#*@}")
+    [[ $side != *@* ]] || args+=(--deflate "${side#*@}")
     read -r -a cases <<< "$(case_args "$side")"
     rm -rf "reports/$d"
     "$KOSOKU" -m fuzzingserver "${cases[@]}" "127.0.0.1:$port" -o "reports/$d" > "reports/$d.log" 2>&1 &

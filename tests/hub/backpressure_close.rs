@@ -134,7 +134,7 @@ impl Server {
 }
 
 fn config(readiness: Readiness) -> HubConfig {
-    HubConfig::default()
+    crate::support::hub::defaults()
         .config(
             Config::default()
                 .close_timeout(Duration::from_secs(120))
@@ -462,7 +462,7 @@ async fn deflate_slow(readiness: Readiness, first: &str) {
     use futures_util::{SinkExt, StreamExt};
     use wavesock::Message;
     let deflate = || wavesock::DeflateConfig::default();
-    let config = HubConfig::default()
+    let config = crate::support::hub::defaults()
         .config(
             Config::default()
                 .close_timeout(Duration::from_secs(120))

@@ -154,7 +154,9 @@ async fn start(case: Case, config: Config) -> Server {
             tokio::spawn(hub.serve(listener));
         }
         (Engine::Hub | Engine::HubTokio, true) => {
-            let config = HubConfig::default().engines(Some(1)).config(config);
+            let config = crate::support::hub::defaults()
+                .engines(Some(1))
+                .config(config);
             let hub = Hub::new(HubEcho(tx), config).unwrap();
             let handle = hub.handle();
             tokio::spawn(hub.run());

@@ -206,7 +206,7 @@ async fn next_data(ws: &mut wavesock::ClientStream) -> Message {
 
 #[tokio::test]
 async fn echoes_text_binary_fragmented_and_large_messages() {
-    let mut server = start(HubConfig::default()).await;
+    let mut server = start(crate::support::hub::defaults()).await;
     let (mut ws, _) = wavesock::connect_async(server.url("/echo")).await.unwrap();
     let Event::Open(id, path) = server.next().await else {
         panic!("open first")
@@ -258,7 +258,7 @@ async fn echoes_text_binary_fragmented_and_large_messages() {
 
 #[tokio::test]
 async fn large_echoes_keep_their_place_among_other_sends() {
-    let server = start(HubConfig::default()).await;
+    let server = start(crate::support::hub::defaults()).await;
     let (mut ws, _) = wavesock::connect_async(server.url("/")).await.unwrap();
     // Larger than a read: received into the connection's own buffer and
     // sent back from there; the smaller ones too when a read ends inside
@@ -295,7 +295,7 @@ async fn large_echoes_keep_their_place_among_other_sends() {
 
 #[tokio::test]
 async fn many_clients_at_once_each_get_their_own_echo() {
-    let server = start(HubConfig::default()).await;
+    let server = start(crate::support::hub::defaults()).await;
     let clients = (0..50).map(|i| {
         let url = server.url("/");
         tokio::spawn(async move {
@@ -315,7 +315,7 @@ async fn many_clients_at_once_each_get_their_own_echo() {
 
 #[tokio::test]
 async fn the_upgrade_handler_refuses_answers_and_adds_headers() {
-    let server = start(HubConfig::default()).await;
+    let server = start(crate::support::hub::defaults()).await;
     // A refusal with its status and body.
     let err = wavesock::connect_async(server.url("/forbidden"))
         .await
@@ -353,7 +353,7 @@ async fn the_upgrade_handler_refuses_answers_and_adds_headers() {
 
 #[tokio::test]
 async fn a_client_close_is_echoed_and_reported_with_its_frame_and_data() {
-    let mut server = start(HubConfig::default()).await;
+    let mut server = start(crate::support::hub::defaults()).await;
     let (mut ws, _) = wavesock::connect_async(server.url("/room/1"))
         .await
         .unwrap();
@@ -378,7 +378,7 @@ async fn a_client_close_is_echoed_and_reported_with_its_frame_and_data() {
 
 #[tokio::test]
 async fn a_handler_close_reaches_the_client_with_its_code() {
-    let mut server = start(HubConfig::default()).await;
+    let mut server = start(crate::support::hub::defaults()).await;
     let (mut ws, _) = wavesock::connect_async(server.url("/")).await.unwrap();
     ws.send(Message::text("close")).await.unwrap();
     let Message::Close(Some(frame)) = next_data(&mut ws).await else {
@@ -396,7 +396,7 @@ async fn a_handler_close_reaches_the_client_with_its_code() {
 
 #[tokio::test]
 async fn a_protocol_violation_gets_1002_and_is_reported() {
-    let mut server = start(HubConfig::default()).await;
+    let mut server = start(crate::support::hub::defaults()).await;
     let (mut tcp, _) = upgrade_raw(server.addr).await;
     // An unmasked frame from a client.
     tcp.write_all(&[0x81, 0x02, b'h', b'i']).await.unwrap();
@@ -414,7 +414,7 @@ async fn a_protocol_violation_gets_1002_and_is_reported() {
 
 #[tokio::test]
 async fn handles_send_close_and_ignore_gone_connections() {
-    let mut server = start(HubConfig::default()).await;
+    let mut server = start(crate::support::hub::defaults()).await;
     let (mut ws, _) = wavesock::connect_async(server.url("/")).await.unwrap();
     let Event::Open(id, _) = server.next().await else {
         panic!()
@@ -462,7 +462,7 @@ async fn handles_send_close_and_ignore_gone_connections() {
 
 #[tokio::test]
 async fn shutdown_closes_every_connection_with_1001_and_ends_serve() {
-    let mut server = start(HubConfig::default()).await;
+    let mut server = start(crate::support::hub::defaults()).await;
     let mut clients = Vec::new();
     for _ in 0..3 {
         let (ws, _) = wavesock::connect_async(server.url("/")).await.unwrap();
@@ -527,7 +527,7 @@ async fn a_peer_that_stops_reading_is_closed_at_max_backpressure_others_go_on() 
     for readiness in [Readiness::Owned, Readiness::Tokio] {
         // A close timeout longer than the test: the connection ends because
         // the peer read its close frame, not because the timer gave up.
-        let config = HubConfig::default()
+        let config = crate::support::hub::defaults()
             .config(
                 Config::default()
                     .close_timeout(Duration::from_secs(120))
@@ -617,7 +617,7 @@ async fn a_peer_that_stops_reading_is_closed_at_max_backpressure_others_go_on() 
 
 #[tokio::test]
 async fn with_the_drop_policy_a_slow_peer_misses_messages_then_drains() {
-    let config = HubConfig::default()
+    let config = crate::support::hub::defaults()
         .config(Config::default().max_backpressure(256 << 10))
         .backpressure_policy(BackpressurePolicy::Drop);
     let mut server = start(config).await;
@@ -659,7 +659,7 @@ async fn with_the_drop_policy_a_slow_peer_misses_messages_then_drains() {
 
 #[tokio::test]
 async fn keepalive_closes_a_silent_peer() {
-    let config = HubConfig::default().config(
+    let config = crate::support::hub::defaults().config(
         Config::default()
             .ping_interval(Some(Duration::from_millis(100)))
             .pong_timeout(Duration::from_millis(200)),
@@ -678,7 +678,7 @@ async fn keepalive_closes_a_silent_peer() {
 
 #[tokio::test]
 async fn a_slow_handshake_is_cut_off() {
-    let config = HubConfig::default()
+    let config = crate::support::hub::defaults()
         .config(Config::default().handshake_timeout(Some(Duration::from_millis(200))));
     let server = start(config).await;
     let mut tcp = TcpStream::connect(server.addr).await.unwrap();
@@ -705,7 +705,7 @@ fn one_engine_per_worker_each_with_its_connections() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut server = start(HubConfig::default().engines(None)).await;
+        let mut server = start(crate::support::hub::defaults().engines(None)).await;
         let mut clients = Vec::new();
         let mut engines = std::collections::HashSet::new();
         for _ in 0..6 {
@@ -737,7 +737,7 @@ fn one_engine_per_worker_each_with_its_connections() {
 #[tokio::test]
 async fn permessage_deflate_on_the_hub() {
     let deflate = wavesock::DeflateConfig::default();
-    let config = HubConfig::default().config(Config::default().deflate(deflate.clone()));
+    let config = crate::support::hub::defaults().config(Config::default().deflate(deflate.clone()));
     let server = start(config).await;
     let client = Config::default().deflate(deflate);
     let (mut ws, resp) = wavesock::connect_async_with_config(server.url("/"), client)
@@ -766,7 +766,7 @@ async fn wss_through_tokio_rustls_handed_to_the_hub() {
     let (acceptor, cert) = acceptor(&["localhost"]);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let (hub, mut events, _) = recording_hub(HubConfig::default());
+    let (hub, mut events, _) = recording_hub(crate::support::hub::defaults());
     let handle = hub.handle();
     // The hub serves connections handed to it; this task does TLS.
     tokio::spawn(hub.run());
@@ -816,7 +816,7 @@ async fn a_connection_upgraded_by_hyper_is_adopted() {
     use hyper_util::rt::TokioIo;
     use wavesock::handshake::server::{accept_response, check_request};
 
-    let (hub, mut events, _) = recording_hub(HubConfig::default());
+    let (hub, mut events, _) = recording_hub(crate::support::hub::defaults());
     let adopter = hub.adopter();
     tokio::spawn(hub.run());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

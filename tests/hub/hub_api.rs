@@ -165,7 +165,7 @@ where
 
 #[tokio::test]
 async fn the_peer_address_reaches_upgrade_and_ws_on_tcp() {
-    let mut hub = start(HubConfig::default()).await;
+    let mut hub = start(crate::support::hub::defaults()).await;
     let tcp = TcpStream::connect(hub.addr).await.unwrap();
     let client_addr = tcp.local_addr().unwrap();
     let (_ws, _) = wavesock::client_async(format!("ws://{}/", hub.addr), tcp)
@@ -184,7 +184,7 @@ async fn the_peer_address_reaches_upgrade_and_ws_on_tcp() {
 
 #[tokio::test]
 async fn a_handed_over_transport_carries_the_addresses_it_was_given() {
-    let mut hub = start(HubConfig::default()).await;
+    let mut hub = start(crate::support::hub::defaults()).await;
     let given = Addresses::new(
         Some("192.0.2.7:4444".parse().unwrap()),
         Some("198.51.100.1:443".parse().unwrap()),
@@ -218,7 +218,7 @@ async fn a_connection_adopted_from_hyper_carries_the_address_its_adopter_gives()
     use wavesock::handshake::server::{accept_response, check_request};
 
     let (tx, ev) = mpsc::unbounded_channel();
-    let config = HubConfig::default().topics(wavesock::topics::Topics::new());
+    let config = crate::support::hub::defaults().topics(wavesock::topics::Topics::new());
     let hub = Hub::new(Api { ev: tx, hub: None }, config).unwrap();
     let adopter = hub.adopter();
     let mut hub_ev = Running {
@@ -269,8 +269,8 @@ async fn a_connection_adopted_from_hyper_carries_the_address_its_adopter_gives()
 
 #[tokio::test]
 async fn an_id_in_its_text_and_u64_forms_reaches_its_connection() {
-    let mut hub = start(HubConfig::default()).await;
-    let mut other = start(HubConfig::default()).await;
+    let mut hub = start(crate::support::hub::defaults()).await;
+    let mut other = start(crate::support::hub::defaults()).await;
     let (mut ws, _) = wavesock::connect_async(format!("ws://{}/", hub.addr))
         .await
         .unwrap();
@@ -308,7 +308,7 @@ async fn an_id_in_its_text_and_u64_forms_reaches_its_connection() {
 
 #[tokio::test]
 async fn a_handler_reaches_connections_through_the_handle_it_was_made_with() {
-    let hub = start(HubConfig::default()).await;
+    let hub = start(crate::support::hub::defaults()).await;
     let (mut ws, _) = wavesock::connect_async(format!("ws://{}/", hub.addr))
         .await
         .unwrap();
@@ -320,7 +320,7 @@ async fn a_handler_reaches_connections_through_the_handle_it_was_made_with() {
 
 #[tokio::test]
 async fn try_close_closes_by_id_and_says_when_the_queue_is_full() {
-    let mut hub = start(HubConfig::default()).await;
+    let mut hub = start(crate::support::hub::defaults()).await;
     let (mut ws, _) = wavesock::connect_async(format!("ws://{}/", hub.addr))
         .await
         .unwrap();
@@ -347,7 +347,7 @@ async fn try_close_closes_by_id_and_says_when_the_queue_is_full() {
     let (tx, _ev) = mpsc::unbounded_channel();
     let idle = Hub::new(
         Api { ev: tx, hub: None },
-        HubConfig::default().handle_capacity(1),
+        crate::support::hub::defaults().handle_capacity(1),
     )
     .unwrap();
     let handle = idle.handle();
@@ -366,7 +366,7 @@ async fn try_close_closes_by_id_and_says_when_the_queue_is_full() {
 
 #[tokio::test]
 async fn a_close_from_a_handler_drops_the_rest_of_the_read_and_writes_what_came_before() {
-    let mut hub = start(HubConfig::default()).await;
+    let mut hub = start(crate::support::hub::defaults()).await;
     let mut tcp = upgrade_raw(hub.addr).await;
     let (id, ..) = hub.opened().await;
     // One write: the hub reads it whole and handles it in one turn.
@@ -420,7 +420,7 @@ async fn a_close_from_a_handler_drops_the_rest_of_the_read_and_writes_what_came_
 
 #[tokio::test]
 async fn the_handler_hears_every_message_up_to_its_close_in_order() {
-    let mut hub = start(HubConfig::default()).await;
+    let mut hub = start(crate::support::hub::defaults()).await;
     let mut tcp = upgrade_raw(hub.addr).await;
     let (id, ..) = hub.opened().await;
     let mut burst = Vec::new();
@@ -455,7 +455,7 @@ async fn the_handler_hears_every_message_up_to_its_close_in_order() {
 
 #[tokio::test]
 async fn a_connection_cut_by_shutdown_reports_its_own_error() {
-    let config = HubConfig::default().shutdown_timeout(Duration::from_millis(200));
+    let config = crate::support::hub::defaults().shutdown_timeout(Duration::from_millis(200));
     let mut hub = start(config).await;
     let mut tcp = upgrade_raw(hub.addr).await;
     let (id, ..) = hub.opened().await;
@@ -468,7 +468,7 @@ async fn a_connection_cut_by_shutdown_reports_its_own_error() {
     assert!(matches!(error, Some(Error::ShutdownTimeout)), "{error:?}");
 
     // An ordinary close the peer does not answer keeps its own error.
-    let config = HubConfig::default()
+    let config = crate::support::hub::defaults()
         .config(wavesock::Config::default().close_timeout(Duration::from_millis(200)));
     let mut hub = start(config).await;
     let mut tcp = upgrade_raw(hub.addr).await;
@@ -555,7 +555,7 @@ async fn a_route_table_dispatches_two_paths_with_parameters_to_two_handler_types
         .route("/count/{start}", Counter { ev: tx });
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let hub = Hub::new(router, HubConfig::default().engines(Some(2))).unwrap();
+    let hub = Hub::new(router, crate::support::hub::defaults().engines(Some(2))).unwrap();
     tokio::spawn(hub.serve(listener));
 
     let (mut room, _) = wavesock::connect_async(format!("ws://{addr}/rooms/caf%C3%A9?name=Ann+B"))

@@ -12,7 +12,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use tokio::io::{AsyncRead, DuplexStream, ReadBuf};
 use wavesock::http::{Request, Response};
-use wavesock::hub::{BackpressurePolicy, Handler, HttpResponse, Hub, HubConfig, HubMessage, Ws};
+use wavesock::hub::{BackpressurePolicy, Handler, HttpResponse, Hub, HubMessage, Ws};
 use wavesock::topics::{Topics, TopicsConfig};
 use wavesock::{Config, Message, PreparedMessage};
 
@@ -75,7 +75,7 @@ async fn an_engine_sends_at_most_its_cap_of_publishes_a_turn_and_the_rest_in_ord
     const CONNS: usize = 4;
     const PUBLISHES: usize = 6000;
     let topics = Topics::new();
-    let config = HubConfig::default()
+    let config = crate::support::hub::defaults()
         .config(
             Config::default()
                 .ping_interval(None)
@@ -179,7 +179,7 @@ struct Polled {
 impl Polled {
     fn new(subscribers: usize, topics: TopicsConfig, policy: BackpressurePolicy) -> Self {
         let topics = Topics::with_config(topics);
-        let config = HubConfig::default()
+        let config = crate::support::hub::defaults()
             .config(
                 Config::default()
                     .ping_interval(None)

@@ -127,7 +127,7 @@ async fn the_budget_holds_the_hub_to_its_limit_and_a_waiting_client_resumes() {
     let budget = MemoryBudget::new(LIMIT)
         .allowance(0)
         .wait_timeout(Duration::from_secs(3));
-    let config = HubConfig::default()
+    let config = crate::support::hub::defaults()
         .engines(Some(1))
         .config(Config::default().memory_budget(budget.clone()));
     let server = start(config).await;
@@ -167,7 +167,7 @@ async fn a_client_that_waited_for_budget_is_not_refused_for_being_quiet_after() 
     const LIMIT: usize = 4 << 20;
     let wait = Duration::from_millis(800);
     let budget = MemoryBudget::new(LIMIT).allowance(0).wait_timeout(wait);
-    let config = HubConfig::default()
+    let config = crate::support::hub::defaults()
         .engines(Some(1))
         .config(Config::default().memory_budget(budget.clone()));
     let server = start(config).await;
@@ -202,7 +202,7 @@ async fn a_client_that_waited_for_budget_is_not_refused_for_being_quiet_after() 
 #[tokio::test]
 async fn an_idle_connection_keeps_no_buffer_after_a_large_message() {
     let budget = MemoryBudget::new(256 << 20).allowance(0);
-    let config = HubConfig::default()
+    let config = crate::support::hub::defaults()
         .engines(Some(1))
         .config(Config::default().memory_budget(budget.clone()));
     let mut server = start(config).await;
@@ -250,7 +250,7 @@ async fn unread_answer(addr: SocketAddr, path: &str, upgrade: bool, stall: Durat
 
 #[tokio::test]
 async fn a_refusal_or_page_never_read_is_cut_at_the_handshake_timeout() {
-    let config = HubConfig::default().engines(Some(1)).config(
+    let config = crate::support::hub::defaults().engines(Some(1)).config(
         Config::default()
             .handshake_timeout(Some(Duration::from_millis(300)))
             // Keepalive on: it must not apply before an upgrade.
@@ -272,7 +272,7 @@ async fn a_refusal_or_page_never_read_is_cut_at_the_handshake_timeout() {
 
 #[tokio::test]
 async fn a_page_read_slowly_carries_no_websocket_frame() {
-    let config = HubConfig::default().engines(Some(1)).config(
+    let config = crate::support::hub::defaults().engines(Some(1)).config(
         Config::default()
             .handshake_timeout(Some(Duration::from_secs(20)))
             .ping_interval(Some(Duration::from_millis(30))),
@@ -298,13 +298,15 @@ async fn a_page_read_slowly_carries_no_websocket_frame() {
 async fn handing_over_a_connection_never_waits_behind_handle_traffic() {
     // Ids naming engines 0 and 1 (of another hub: they name nothing in
     // the hub below, but take room in its engines' command queues).
-    let mut other = start(HubConfig::default().engines(Some(2))).await;
+    let mut other = start(crate::support::hub::defaults().engines(Some(2))).await;
     let (_c0, id0) = other.connect().await;
     let (_c1, id1) = other.connect().await;
     assert_eq!((id0.engine(), id1.engine()), (0, 1));
 
     let (tx, mut opened) = mpsc::unbounded_channel();
-    let config = HubConfig::default().engines(Some(2)).handle_capacity(1);
+    let config = crate::support::hub::defaults()
+        .engines(Some(2))
+        .handle_capacity(1);
     let hub = Hub::new(Echo { opened: tx }, config).unwrap();
     let handle = hub.handle();
     // Both engines' command queues are full, and stay so: the engines are
@@ -330,7 +332,7 @@ async fn handing_over_a_connection_never_waits_behind_handle_traffic() {
 
 #[tokio::test]
 async fn an_id_of_another_hub_names_no_connection_here() {
-    let config = || HubConfig::default().engines(Some(1));
+    let config = || crate::support::hub::defaults().engines(Some(1));
     let mut one = start(config()).await;
     let mut two = start(config()).await;
     let (mut a, a_id) = one.connect().await;
@@ -345,7 +347,7 @@ async fn an_id_of_another_hub_names_no_connection_here() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_engine_is_reported_by_serve_and_the_others_shut_down() {
-    let config = HubConfig::default()
+    let config = crate::support::hub::defaults()
         .engines(Some(2))
         .shutdown_timeout(Duration::from_secs(2));
     let mut server = start(config).await;
@@ -365,7 +367,7 @@ async fn a_panicking_engine_is_reported_by_serve_and_the_others_shut_down() {
 
 #[tokio::test]
 async fn settings_of_duration_max_mean_never_and_do_not_panic() {
-    let config = HubConfig::default()
+    let config = crate::support::hub::defaults()
         .engines(Some(1))
         .shutdown_timeout(Duration::MAX)
         .config(

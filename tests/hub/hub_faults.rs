@@ -62,7 +62,7 @@ fn client_config(deflate: bool) -> Config {
 }
 
 fn hub_config(deflate: bool) -> HubConfig {
-    HubConfig::default().config(with_deflate(
+    crate::support::hub::defaults().config(with_deflate(
         Config::default().close_timeout(Duration::from_millis(500)),
         deflate,
     ))
@@ -330,7 +330,8 @@ async fn protocol_errors_through_faults_still_get_their_close_code() {
         ),
     ];
     for seed in 0..seeds() {
-        let config = HubConfig::default().config(Config::default().max_message_size(64 << 10));
+        let config =
+            crate::support::hub::defaults().config(Config::default().max_message_size(64 << 10));
         let hub = TestHub::start(config).await;
         for (i, (what, wire, code)) in cases.iter().enumerate() {
             let (a, mut peer) = tokio::io::duplex(64);

@@ -30,7 +30,7 @@ use bytes::BytesMut;
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use wavesock::hub::{BackpressurePolicy, HubConfig, SendStatus};
+use wavesock::hub::{BackpressurePolicy, SendStatus};
 use wavesock::{CloseCode, Config, Error, Message, WebSocketStream};
 
 use crate::support::{KEY_REQUEST, close_payload, masked, raw_upgrade, read_frame};
@@ -116,7 +116,7 @@ async fn protocol_violations_close_with_the_right_code() {
     let config = Config::default()
         .max_frame_size(1000)
         .max_message_size(1000);
-    let hub = TestHub::start(HubConfig::default().config(config)).await;
+    let hub = TestHub::start(crate::support::hub::defaults().config(config)).await;
     let mut honest = Honest::connect(hub.addr).await;
     let cases: Vec<(Vec<u8>, u16, &str)> = vec![
         (
@@ -203,7 +203,7 @@ async fn protocol_violations_close_with_the_right_code() {
 
 #[tokio::test]
 async fn invalid_utf8_is_refused_before_the_message_ends() {
-    let hub = TestHub::start(HubConfig::default()).await;
+    let hub = TestHub::start(crate::support::hub::defaults()).await;
     let mut honest = Honest::connect(hub.addr).await;
     let (mut tcp, mut buf) = raw_upgrade(hub.addr).await;
     // A valid first fragment, then one with a byte that cannot start
@@ -246,7 +246,7 @@ async fn announced_huge_frames_allocate_nothing_of_their_size() {
     let config = Config::default()
         .max_frame_size(64 << 20)
         .max_message_size(64 << 20);
-    let hub_config = HubConfig::default().config(config);
+    let hub_config = crate::support::hub::defaults().config(config);
     let hub = TestHub::start(hub_config).await;
     // Warm-up: the engine's read buffer and a pooled write buffer exist.
     let mut honest = Honest::connect(hub.addr).await;
@@ -300,7 +300,7 @@ async fn announced_huge_frames_allocate_nothing_of_their_size() {
 async fn slowloris_handshakes_are_timed_out() {
     let timeout = Duration::from_millis(300);
     let config = Config::default().handshake_timeout(Some(timeout));
-    let hub = TestHub::start(HubConfig::default().config(config)).await;
+    let hub = TestHub::start(crate::support::hub::defaults().config(config)).await;
     let mut honest = Honest::connect(hub.addr).await;
     let started = Instant::now();
     let mut lorises = Vec::new();
@@ -359,7 +359,7 @@ async fn slowloris_handshakes_are_timed_out() {
 #[tokio::test]
 async fn header_flood_is_refused_at_the_cap() {
     let config = Config::default().max_handshake_size(4096);
-    let hub = TestHub::start(HubConfig::default().config(config)).await;
+    let hub = TestHub::start(crate::support::hub::defaults().config(config)).await;
     let mut honest = Honest::connect(hub.addr).await;
     // Through `accept`, so the bytes the hub reads can be counted.
     let (client, server) = tokio::io::duplex(16 << 10);
@@ -391,7 +391,11 @@ async fn header_flood_is_refused_at_the_cap() {
 
 #[tokio::test]
 async fn a_peer_that_floods_pings_and_never_reads_cannot_grow_the_hubs_buffers() {
-    let hub = TestHub::serve(small_listener(), HubConfig::default(), Recorder::new());
+    let hub = TestHub::serve(
+        small_listener(),
+        crate::support::hub::defaults(),
+        Recorder::new(),
+    );
     let mut honest = Honest::connect(hub.addr).await;
     let (mut tcp, _) = small_raw_upgrade(hub.addr).await;
     let ping = masked(0x89, &[0u8; 125]);
@@ -432,7 +436,11 @@ async fn a_peer_that_floods_pings_and_never_reads_cannot_grow_the_hubs_buffers()
 
 #[tokio::test]
 async fn a_peer_that_never_reads_stops_being_read() {
-    let hub = TestHub::serve(small_listener(), HubConfig::default(), Recorder::new());
+    let hub = TestHub::serve(
+        small_listener(),
+        crate::support::hub::defaults(),
+        Recorder::new(),
+    );
     let mut honest = Honest::connect(hub.addr).await;
     let (mut tcp, _) = small_raw_upgrade(hub.addr).await;
     let msg = masked(0x82, &[7u8; 100]);
@@ -472,7 +480,7 @@ async fn a_peer_that_never_reads_stops_being_read() {
 /// Messages sent to a peer that does not read, from another task through
 /// the handle, as a broadcast would.
 async fn flood_through_the_handle(policy: BackpressurePolicy) {
-    let config = HubConfig::default()
+    let config = crate::support::hub::defaults()
         .config(Config::default().max_backpressure(64 << 10))
         .backpressure_policy(policy);
     let hub = TestHub::serve(small_listener(), config, Recorder::new());

@@ -55,7 +55,7 @@ use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use wavesock::http::{Request, Response};
 use wavesock::hub::HttpResponse;
 use wavesock::hub::{
-    Closed, ConnId, HandleError, Handler, Hub, HubConfig, HubHandle, HubMessage, SendStatus, Ws,
+    Closed, ConnId, HandleError, Handler, Hub, HubHandle, HubMessage, SendStatus, Ws,
 };
 use wavesock::{CloseCode, CloseFrame, Config, Message};
 
@@ -435,7 +435,7 @@ impl World {
     fn new(scenario: &Scenario) -> Self {
         let recorder = Recorder::default();
         let calls = recorder.calls.clone();
-        let config = HubConfig::default()
+        let config = crate::support::hub::defaults()
             .config(Config::default().ping_interval(None))
             .engines(Some(1))
             .read_buffer_size(4096)

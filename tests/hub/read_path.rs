@@ -87,7 +87,7 @@ async fn start(readiness: Readiness, config: Config) -> Server {
         log: log.clone(),
         closed: Arc::clone(&closed),
     };
-    let config = HubConfig::default()
+    let config = crate::support::hub::defaults()
         .engines(Some(1))
         .readiness(readiness)
         .config(config);
@@ -378,7 +378,7 @@ async fn pipelined(readiness: Readiness, read_buffer: usize, deflate: bool, seed
         assert!(!deflate, "compression needs the deflate feature");
         Config::default()
     };
-    let hub_config = HubConfig::default()
+    let hub_config = crate::support::hub::defaults()
         .engines(Some(1))
         .readiness(readiness)
         .read_buffer_size(read_buffer)
@@ -532,7 +532,9 @@ fn close_frame(code: u16) -> Vec<u8> {
 }
 
 async fn close_mid_read(readiness: Readiness, peer_close_in_same_read: bool) {
-    let hub = HubConfig::default().engines(Some(1)).readiness(readiness);
+    let hub = crate::support::hub::defaults()
+        .engines(Some(1))
+        .readiness(readiness);
     let server = start_cfg(hub).await;
     let mut x = upgrade(server.addr, "X").await;
     let mut wire = Vec::new();
@@ -580,7 +582,7 @@ async fn handler_close_mid_read_tokio() {
 /// Invalid input on some connections, in the middle of reads that bring
 /// valid messages: the right codes, the others unaffected.
 async fn invalid_inputs(readiness: Readiness) {
-    let hub = HubConfig::default()
+    let hub = crate::support::hub::defaults()
         .engines(Some(1))
         .readiness(readiness)
         .config(
@@ -644,7 +646,7 @@ async fn invalid_inputs_tokio() {
 /// A peer that sends many messages whose replies fill the socket, reads
 /// nothing for a while, then reads: every reply, whole and in order.
 async fn slow_reader(readiness: Readiness) {
-    let hub = HubConfig::default()
+    let hub = crate::support::hub::defaults()
         .engines(Some(1))
         .readiness(readiness)
         .config(Config::default().max_backpressure(64 << 20));
@@ -707,7 +709,7 @@ async fn slow_reader_tokio() {
 // ---------------------------------------------------------------------
 
 async fn keepalive(readiness: Readiness) {
-    let hub = HubConfig::default()
+    let hub = crate::support::hub::defaults()
         .engines(Some(1))
         .readiness(readiness)
         .config(
@@ -786,7 +788,7 @@ async fn keepalive_tokio() {
 /// comes back.
 async fn budget_many(readiness: Readiness) {
     let budget = wavesock::MemoryBudget::new(16 << 20).wait_timeout(Duration::from_secs(20));
-    let hub = HubConfig::default()
+    let hub = crate::support::hub::defaults()
         .engines(Some(1))
         .readiness(readiness)
         .config(crate::support::raw::budget_config(&budget));
@@ -877,7 +879,9 @@ async fn budget_many_tokio() {
 /// after its close frame, one that resets mid-frame: each ends, the others'
 /// messages arrive intact.
 async fn ends_mid_frame(readiness: Readiness) {
-    let hub = HubConfig::default().engines(Some(1)).readiness(readiness);
+    let hub = crate::support::hub::defaults()
+        .engines(Some(1))
+        .readiness(readiness);
     let server = start_cfg(hub).await;
     let mut g = upgrade(server.addr, "G").await;
     let mut h = upgrade(server.addr, "H").await;

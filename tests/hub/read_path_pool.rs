@@ -429,7 +429,7 @@ async fn churn_with(
     if deflate {
         config = config.deflate(wavesock::DeflateConfig::default());
     }
-    let hub = HubConfig::default()
+    let hub = crate::support::hub::defaults()
         .engines(Some(1))
         .readiness(readiness)
         .read_buffer_size(read_buffer)
@@ -583,7 +583,7 @@ async fn pool_churn_deflate() {
 // Backpressure policies hit in the middle of a read that carries more.
 
 async fn backpressure_mid_read(readiness: Readiness, policy: wavesock::hub::BackpressurePolicy) {
-    let hub = HubConfig::default()
+    let hub = crate::support::hub::defaults()
         .engines(Some(1))
         .readiness(readiness)
         .config(Config::default().max_backpressure(256 << 10))
@@ -723,7 +723,7 @@ async fn budget_deflate(readiness: Readiness) {
     let budget = wavesock::MemoryBudget::new(8 << 20).wait_timeout(Duration::from_secs(20));
     let config =
         crate::support::raw::budget_config(&budget).deflate(wavesock::DeflateConfig::default());
-    let hub = HubConfig::default()
+    let hub = crate::support::hub::defaults()
         .engines(Some(1))
         .readiness(readiness)
         .config(config);
@@ -822,7 +822,7 @@ async fn keepalive_pooled(readiness: Readiness, deflate: bool) {
     if deflate {
         config = config.deflate(wavesock::DeflateConfig::default());
     }
-    let hub = HubConfig::default()
+    let hub = crate::support::hub::defaults()
         .engines(Some(1))
         .readiness(readiness)
         .config(config);

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use crate::support::raw;
 
 use raw::{budget_config, frame, read_frame, until, upgrade_raw, within};
-use wavesock::hub::{Closed, Handler, Hub, HubConfig, HubMessage, Readiness, Ws};
+use wavesock::hub::{Closed, Handler, Hub, HubMessage, Readiness, Ws};
 use wavesock::proto::budget::{BudgetAccount, Grant, Held};
 use wavesock::topics::{Topics, TopicsConfig};
 use wavesock::{Config, MemoryBudget, Message, OpCode, PreparedMessage};
@@ -152,7 +152,7 @@ async fn a_subscriber_that_came_after_a_missed_publish_is_not_closed() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, mut ended) = mpsc::unbounded_channel();
-        let config = HubConfig::default()
+        let config = crate::support::hub::defaults()
             .engines(Some(1))
             .readiness(readiness)
             .topics(topics);
@@ -217,7 +217,7 @@ async fn small_messages_on_the_hub_never_touch_the_shared_budget() {
         let budget = MemoryBudget::new(64 << 20);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let config = HubConfig::default()
+        let config = crate::support::hub::defaults()
             .engines(Some(1))
             .readiness(readiness)
             .config(Config::default().memory_budget(budget.clone()));

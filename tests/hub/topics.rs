@@ -328,7 +328,7 @@ async fn raw_subscriber(
 #[tokio::test]
 async fn publishes_reach_subscribers_on_every_hub_of_the_registry_but_the_publisher() {
     let topics = Topics::new();
-    let config = || HubConfig::default().topics(topics.clone());
+    let config = || crate::support::hub::defaults().topics(topics.clone());
     let mut a = start(config()).await;
     let mut b = start(config()).await;
     let (mut on_a, _) = a.subscriber("news").await;
@@ -377,7 +377,7 @@ async fn publishes_reach_subscribers_on_every_hub_of_the_registry_but_the_publis
 #[tokio::test]
 async fn a_connection_knows_its_topics_and_subscribing_twice_is_once() {
     let topics = Topics::new();
-    let mut server = start(HubConfig::default().topics(topics.clone())).await;
+    let mut server = start(crate::support::hub::defaults().topics(topics.clone())).await;
     let (mut ws, _) = server.subscriber("b").await;
     say(&mut ws, "sub a", "ok").await;
     say(&mut ws, "sub a", "again").await;
@@ -402,7 +402,7 @@ async fn a_connection_knows_its_topics_and_subscribing_twice_is_once() {
 #[tokio::test]
 async fn a_subscription_gets_only_what_is_published_after_it() {
     let topics = Topics::new();
-    let mut server = start(HubConfig::default().topics(topics.clone())).await;
+    let mut server = start(crate::support::hub::defaults().topics(topics.clone())).await;
     let (mut a, _) = server.subscriber("t").await;
     let (mut b, _) = server.connect().await;
     // One write: the engine handles both in one turn, the publish still
@@ -539,7 +539,7 @@ async fn slow_subscriber_among_fast_ones(policy: BackpressurePolicy, engines: us
     let topic = "flood";
     // A close timeout longer than the test: a closed subscriber's
     // connection ends because it read its close frame.
-    let config = HubConfig::default()
+    let config = crate::support::hub::defaults()
         .config(
             Config::default()
                 .close_timeout(Duration::from_secs(120))
@@ -680,7 +680,7 @@ async fn every_subscriber_sees_one_order_whoever_publishes() {
     const PER: usize = 150;
     let topics = Topics::with_config(TopicsConfig::default().stream_capacity(1 << 16));
     // No backpressure here: every subscriber must get everything.
-    let config = HubConfig::default()
+    let config = crate::support::hub::defaults()
         .config(Config::default().max_backpressure(1 << 30))
         .topics(topics.clone())
         .engines(Some(2));
@@ -869,7 +869,7 @@ async fn deflate_and_plain_subscribers_of_every_policy_and_window_get_the_right_
         DeflatePolicy::Dedicated(16 << 10),
     ] {
         let deflate = DeflateConfig::default().policy(policy);
-        let config = HubConfig::default()
+        let config = crate::support::hub::defaults()
             .topics(topics.clone())
             .config(Config::default().deflate(deflate));
         servers.push((policy, start(config).await));
@@ -1012,7 +1012,7 @@ fn inflate(payload: &[u8], window_bits: u8) -> Vec<u8> {
 #[tokio::test]
 async fn a_publish_is_compressed_once_per_window_on_the_wire() {
     use wavesock::DeflateConfig;
-    let config = HubConfig::default()
+    let config = crate::support::hub::defaults()
         .topics(Topics::new())
         .config(Config::default().deflate(DeflateConfig::default()));
     let server = start(config).await;
@@ -1059,7 +1059,7 @@ async fn a_publish_is_compressed_once_per_window_on_the_wire() {
 #[tokio::test]
 async fn a_handle_subscribes_and_unsubscribes_by_id() {
     let topics = Topics::new();
-    let mut server = start(HubConfig::default().topics(topics.clone())).await;
+    let mut server = start(crate::support::hub::defaults().topics(topics.clone())).await;
     assert!(server.handle.topics().same(&topics));
     let (mut ws, id) = server.subscriber("sentinel").await;
     let handle = &server.handle;
@@ -1091,7 +1091,7 @@ async fn a_handle_subscribes_and_unsubscribes_by_id() {
 #[tokio::test]
 async fn an_id_of_a_connection_that_is_gone_subscribes_nobody() {
     let topics = Topics::new();
-    let mut server = start(HubConfig::default().topics(topics.clone())).await;
+    let mut server = start(crate::support::hub::defaults().topics(topics.clone())).await;
     let (mut gone, gone_id) = server.connect().await;
     gone.close(None).await.unwrap();
     assert_eq!(server.events.closed().await.id, gone_id);
@@ -1114,7 +1114,7 @@ async fn an_id_of_a_connection_that_is_gone_subscribes_nobody() {
 #[tokio::test]
 async fn subscriptions_end_with_their_connection() {
     let topics = Topics::new();
-    let mut server = start(HubConfig::default().topics(topics.clone())).await;
+    let mut server = start(crate::support::hub::defaults().topics(topics.clone())).await;
     let (mut a, a_id) = server.subscriber("x").await;
     say(&mut a, "sub y", "ok").await;
     let (raw, _, _) = raw_subscriber(server.addr, "x", None, None).await;
@@ -1161,7 +1161,9 @@ async fn subscriptions_end_with_their_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriptions_end_when_the_hub_shuts_down() {
     let topics = Topics::new();
-    let config = HubConfig::default().topics(topics.clone()).engines(Some(2));
+    let config = crate::support::hub::defaults()
+        .topics(topics.clone())
+        .engines(Some(2));
     let mut server = start(config).await;
     // A task's subscription stays: it is not the hub's.
     let mut receiver = topics.subscribe("a");
@@ -1216,7 +1218,7 @@ async fn subscriptions_end_when_the_hub_shuts_down() {
 #[tokio::test]
 async fn subscriptions_end_when_the_hub_is_dropped() {
     let topics = Topics::new();
-    let mut server = start(HubConfig::default().topics(topics.clone())).await;
+    let mut server = start(crate::support::hub::defaults().topics(topics.clone())).await;
     let (_ws, _) = server.subscriber("a").await;
     let (mut ws2, id) = server.subscriber("b").await;
     server.handle.subscribe(id, "a").await.unwrap();
@@ -1241,8 +1243,8 @@ async fn subscriptions_end_when_the_hub_is_dropped() {
 #[tokio::test]
 async fn hubs_with_their_own_registries_do_not_hear_each_other() {
     let (topics_a, topics_b) = (Topics::new(), Topics::new());
-    let mut a = start(HubConfig::default().topics(topics_a.clone())).await;
-    let mut b = start(HubConfig::default().topics(topics_b.clone())).await;
+    let mut a = start(crate::support::hub::defaults().topics(topics_a.clone())).await;
+    let mut b = start(crate::support::hub::defaults().topics(topics_b.clone())).await;
     assert!(a.handle.topics().same(&topics_a));
     assert!(!a.handle.topics().same(b.handle.topics()));
     let (mut on_a, _) = a.subscriber("t").await;
@@ -1269,8 +1271,8 @@ async fn hubs_with_their_own_registries_do_not_hear_each_other() {
 #[tokio::test]
 async fn hubs_on_one_registry_hear_each_other() {
     let topics = Topics::new();
-    let mut a = start(HubConfig::default().topics(topics.clone())).await;
-    let mut b = start(HubConfig::default().topics(topics.clone())).await;
+    let mut a = start(crate::support::hub::defaults().topics(topics.clone())).await;
+    let mut b = start(crate::support::hub::defaults().topics(topics.clone())).await;
     let (mut on_a, _) = a.subscriber("t").await;
     let (mut on_b, _) = b.subscriber("t").await;
     let mut receiver = topics.subscribe("t");
@@ -1289,8 +1291,12 @@ async fn hubs_on_one_registry_hear_each_other() {
 
 #[tokio::test]
 async fn the_global_registry_is_the_default() {
-    assert!(HubConfig::default().topics.same(&Topics::global()));
-    let mut server = start(HubConfig::default()).await;
+    assert!(
+        crate::support::hub::defaults()
+            .topics
+            .same(&Topics::global())
+    );
+    let mut server = start(crate::support::hub::defaults()).await;
     assert!(server.handle.topics().same(&Topics::global()));
     // The global registry is the whole test binary's: a name of its own.
     let topic = "topics.rs/the-global-registry-is-the-default";

@@ -26,7 +26,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use wavesock::http::{Request, Response};
 use wavesock::hub::HttpResponse;
-use wavesock::hub::{Handler, Hub, HubConfig, HubMessage, Ws};
+use wavesock::hub::{Handler, Hub, HubMessage, Ws};
 use wavesock::topics::redis::{LinkState, RedisLink, RedisLinkConfig};
 use wavesock::topics::{Remote, Topics};
 use wavesock::{Message, PreparedMessage};
@@ -72,7 +72,11 @@ async fn server(redis_url: &str) -> Server {
         .ping_interval(Duration::from_millis(200))
         .timeout(Duration::from_secs(2));
     let link = topics.link_redis(client, config).unwrap();
-    let hub = Hub::new(Subscribe, HubConfig::default().topics(topics.clone())).unwrap();
+    let hub = Hub::new(
+        Subscribe,
+        crate::support::hub::defaults().topics(topics.clone()),
+    )
+    .unwrap();
     tokio::spawn(hub.serve(listener));
     Server { addr, topics, link }
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use wavesock::http::{Request, Response};
 use wavesock::hub::HttpResponse;
-use wavesock::hub::{Handler, Hub, HubConfig, HubMessage, Readiness, Ws};
+use wavesock::hub::{Handler, Hub, HubMessage, Readiness, Ws};
 
 use crate::support::child;
 use crate::support::counting;
@@ -61,7 +61,7 @@ fn start_hub(workers: Option<usize>) -> SocketAddr {
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             addr_tx.send(listener.local_addr().unwrap()).unwrap();
-            let config = HubConfig::default().engines(workers);
+            let config = crate::support::hub::defaults().engines(workers);
             Hub::new(Echo, config)
                 .unwrap()
                 .serve(listener)
@@ -180,7 +180,7 @@ fn hub_memory_per_connection_and_per_message() {
     // With the engine's own poller a socket has no Tokio registration
     // (its ScheduledIo) and no waker: the slot alone. With Tokio's
     // readiness (`WAVESOCK_HUB_READINESS=tokio`), both.
-    let owned = cfg!(unix) && HubConfig::default().readiness == Readiness::Owned;
+    let owned = cfg!(unix) && crate::support::hub::defaults().readiness == Readiness::Owned;
     let limit = if owned { 256 } else { 512 };
     assert!(
         per_conn <= limit,

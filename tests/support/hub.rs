@@ -23,6 +23,21 @@ use wavesock::hub::{
     Closed, ConnId, Handler, Hub, HubConfig, HubHandle, HubMessage, SendStatus, Ws,
 };
 
+/// `HubConfig::default()` under the readiness mode
+/// `WAVESOCK_HUB_READINESS` names (`owned` or `tokio`), so that CI can run
+/// a suite under each; unset, the library's default. The library itself
+/// reads no environment: choosing is the program's business, here the
+/// test suite's.
+pub fn defaults() -> HubConfig {
+    match std::env::var("WAVESOCK_HUB_READINESS") {
+        Ok(mode) => HubConfig::default().readiness(
+            mode.parse()
+                .unwrap_or_else(|_| panic!("WAVESOCK_HUB_READINESS={mode}: owned or tokio")),
+        ),
+        Err(_) => HubConfig::default(),
+    }
+}
+
 /// What the handler saw of one connection.
 #[derive(Debug, Default)]
 pub struct Seen {

@@ -1,6 +1,6 @@
 //! Echo servers for the side-by-side measurements: `echo_peer IMPL ADDR`.
 //!
-//! `IMPL` is one of `wavesock`, `hub`, `fastwebsockets`, `tokio-websockets`,
+//! `IMPL` is one of `wavesock`, `hub`, `hub-tokio`, `fastwebsockets`, `tokio-websockets`,
 //! `tokio-tungstenite`; `ADDR` must be a loopback address such as
 //! `127.0.0.1:9001`. Every server runs on a current-thread Tokio runtime
 //! (one core), sets `TCP_NODELAY` on each accepted socket, allows messages of
@@ -10,7 +10,9 @@
 //! - wavesock: `next()` then `feed()` for data messages, one `flush()` at the end;
 //! - hub: wavesock's hub engine (`wavesock::hub`), one engine, no task per
 //!   connection, `send_borrowed` of each message in `Handler::message`
-//!   (as `examples/hub_echo.rs`);
+//!   (as `examples/hub_echo.rs`); `hub-tokio` the same with a Tokio
+//!   registration per socket (`Readiness::Tokio`) instead of the engine's
+//!   own poller;
 //! - fastwebsockets: hyper upgrade, `FragmentCollector`, `read_frame` /
 //!   `write_frame` (its `examples/echo_server.rs`);
 //! - tokio-websockets: `ServerBuilder::accept`, `next()` then `send()` (its
@@ -29,6 +31,7 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use wavesock::hub::Readiness;
 
 use tokio::net::{TcpListener, TcpStream};
 use wavesock_benches::{
@@ -39,6 +42,7 @@ use wavesock_benches::{
 enum Impl {
     Wavesock,
     Hub,
+    HubTokio,
     Fastwebsockets,
     TokioWebsockets,
     TokioTungstenite,
@@ -49,6 +53,7 @@ impl Impl {
         Some(match s {
             "wavesock" => Impl::Wavesock,
             "hub" => Impl::Hub,
+            "hub-tokio" => Impl::HubTokio,
             "fastwebsockets" => Impl::Fastwebsockets,
             "tokio-websockets" => Impl::TokioWebsockets,
             "tokio-tungstenite" => Impl::TokioTungstenite,
@@ -59,7 +64,7 @@ impl Impl {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: echo_peer wavesock|hub|fastwebsockets|tokio-websockets|tokio-tungstenite 127.0.0.1:PORT";
+    let usage = "usage: echo_peer wavesock|hub|hub-tokio|fastwebsockets|tokio-websockets|tokio-tungstenite 127.0.0.1:PORT";
     let (Some(which), Some(addr)) = (
         args.get(1).and_then(|s| Impl::parse(s)),
         args.get(2).and_then(|s| s.parse::<SocketAddr>().ok()),
@@ -91,9 +96,11 @@ async fn serve(which: Impl, addr: SocketAddr) -> Result<(), BoxError> {
     let listener = TcpListener::bind(addr).await?;
     let verbose = std::env::var_os("ECHO_PEER_VERBOSE").is_some();
     eprintln!("echo_peer {which:?} listening on {addr}");
-    if let Impl::Hub = which {
-        // The hub accepts, sets TCP_NODELAY and serves on this task.
-        return wavesock_benches::hub_echo(listener).await;
+    // The hub accepts, sets TCP_NODELAY and serves on this task.
+    match which {
+        Impl::Hub => return wavesock_benches::hub_echo(listener, Readiness::default()).await,
+        Impl::HubTokio => return wavesock_benches::hub_echo(listener, Readiness::Tokio).await,
+        _ => {}
     }
     loop {
         let (tcp, _) = listener.accept().await?;
@@ -103,7 +110,7 @@ async fn serve(which: Impl, addr: SocketAddr) -> Result<(), BoxError> {
         // block would charge every implementation the largest one's size.
         match which {
             Impl::Wavesock => spawn(wavesock_echo(tcp), verbose),
-            Impl::Hub => unreachable!("served above"),
+            Impl::Hub | Impl::HubTokio => unreachable!("served above"),
             Impl::Fastwebsockets => spawn(fastwebsockets_serve(tcp), verbose),
             Impl::TokioWebsockets => spawn(tokio_websockets_echo(tcp), verbose),
             Impl::TokioTungstenite => spawn(tokio_tungstenite_echo(tcp), verbose),
