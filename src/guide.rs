@@ -65,6 +65,33 @@
 //! # Ok::<(), wavesock::Error>(())
 //! ```
 //!
+//! ## What wavesock keeps per thread, and its one thread
+//!
+//! No state is global to the process but what this section lists; none
+//! of it is visible from the API, so here is all of it.
+//!
+//! - **Per thread, for the Stream**: up to 4 spare read buffers of
+//!   96 KiB and 2 spare write queues of the same size (a busy connection
+//!   borrows them while it has bytes in them; an idle one holds none),
+//!   and an 8 KiB arena that reads of up to 2 KiB are copied into (a
+//!   chunk is freed when the last message cut from it is dropped). A thread
+//!   that never polls a Stream has none of them; Tokio's worker threads
+//!   keep theirs for the runtime's life.
+//! - **Per thread, with `deflate`**: up to 2 idle compressors and 2 idle
+//!   decompressors (zlib's state, lent to one message at a time under
+//!   [`DeflatePolicy::Shared`](crate::DeflatePolicy::Shared)) and a
+//!   64 KiB output buffer.
+//! - **One thread per process, only if needed: `wavesock-retry`.** A
+//!   transport must answer "not now" with `Poll::Pending` and a waker; an
+//!   adapter that returns `WouldBlock` or `Interrupted` instead is asked
+//!   again at once, and after 16 such answers in a row the task is woken
+//!   1 ms later by this thread rather than spin on a core. It starts the
+//!   first time that happens (never with Tokio's sockets, TLS streams or
+//!   hyper's upgraded connections, which all use wakers), sleeps while no
+//!   task waits on it, and lives as long as the process. A per-runtime
+//!   timer could not do this job: a runtime without a time driver (see
+//!   above) would panic on it.
+//!
 //! # Limits
 //!
 //! Every limit is a field of [`Config`], checked when the bytes that would

@@ -9,7 +9,9 @@
 //! shared by the process and made the first time it is needed: asked
 //! again at once for ever, a transport that keeps saying so would make its
 //! task spin on a core. An adapter that says "not now" now and then pays
-//! nothing for it.
+//! nothing for it. The guide's "What wavesock keeps per thread" tells
+//! users about the thread; a per-runtime timer cannot replace it, since a
+//! runtime built without a time driver panics on the first timer.
 
 use std::io;
 use std::pin::Pin;
