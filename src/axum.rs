@@ -62,7 +62,7 @@ use hyper::upgrade::OnUpgrade;
 pub use crate::Utf8Bytes;
 use crate::config::Config;
 use crate::error::{Error, HandshakeError};
-use crate::handshake::server::{enforce, error_response, select_subprotocol};
+use crate::handshake::server::{Accepting, error_response, select_subprotocol};
 use crate::negotiated::Negotiated;
 use crate::upgrade::HyperWebSocket;
 
@@ -74,9 +74,9 @@ pub struct WebSocketUpgrade<F = DefaultOnFailedUpgrade> {
     config: Config,
     /// The request, for the callback-free negotiation done at the end.
     headers: HeaderMap,
-    /// The response the handshake requires: `101` with the accept key
-    /// (HTTP/1.1), or `200` (HTTP/2).
-    required: crate::handshake::server::Response,
+    /// The checked request and the response it is owed: `101` with the
+    /// accept key (HTTP/1.1), or `200` (HTTP/2).
+    accepting: Accepting,
     selected_protocol: Option<HeaderValue>,
     on_upgrade: OnUpgrade,
     on_failed_upgrade: F,
@@ -160,7 +160,7 @@ impl<F> WebSocketUpgrade<F> {
 
     /// Whether the request came over HTTP/2 (extended CONNECT).
     pub fn is_http2(&self) -> bool {
-        self.required.status() == StatusCode::OK
+        self.accepting.is_extended_connect()
     }
 
     /// What to do when hyper cannot hand over the connection after the
@@ -169,7 +169,7 @@ impl<F> WebSocketUpgrade<F> {
         WebSocketUpgrade {
             config: self.config,
             headers: self.headers,
-            required: self.required,
+            accepting: self.accepting,
             selected_protocol: self.selected_protocol,
             on_upgrade: self.on_upgrade,
             on_failed_upgrade: callback,
@@ -190,7 +190,7 @@ impl<F> WebSocketUpgrade<F> {
         let WebSocketUpgrade {
             config,
             headers,
-            required,
+            mut accepting,
             selected_protocol,
             on_upgrade,
             on_failed_upgrade,
@@ -203,14 +203,15 @@ impl<F> WebSocketUpgrade<F> {
             }
             return response;
         }
-        let (negotiated, extensions) = Negotiated::server(&config, &headers);
-        let mut response = required.clone();
+        accepting.negotiate(&headers, config.deflate.as_ref());
+        let mut response = accepting.required().clone();
         if let Some(protocol) = &selected_protocol {
             response
                 .headers_mut()
                 .insert(header::SEC_WEBSOCKET_PROTOCOL, protocol.clone());
         }
-        enforce(&mut response, &required, extensions);
+        accepting.respond(&mut response);
+        let negotiated = Negotiated::from(accepting);
         tokio::spawn(async move {
             match crate::upgrade::websocket(on_upgrade.await, config, negotiated) {
                 Ok(inner) => {
@@ -249,7 +250,7 @@ impl<S: Send + Sync> FromRequestParts<S> for WebSocketUpgrade<DefaultOnFailedUpg
         *head.version_mut() = parts.version;
         *head.headers_mut() = parts.headers.clone();
         let protocol = crate::upgrade::protocol_in(&parts.extensions);
-        let required = crate::upgrade::required_response(&head, protocol).map_err(reject)?;
+        let accepting = Accepting::new(&head, protocol).map_err(reject)?;
         let on_upgrade =
             parts
                 .extensions
@@ -261,7 +262,7 @@ impl<S: Send + Sync> FromRequestParts<S> for WebSocketUpgrade<DefaultOnFailedUpg
         Ok(WebSocketUpgrade {
             config: Config::default(),
             headers: head.into_parts().0.headers,
-            required,
+            accepting,
             selected_protocol: None,
             on_upgrade,
             on_failed_upgrade: DefaultOnFailedUpgrade,

@@ -3,11 +3,12 @@
 //! feature, `Config::validate` refuses `Config::deflate`, so nothing is
 //! offered or accepted.
 
-use http::header::{HeaderValue, SEC_WEBSOCKET_EXTENSIONS};
+use http::header::SEC_WEBSOCKET_EXTENSIONS;
 use http::{HeaderMap, Request};
 
 use crate::config::Config;
 use crate::error::{HandshakeError, Result};
+use crate::handshake::server::Accepting;
 use crate::proto::deflate::{DeflateConfig, DeflateParams};
 use crate::stream::WebSocketStream;
 
@@ -24,19 +25,16 @@ fn not_offered() -> HandshakeError {
     }
 }
 
-impl Negotiated {
-    /// Server: picks among the client's offers; the header value, if any,
-    /// goes into the `101` response.
-    pub(crate) fn server(config: &Config, request: &HeaderMap) -> (Self, Option<HeaderValue>) {
-        if let Some(d) = &config.deflate {
-            if let Some((params, value)) = crate::handshake::extensions::negotiate(d, request) {
-                let deflate = Some((params, d.clone()));
-                return (Negotiated { deflate }, Some(value));
-            }
+/// Server: what the handshake agreed on.
+impl From<Accepting> for Negotiated {
+    fn from(accepting: Accepting) -> Self {
+        Negotiated {
+            deflate: accepting.into_deflate(),
         }
-        (Negotiated::default(), None)
     }
+}
 
+impl Negotiated {
     /// Client: adds the offers to the request.
     pub(crate) fn offer(config: &Config, request: &mut Request<()>) {
         if let Some(d) = &config.deflate {
@@ -58,13 +56,6 @@ impl Negotiated {
             return Err(not_offered());
         }
         Ok(Negotiated::default())
-    }
-
-    /// permessage-deflate's parameters and configuration, if it was agreed
-    /// on: for an engine that sets its decoder and encoder up itself.
-    #[cfg(feature = "hub")]
-    pub(crate) fn into_deflate(self) -> Option<(DeflateParams, DeflateConfig)> {
-        self.deflate
     }
 
     /// Sets the connection up accordingly.

@@ -8,8 +8,8 @@ use crate::config::Config;
 use crate::deadline::{after, within};
 use crate::error::{Error, HandshakeError, Result};
 use crate::handshake::server::{
-    AsyncCallback, Callback, ErrorResponse, NoCallback, accept_response, check_request, enforce,
-    error_response, parse_request, write_response,
+    Accepting, AsyncCallback, Callback, ErrorResponse, NoCallback, error_response, parse_request,
+    write_response,
 };
 use crate::head::{HeadError, read_head};
 use crate::negotiated::Negotiated;
@@ -275,12 +275,15 @@ where
         Err(ReadFailure::Refuse(e)) => return Err(refuse(io, e).await),
         Err(ReadFailure::Fatal(e)) => return Err(e),
     };
-    let accept = match check_request(&request) {
+    let mut accepting = match Accepting::http1(&request) {
         Ok(a) => a,
         Err(e) => return Err(refuse(io, e).await),
     };
-    let (negotiated, extensions) = Negotiated::server(config, request.headers());
-    let mut response = match callback.on_request(request, accept_response(&accept)).await {
+    accepting.negotiate(request.headers(), config.deflate.as_ref());
+    let mut response = match callback
+        .on_request(request, accepting.required().clone())
+        .await
+    {
         Ok(r) => r,
         Err(refusal) => {
             let mut out = Vec::new();
@@ -293,13 +296,13 @@ where
         }
     };
     // The callback may add headers; the handshake itself is not its to change.
-    enforce(&mut response, &accept_response(&accept), extensions);
+    accepting.respond(&mut response);
     let mut out = Vec::with_capacity(160);
     write_response(&response, &[], &mut out);
     io.write_all(&out).await?;
     io.flush().await?;
     let _ = buf.split_to(head_len);
-    Ok((buf, negotiated))
+    Ok((buf, Negotiated::from(accepting)))
 }
 
 /// Answers a refused request with its HTTP error, then returns the error.

@@ -60,10 +60,7 @@ use hyper_util::rt::TokioIo;
 use crate::config::Config;
 use crate::error::{Error, HandshakeError, Result};
 use crate::handshake::headers_have_token;
-use crate::handshake::server::{
-    Callback, NoCallback, accept_response, check_extended_connect, check_request, enforce,
-    error_response, extended_connect_response,
-};
+use crate::handshake::server::{Accepting, Callback, NoCallback, error_response};
 use crate::negotiated::Negotiated;
 use crate::proto::Role;
 use crate::stream::WebSocketStream;
@@ -117,22 +114,6 @@ pub(crate) fn protocol_in(extensions: &http::Extensions) -> Option<&str> {
     extensions
         .get::<hyper::ext::Protocol>()
         .map(|p| std::str::from_utf8(p.as_ref()).unwrap_or("\u{fffd}"))
-}
-
-/// Checks `req` as the WebSocket handshake of its HTTP version (an HTTP/2
-/// extended CONNECT with `:protocol` `protocol`, or an HTTP/1.1 upgrade)
-/// and returns the response that version requires: `200`, or `101` with
-/// the accept key.
-pub(crate) fn required_response<B>(
-    req: &Request<B>,
-    protocol: Option<&str>,
-) -> std::result::Result<crate::handshake::server::Response, HandshakeError> {
-    if req.method() == Method::CONNECT || req.version() >= Version::HTTP_2 {
-        check_extended_connect(req, protocol)?;
-        Ok(extended_connect_response())
-    } else {
-        Ok(accept_response(&check_request(req)?))
-    }
 }
 
 /// The WebSocket over the connection or stream hyper handed over.
@@ -231,7 +212,7 @@ pub fn upgrade_hdr_with_config<B, C: Callback>(
     if let Err(e) = config.validate() {
         return Err(Refusal::server_side(e, http2));
     }
-    let required = required_response(req, protocol(req)).map_err(refuse)?;
+    let mut accepting = Accepting::new(req, protocol(req)).map_err(refuse)?;
     if req.extensions().get::<OnUpgrade>().is_none() {
         // hyper's servers add it to every request that may upgrade (an
         // HTTP/1.1 connection without `.with_upgrades()` fails the upgrade
@@ -243,13 +224,13 @@ pub fn upgrade_hdr_with_config<B, C: Callback>(
             http2,
         ));
     }
-    let (negotiated, extensions) = Negotiated::server(&config, req.headers());
+    accepting.negotiate(req.headers(), config.deflate.as_ref());
     let mut head = Request::new(());
     *head.method_mut() = req.method().clone();
     *head.uri_mut() = req.uri().clone();
     *head.version_mut() = req.version();
     *head.headers_mut() = req.headers().clone();
-    let mut response = match callback.on_request(&head, required.clone()) {
+    let mut response = match callback.on_request(&head, accepting.required().clone()) {
         Ok(response) => response,
         Err(refusal) => {
             let status = refusal.status();
@@ -262,7 +243,7 @@ pub fn upgrade_hdr_with_config<B, C: Callback>(
             ));
         }
     };
-    enforce(&mut response, &required, extensions);
+    accepting.respond(&mut response);
     let protocol = response
         .headers()
         .get(header::SEC_WEBSOCKET_PROTOCOL)
@@ -273,7 +254,10 @@ pub fn upgrade_hdr_with_config<B, C: Callback>(
         Response::from_parts(parts, Body::default()),
         UpgradeFut {
             on_upgrade,
-            setup: Some(Box::new(Setup { config, negotiated })),
+            setup: Some(Box::new(Setup {
+                config,
+                negotiated: Negotiated::from(accepting),
+            })),
             protocol,
             http2,
         },

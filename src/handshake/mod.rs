@@ -1,5 +1,6 @@
 //! The opening HTTP/1.1 handshake (RFC 6455 §4), without I/O.
 
+mod accepting;
 pub mod client;
 mod error;
 pub mod extensions;

@@ -15,6 +15,7 @@ use http::header::{self, HeaderValue};
 use http::{Method, StatusCode, Version};
 
 use crate::handshake::HandshakeError;
+pub use crate::handshake::accepting::Accepting;
 use crate::handshake::{derive_accept_key, is_valid_key, list_values};
 
 /// The client's upgrade request as a [`Callback`] sees it: method, URI,
@@ -408,31 +409,6 @@ pub fn extended_connect_response() -> Response {
     resp
 }
 
-/// Makes `response`, as a callback returned it, the one the handshake
-/// requires: `required`'s status, version and headers win over the
-/// callback's, and the negotiated extensions are named.
-pub(crate) fn enforce(
-    response: &mut Response,
-    required: &Response,
-    extensions: Option<HeaderValue>,
-) {
-    *response.status_mut() = required.status();
-    *response.version_mut() = required.version();
-    for (name, value) in required.headers() {
-        response.headers_mut().insert(name, value.clone());
-    }
-    // Only what was negotiated: a client told of an extension that the
-    // connection does not run would send frames the server refuses.
-    match extensions {
-        Some(value) => response
-            .headers_mut()
-            .insert(header::SEC_WEBSOCKET_EXTENSIONS, value),
-        None => response
-            .headers_mut()
-            .remove(header::SEC_WEBSOCKET_EXTENSIONS),
-    };
-}
-
 /// The 101 response for an accepted request.
 pub fn accept_response(accept_key: &str) -> Response {
     let mut resp = Response::new(());
@@ -718,40 +694,5 @@ mod tests {
         assert_eq!(resp.status(), StatusCode::OK);
         assert_eq!(resp.version(), Version::HTTP_2);
         assert!(resp.headers().is_empty());
-    }
-
-    #[test]
-    fn enforce_keeps_the_callbacks_headers_but_not_its_status() {
-        let required = accept_response("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
-        let mut resp = Response::new(());
-        *resp.status_mut() = StatusCode::OK;
-        resp.headers_mut().insert(
-            header::SEC_WEBSOCKET_ACCEPT,
-            HeaderValue::from_static("forged"),
-        );
-        resp.headers_mut()
-            .insert("set-cookie", HeaderValue::from_static("a=b"));
-        enforce(
-            &mut resp,
-            &required,
-            Some(HeaderValue::from_static("permessage-deflate")),
-        );
-        assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
-        assert_eq!(
-            resp.headers()[header::SEC_WEBSOCKET_ACCEPT],
-            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
-        );
-        assert_eq!(resp.headers()["set-cookie"], "a=b");
-        assert_eq!(
-            resp.headers()[header::SEC_WEBSOCKET_EXTENSIONS],
-            "permessage-deflate"
-        );
-        // A callback cannot announce an extension that was not negotiated.
-        enforce(&mut resp, &required, None);
-        assert!(
-            !resp
-                .headers()
-                .contains_key(header::SEC_WEBSOCKET_EXTENSIONS)
-        );
     }
 }

@@ -22,9 +22,7 @@ use tokio::time::Sleep;
 
 use crate::discard::{Discarded, discard};
 use crate::error::{Error, HandshakeError, Result};
-use crate::handshake::server::{
-    accept_response, check_request, enforce, error_response, parse_request, write_response,
-};
+use crate::handshake::server::{Accepting, error_response, parse_request, write_response};
 use crate::hub::config::{BackpressurePolicy, HubConfig};
 use crate::hub::event::{
     Closed, ConnId, HUB_MASK, HubMessage, LAST_GENERATION, MAX_ENGINES, MAX_SLOTS,
@@ -37,7 +35,6 @@ use crate::hub::slot::{Conn, POOL_LIMITS, Slot, Stage, Transport, Turn, Ws};
 use crate::hub::subs::{Subs, token};
 use crate::hub::timers::Timers;
 use crate::hub::wake::{ConnWaker, Key, ReadyQueue};
-use crate::negotiated::Negotiated;
 use crate::proto::Role;
 use crate::proto::close::Leaving;
 use crate::proto::conn::{Connection, Phase, State, later};
@@ -1360,7 +1357,7 @@ fn answer<H: Handler>(
     turn: &mut Turn,
 ) {
     request.extensions_mut().insert(slot.io.addresses());
-    let accept = match check_request(&request) {
+    let mut accepting = match Accepting::http1(&request) {
         Ok(a) => a,
         Err(e) => {
             if let Some(resp) = handler.request(&request) {
@@ -1369,15 +1366,14 @@ fn answer<H: Handler>(
             return refuse(slot, turn, &e);
         }
     };
-    let (negotiated, extensions) = Negotiated::server(&config.config, request.headers());
-    let required = accept_response(&accept);
-    let mut response = accept_response(&accept);
+    accepting.negotiate(request.headers(), config.config.deflate.as_ref());
+    let mut response = accepting.required().clone();
     let data = match handler.upgrade(&request, &mut response) {
         Ok(data) => data,
         Err(refusal) => return write_http(slot, turn, &refusal, refusal.body()),
     };
-    enforce(&mut response, &required, extensions);
-    if let Some((params, deflate)) = negotiated.into_deflate() {
+    accepting.respond(&mut response);
+    if let Some((params, deflate)) = accepting.into_deflate() {
         let encoder = slot.c.d.encoder_mut();
         if let Err(e) =
             crate::proto::deflate::enable(r.inbox_mut().decoder_mut(), encoder, &params, &deflate)

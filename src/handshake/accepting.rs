@@ -1,0 +1,278 @@
+//! The one server handshake every wavesock server drives: the Stream's
+//! accept functions, the hub, and the hyper and axum upgrades. Each only
+//! moves the request in and the response out; what the request must hold,
+//! what the response must say and which extensions run are decided here,
+//! without I/O (rustls' `Acceptor` is the model).
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Version};
+
+use crate::handshake::HandshakeError;
+use crate::handshake::extensions::negotiate;
+use crate::handshake::server::{
+    Response, accept_response, check_extended_connect, check_request, extended_connect_response,
+};
+use crate::proto::deflate::{DeflateConfig, DeflateParams};
+
+/// A WebSocket request that passed its checks, and the response it is
+/// owed.
+///
+/// 1. [`http1`](Accepting::http1) or [`new`](Accepting::new) checks the
+///    request head (RFC 6455 §4.2.1, or RFC 8441's extended CONNECT).
+/// 2. [`negotiate`](Accepting::negotiate) picks the extensions under the
+///    server's settings.
+/// 3. [`required`](Accepting::required) is the response to show a callback,
+///    which may add headers or refuse;
+///    [`respond`](Accepting::respond) makes what the callback returned the
+///    response the handshake needs (its status, version, accept key and
+///    extensions win).
+/// 4. [`into_deflate`](Accepting::into_deflate) is what the connection
+///    runs with once the response is sent.
+///
+/// A request that fails its checks gets
+/// [`error_response`](crate::handshake::server::error_response)'s answer.
+///
+/// ```
+/// use wavesock::DeflateConfig;
+/// use wavesock::handshake::server::Accepting;
+/// use wavesock::http::{Request, StatusCode};
+///
+/// let req = Request::get("/chat")
+///     .header("host", "example.com")
+///     .header("upgrade", "websocket")
+///     .header("connection", "Upgrade")
+///     .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+///     .header("sec-websocket-version", "13")
+///     .header("sec-websocket-extensions", "permessage-deflate")
+///     .body(())
+///     .unwrap();
+/// let mut accepting = Accepting::http1(&req)?;
+/// accepting.negotiate(req.headers(), None); // this server does not compress
+///
+/// let mut response = accepting.required().clone();
+/// response.headers_mut().insert("x-room", "chat".parse().unwrap());
+/// *response.status_mut() = StatusCode::OK; // not the callback's to change
+/// accepting.respond(&mut response);
+/// assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
+/// assert_eq!(response.headers()["sec-websocket-accept"], "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+/// assert_eq!(response.headers()["x-room"], "chat");
+/// assert!(!response.headers().contains_key("sec-websocket-extensions"));
+/// assert!(accepting.into_deflate().is_none());
+/// # let _ = DeflateConfig::default();
+/// # Ok::<(), wavesock::HandshakeError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Accepting {
+    /// `101` with the accept key, or HTTP/2's `200`.
+    required: Response,
+    /// The `Sec-WebSocket-Extensions` value to answer with.
+    extensions: Option<HeaderValue>,
+    deflate: Option<(DeflateParams, DeflateConfig)>,
+}
+
+impl Accepting {
+    /// Checks an HTTP/1.1 upgrade request (RFC 6455 §4.2.1): `GET`,
+    /// HTTP/1.1 or later, `Host`, `Upgrade: websocket`, `Connection:
+    /// Upgrade`, `Sec-WebSocket-Version: 13` and one valid key. What a
+    /// server that reads HTTP/1.1 itself accepts.
+    pub fn http1<B>(req: &http::Request<B>) -> Result<Self, HandshakeError> {
+        Ok(Accepting::owing(accept_response(&check_request(req)?)))
+    }
+
+    /// Checks `req` as the WebSocket handshake of its HTTP version: an
+    /// extended CONNECT (RFC 8441; `protocol` is its `:protocol`
+    /// pseudo-header, which HTTP libraries keep outside the header map)
+    /// when it is a `CONNECT` or HTTP/2 or later, else as
+    /// [`http1`](Accepting::http1). What a server on an HTTP library that
+    /// speaks both accepts.
+    pub fn new<B>(req: &http::Request<B>, protocol: Option<&str>) -> Result<Self, HandshakeError> {
+        if req.method() == Method::CONNECT || req.version() >= Version::HTTP_2 {
+            check_extended_connect(req, protocol)?;
+            Ok(Accepting::owing(extended_connect_response()))
+        } else {
+            Accepting::http1(req)
+        }
+    }
+
+    fn owing(required: Response) -> Self {
+        Accepting {
+            required,
+            extensions: None,
+            deflate: None,
+        }
+    }
+
+    /// Picks the extensions to run among the offers in `request`'s headers:
+    /// permessage-deflate under `deflate`, the server's settings, if it
+    /// compresses at all (the client's first offer it can meet). Called
+    /// again, it chooses afresh.
+    pub fn negotiate(&mut self, request: &HeaderMap, deflate: Option<&DeflateConfig>) {
+        let agreed = deflate.and_then(|d| negotiate(d, request).map(|(p, value)| (p, d, value)));
+        (self.deflate, self.extensions) = match agreed {
+            Some((params, config, value)) => (Some((params, config.clone())), Some(value)),
+            None => (None, None),
+        };
+    }
+
+    /// The response the handshake requires, before a callback sees it:
+    /// `101 Switching Protocols` with the accept key, or `200` on HTTP/2.
+    pub fn required(&self) -> &Response {
+        &self.required
+    }
+
+    /// Whether the request was an extended CONNECT (the WebSocket runs on
+    /// an HTTP/2 stream).
+    pub fn is_extended_connect(&self) -> bool {
+        self.required.version() >= Version::HTTP_2
+    }
+
+    /// Makes `response` (a callback's, or a copy of
+    /// [`required`](Accepting::required)) the one the handshake needs: the
+    /// required status, version and headers win over the callback's, and
+    /// `Sec-WebSocket-Extensions` names exactly what was negotiated (a
+    /// client told of an extension the connection does not run would send
+    /// frames the server refuses).
+    pub fn respond(&self, response: &mut Response) {
+        *response.status_mut() = self.required.status();
+        *response.version_mut() = self.required.version();
+        for (name, value) in self.required.headers() {
+            response.headers_mut().insert(name, value.clone());
+        }
+        match &self.extensions {
+            Some(value) => response
+                .headers_mut()
+                .insert(header::SEC_WEBSOCKET_EXTENSIONS, value.clone()),
+            None => response
+                .headers_mut()
+                .remove(header::SEC_WEBSOCKET_EXTENSIONS),
+        };
+    }
+
+    /// permessage-deflate's parameters and settings, if it was agreed on.
+    pub fn into_deflate(self) -> Option<(DeflateParams, DeflateConfig)> {
+        self.deflate
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::StatusCode;
+
+    fn upgrade(extra: &[(&str, &str)]) -> http::Request<()> {
+        let mut b = http::Request::get("/chat")
+            .header("host", "example.com")
+            .header("upgrade", "websocket")
+            .header("connection", "Upgrade")
+            .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+            .header("sec-websocket-version", "13");
+        for (n, v) in extra {
+            b = b.header(*n, *v);
+        }
+        b.body(()).unwrap()
+    }
+
+    fn connect(protocol_version: &str) -> http::Request<()> {
+        http::Request::connect("https://example.com/chat")
+            .version(Version::HTTP_2)
+            .header("sec-websocket-version", protocol_version)
+            .body(())
+            .unwrap()
+    }
+
+    #[test]
+    fn an_upgrade_is_owed_101_with_its_accept_key() {
+        let a = Accepting::http1(&upgrade(&[])).unwrap();
+        assert_eq!(a.required().status(), StatusCode::SWITCHING_PROTOCOLS);
+        assert_eq!(
+            a.required().headers()["sec-websocket-accept"],
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+        assert!(!a.is_extended_connect());
+    }
+
+    #[test]
+    fn http1_refuses_what_new_reads_as_extended_connect() {
+        let req = connect("13");
+        assert!(matches!(
+            Accepting::http1(&req),
+            Err(HandshakeError::MethodNotAllowed(_))
+        ));
+        let a = Accepting::new(&req, Some("websocket")).unwrap();
+        assert!(a.is_extended_connect());
+        assert_eq!(a.required().status(), StatusCode::OK);
+        assert_eq!(a.required().version(), Version::HTTP_2);
+        assert!(matches!(
+            Accepting::new(&connect("8"), Some("websocket")),
+            Err(HandshakeError::UnsupportedVersion)
+        ));
+        assert!(matches!(
+            Accepting::new(&req, None),
+            Err(HandshakeError::BadHeader {
+                name: ":protocol",
+                ..
+            })
+        ));
+        // An HTTP/1.1 GET goes to the RFC 6455 checks under `new` too.
+        assert!(
+            !Accepting::new(&upgrade(&[]), None)
+                .unwrap()
+                .is_extended_connect()
+        );
+    }
+
+    #[test]
+    fn a_callbacks_headers_stay_and_the_handshakes_win() {
+        let a = Accepting::http1(&upgrade(&[])).unwrap();
+        let mut r = Response::new(());
+        *r.status_mut() = StatusCode::OK;
+        r.headers_mut()
+            .insert("sec-websocket-accept", "forged".parse().unwrap());
+        r.headers_mut()
+            .insert("sec-websocket-extensions", "x-made-up".parse().unwrap());
+        r.headers_mut().insert("x-room", "chat".parse().unwrap());
+        a.respond(&mut r);
+        assert_eq!(r.status(), StatusCode::SWITCHING_PROTOCOLS);
+        assert_eq!(
+            r.headers()["sec-websocket-accept"],
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+        assert_eq!(r.headers()["upgrade"], "websocket");
+        assert_eq!(r.headers()["x-room"], "chat");
+        assert!(!r.headers().contains_key("sec-websocket-extensions"));
+    }
+
+    #[test]
+    fn deflate_is_agreed_only_when_offered_and_configured() {
+        let offered = upgrade(&[("sec-websocket-extensions", "permessage-deflate")]);
+        let config = DeflateConfig::default();
+
+        let mut a = Accepting::http1(&offered).unwrap();
+        a.negotiate(offered.headers(), None);
+        assert!(a.clone().into_deflate().is_none());
+
+        let plain = upgrade(&[]);
+        a.negotiate(plain.headers(), Some(&config));
+        assert!(a.clone().into_deflate().is_none());
+
+        a.negotiate(offered.headers(), Some(&config));
+        let mut r = a.required().clone();
+        a.respond(&mut r);
+        assert_eq!(
+            r.headers()["sec-websocket-extensions"]
+                .to_str()
+                .unwrap()
+                .split(';')
+                .next(),
+            Some("permessage-deflate")
+        );
+        assert!(a.clone().into_deflate().is_some());
+
+        // Chosen afresh: nothing offered now, nothing agreed.
+        a.negotiate(plain.headers(), Some(&config));
+        let mut r = a.required().clone();
+        a.respond(&mut r);
+        assert!(!r.headers().contains_key("sec-websocket-extensions"));
+        assert!(a.into_deflate().is_none());
+    }
+}
