@@ -847,6 +847,29 @@ impl MessageDecoder {
     }
 }
 
+// The deflate module sits below the decoder, which holds its Inflater, so it
+// cannot name the decoder without the two depending on each other: the
+// decoder says here what `deflate::enable` needs of it.
+impl crate::deflate::sealed::Sealed for MessageDecoder {}
+
+impl crate::deflate::TakesInflater for MessageDecoder {
+    fn role(&self) -> Role {
+        MessageDecoder::role(self)
+    }
+
+    fn max_message_size(&self) -> usize {
+        MessageDecoder::max_message_size(self)
+    }
+
+    fn budget(&self) -> Option<&crate::budget::MemoryBudget> {
+        self.account.budget()
+    }
+
+    fn set_inflater(&mut self, inflater: Inflater) {
+        MessageDecoder::set_inflater(self, inflater);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

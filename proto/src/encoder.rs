@@ -401,6 +401,17 @@ impl FrameEncoder {
     }
 }
 
+// The deflate module sits below the encoder, which holds its Deflater, so it
+// cannot name the encoder without the two depending on each other: the
+// encoder says here what `deflate::enable` needs of it.
+impl crate::deflate::sealed::Sealed for FrameEncoder {}
+
+impl crate::deflate::TakesDeflater for FrameEncoder {
+    fn set_deflater(&mut self, deflater: Deflater) {
+        FrameEncoder::set_deflater(self, deflater);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,12 @@
 //! without it this module compiles a stub whose compressor types cannot be
 //! made, and [`pair`] refuses.
 //!
+//! The module sits below the decoder and encoder: they hold its
+//! [`Inflater`] and [`Deflater`]. So it names them only through the traits
+//! they implement, [`TakesInflater`] and [`TakesDeflater`], which
+//! [`enable`] takes: a module that used its users back would make the
+//! three one knot, none of which could be read or changed alone.
+//!
 //! [RFC 7692]: https://www.rfc-editor.org/rfc/rfc7692
 
 mod params;
@@ -23,6 +29,7 @@ pub use codec::{AVAILABLE, Deflater, Inflater};
 pub use params::{DeflateConfig, DeflateParams, DeflatePolicy};
 
 use crate::Role;
+use crate::budget::MemoryBudget;
 use crate::error::Error;
 
 /// The compressor and decompressor for one side of a connection under the
@@ -32,8 +39,8 @@ use crate::error::Error;
 /// halves of the connection hands them to its
 /// [`MessageDecoder::set_inflater`](crate::decoder::MessageDecoder::set_inflater)
 /// and [`FrameEncoder::set_deflater`](crate::encoder::FrameEncoder::set_deflater)
-/// before the first message either way. Fails only in a build without the
-/// `deflate` feature ([`AVAILABLE`] says).
+/// before the first message either way ([`enable`] does both). Fails only
+/// in a build without the `deflate` feature ([`AVAILABLE`] says).
 ///
 /// ```
 /// use wavesock_proto::Message;
@@ -59,6 +66,45 @@ pub fn pair(
     codec::pair(role, params, config, max_message_size)
 }
 
+/// A message decoder that [`enable`] can switch decompression on for: what
+/// it needs to know to make the [`Inflater`], and where the inflater goes.
+///
+/// The decoder ([`MessageDecoder`](crate::decoder::MessageDecoder))
+/// implements it in its own module, so that this module, which the decoder
+/// builds on, does not depend on the decoder in turn. Sealed: only this
+/// crate's decoder implements it, so methods can be added without breaking
+/// anyone.
+pub trait TakesInflater: sealed::Sealed {
+    /// Which side the decoder reads for: the inflater takes the peer's
+    /// window and context rule.
+    fn role(&self) -> Role;
+    /// The message limit, which inflated messages are held to as well.
+    fn max_message_size(&self) -> usize;
+    /// The memory budget the decoder's connection is held to, if any: the
+    /// compressor's own state is counted against it too.
+    fn budget(&self) -> Option<&MemoryBudget>;
+    /// Accepts compressed messages from now on, inflated by `inflater`.
+    fn set_inflater(&mut self, inflater: Inflater);
+}
+
+/// A frame encoder that [`enable`] can switch compression on for.
+///
+/// The encoder ([`FrameEncoder`](crate::encoder::FrameEncoder)) implements
+/// it in its own module, so that this module, which the encoder builds on,
+/// does not depend on the encoder in turn. Sealed, as [`TakesInflater`].
+pub trait TakesDeflater: sealed::Sealed {
+    /// Compresses text and binary messages from now on, with `deflater`.
+    fn set_deflater(&mut self, deflater: Deflater);
+}
+
+/// Keeps [`TakesInflater`] and [`TakesDeflater`] to this crate's decoder and
+/// encoder: `pub` for the decoder and encoder modules to implement, in a
+/// module no one outside the crate can name.
+pub(crate) mod sealed {
+    /// Implemented only by this crate's decoder and encoder.
+    pub trait Sealed {}
+}
+
 /// Switches compression on for one connection's `decoder` and `encoder`
 /// under the negotiated `params`, as [`pair`] makes them, with what the
 /// decoder's memory budget (if any) should count: the decompressor's state
@@ -66,6 +112,11 @@ pub fn pair(
 /// [`Takeover`](DeflatePolicy::Takeover) policy) to an account of its own
 /// against the same budget, and a message that finds no room for it goes
 /// out uncompressed. Fails only in a build without the `deflate` feature.
+///
+/// `decoder` is a [`MessageDecoder`](crate::decoder::MessageDecoder) and
+/// `encoder` a [`FrameEncoder`](crate::encoder::FrameEncoder); the function
+/// is generic over [`TakesInflater`] and [`TakesDeflater`] only so that this
+/// module does not depend on the decoder and encoder that depend on it.
 ///
 /// ```
 /// use wavesock_proto::deflate::{self, DeflateConfig, DeflateParams};
@@ -78,14 +129,14 @@ pub fn pair(
 /// assert_eq!(encoder.compresses(&Message::text("x".repeat(100))), deflate::AVAILABLE);
 /// ```
 pub fn enable(
-    decoder: &mut crate::decoder::MessageDecoder,
-    encoder: &mut crate::encoder::FrameEncoder,
+    decoder: &mut impl TakesInflater,
+    encoder: &mut impl TakesDeflater,
     params: &DeflateParams,
     config: &DeflateConfig,
 ) -> Result<(), Error> {
     let (inflater, mut deflater) =
         pair(decoder.role(), params, config, decoder.max_message_size())?;
-    if let Some(budget) = decoder.account().budget() {
+    if let Some(budget) = decoder.budget() {
         deflater.count_in(budget);
     }
     decoder.set_inflater(inflater);
@@ -96,8 +147,8 @@ pub fn enable(
 /// [`enable`], for tests that know the feature is on.
 #[cfg(all(test, feature = "deflate"))]
 pub(crate) fn enable_for_tests(
-    decoder: &mut crate::decoder::MessageDecoder,
-    encoder: &mut crate::encoder::FrameEncoder,
+    decoder: &mut impl TakesInflater,
+    encoder: &mut impl TakesDeflater,
     params: &DeflateParams,
     config: &DeflateConfig,
 ) {
