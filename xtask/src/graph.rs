@@ -9,6 +9,10 @@
 //! file that re-exports). A path that stops at an item, or at a name the
 //! module does not have, lands in that module's file. A name bound to
 //! another crate is that crate's.
+//!
+//! The module tree is kept beside it (each file's module, each module's
+//! name and parent), and so are the re-exports that are no edge here, for
+//! the module-level check in `main.rs`, which groups files by module.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -48,6 +52,8 @@ struct Facade {
 
 #[derive(Debug, Default)]
 pub struct Module {
+    /// Its name in its parent (empty for the crate root).
+    pub name: String,
     pub parent: Option<usize>,
     pub files: BTreeSet<usize>,
     children: BTreeMap<String, usize>,
@@ -62,7 +68,13 @@ pub struct Module {
 #[derive(Debug)]
 pub struct File {
     pub path: PathBuf,
+    /// The module whose file it is (the `mod x;` that loads it); inline
+    /// modules written in it are part of it.
+    pub module: usize,
     pub refs: Vec<Ref>,
+    /// The paths of its re-exports (`pub use`) that the file does not use
+    /// itself: no edge of the file graph, part of the module's face.
+    pub reexports: Vec<Ref>,
     /// Reached only through a `#[cfg(test)]` module.
     pub test: bool,
 }
@@ -105,7 +117,9 @@ impl Crate {
         let id = self.files.len();
         self.files.push(File {
             path: path.to_path_buf(),
+            module,
             refs: Vec::new(),
+            reexports: Vec::new(),
             test,
         });
         self.modules[module].files.insert(id);
@@ -127,22 +141,22 @@ impl Crate {
         };
         refs.visit_file(&file);
         let Refs {
-            mut out,
+            out,
             facades,
             names,
             ..
         } = refs;
-        // A re-export counts only if the file uses the name itself.
-        let mut i = 0;
-        out.retain(|_| {
-            let keep = facades
+        // A re-export counts only if the file uses the name itself; the
+        // others are kept apart, for the module-level check.
+        let (refs, reexports) = out.into_iter().enumerate().partition(|(i, _)| {
+            facades
                 .iter()
-                .find(|f| f.at == i)
-                .is_none_or(|f| names.contains(&f.name));
-            i += 1;
-            keep
+                .find(|f| f.at == *i)
+                .is_none_or(|f| names.contains(&f.name))
         });
-        self.files[id].refs = out;
+        let unzip = |v: Vec<(usize, Ref)>| v.into_iter().map(|(_, r)| r).collect();
+        self.files[id].refs = unzip(refs);
+        self.files[id].reexports = unzip(reexports);
         Ok(())
     }
 
@@ -167,6 +181,7 @@ impl Crate {
                         Some(&c) => c,
                         None => {
                             self.modules.push(Module {
+                                name: name.clone(),
                                 parent: Some(module),
                                 ..Module::default()
                             });
@@ -422,9 +437,18 @@ impl Crate {
 
     /// Every edge between two files, keyed (from, to).
     pub fn edges(&self) -> BTreeMap<(usize, usize), Edge> {
+        self.edges_of(|f| &f.refs)
+    }
+
+    /// The edges the files' unused re-exports would make, keyed (from, to).
+    pub fn reexport_edges(&self) -> BTreeMap<(usize, usize), Edge> {
+        self.edges_of(|f| &f.reexports)
+    }
+
+    fn edges_of(&self, refs: impl Fn(&File) -> &[Ref]) -> BTreeMap<(usize, usize), Edge> {
         let mut edges: BTreeMap<(usize, usize), Edge> = BTreeMap::new();
         for (from, file) in self.files.iter().enumerate() {
-            for r in &file.refs {
+            for r in refs(file) {
                 let Some(Target::Files(to)) = self.resolve(r.module, &r.segs) else {
                     continue;
                 };
@@ -451,6 +475,26 @@ impl Crate {
             }
         }
         edges
+    }
+
+    /// `module` and its ancestors, the crate root first.
+    pub fn ancestry(&self, module: usize) -> Vec<usize> {
+        let mut chain = vec![module];
+        while let Some(p) = self.modules[*chain.last().unwrap()].parent {
+            chain.push(p);
+        }
+        chain.reverse();
+        chain
+    }
+
+    /// The module's path from the crate root: `crate`, `crate::hub::engine`.
+    pub fn module_path(&self, module: usize) -> String {
+        let mut path = "crate".to_string();
+        for m in self.ancestry(module).into_iter().skip(1) {
+            path.push_str("::");
+            path.push_str(&self.modules[m].name);
+        }
+        path
     }
 
     /// The file's path relative to `root`, for messages.

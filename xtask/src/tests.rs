@@ -1,4 +1,5 @@
-//! The checks on small fake crates written to a temporary directory.
+//! The checks on small fake crates written to a temporary directory, and
+//! on the fixture crates under `xtask/fixtures/`.
 
 use std::fs;
 use std::path::PathBuf;
@@ -26,7 +27,7 @@ fn fake(files: &[(&str, &str)]) -> (Crate, PathBuf) {
 
 fn findings(files: &[(&str, &str)]) -> Vec<String> {
     let (krate, root) = fake(files);
-    let out = check(&krate, &root);
+    let out = check(&krate, &root, &[]);
     let _ = fs::remove_dir_all(&root);
     out
 }
@@ -331,4 +332,179 @@ fn cfg_predicates_that_need_test_are_test_code() {
         ),
     ]);
     assert_eq!(out.len(), 1, "not(test) is ordinary code: {out:?}");
+}
+
+/// The findings in the fixture crate `xtask/fixtures/<name>/`, with the
+/// module circles `known` allowed.
+fn fixture(name: &str, known: &[&Known]) -> Vec<String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name);
+    let krate = Crate::load(&root.join("src/lib.rs")).unwrap();
+    check(&krate, &root, known)
+}
+
+#[test]
+fn modules_in_a_circle_without_a_circle_of_files_are_found() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/module_circle");
+    let krate = Crate::load(&root.join("src/lib.rs")).unwrap();
+    // The file graph has no circle: only the module-level check sees one.
+    assert!(circles(krate.files.len(), &krate.edges()).is_empty());
+    let out = fixture("module_circle", &[]);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(
+        out[0].starts_with("circle of 2 modules in `crate`: decoder, deflate"),
+        "{}",
+        out[0]
+    );
+    assert!(
+        out[0]
+            .contains("crate::decoder -> crate::deflate: src/decoder.rs:3 -> src/deflate/codec.rs"),
+        "{}",
+        out[0]
+    );
+    assert!(
+        out[0].contains("crate::deflate -> crate::decoder: src/deflate/mod.rs:8 -> src/decoder.rs"),
+        "{}",
+        out[0]
+    );
+}
+
+#[test]
+fn modules_cut_apart_by_a_trait_are_no_circle() {
+    let out = fixture("module_layers", &[]);
+    assert!(out.is_empty(), "{out:?}");
+}
+
+#[test]
+fn a_circle_of_modules_is_found_below_the_crate_root_too() {
+    let out = findings(&[
+        ("src/lib.rs", "mod m;\n"),
+        ("src/m/mod.rs", "mod a;\nmod b;\n"),
+        ("src/m/a/mod.rs", "mod x;\nmod y;\n"),
+        ("src/m/a/x.rs", "pub struct X(crate::m::b::B);\n"),
+        ("src/m/a/y.rs", "pub struct Y;\n"),
+        ("src/m/b.rs", "pub struct B;\nfn f(_: super::a::y::Y) {}\n"),
+    ]);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(
+        out[0].starts_with("circle of 2 modules in `crate::m`: a, b"),
+        "{}",
+        out[0]
+    );
+    assert!(
+        out[0].contains("crate::m::b -> crate::m::a: src/m/b.rs:2 -> src/m/a/y.rs"),
+        "{}",
+        out[0]
+    );
+}
+
+#[test]
+fn a_circle_of_modules_that_only_tests_close_is_none() {
+    let files = |tail: &'static str| {
+        [
+            ("src/lib.rs", "mod a;\nmod b;\n"),
+            ("src/a/mod.rs", "mod x;\nmod y;\n"),
+            ("src/a/x.rs", "pub struct X(crate::b::B);\n"),
+            ("src/a/y.rs", "pub struct Y;\n"),
+            ("src/b.rs", tail),
+        ]
+    };
+    let out = findings(&files(
+        "pub struct B;\n#[cfg(test)]\nmod tests {\n    use crate::a::y::Y;\n}\n",
+    ));
+    assert!(out.is_empty(), "{out:?}");
+    let out = findings(&files("pub struct B;\nuse crate::a::y::Y;\n"));
+    assert_eq!(out.len(), 1, "outside the tests: {out:?}");
+}
+
+#[test]
+fn children_meeting_only_in_their_parents_file_are_no_circle() {
+    // a/x.rs uses the parent's M, the parent's file uses b, b uses a/y.rs:
+    // no file circle, and among the children only b -> a.
+    let out = findings(&[
+        ("src/lib.rs", "mod m;\n"),
+        (
+            "src/m/mod.rs",
+            "mod a;\nmod b;\npub struct M;\nfn f(_: b::B) {}\n",
+        ),
+        ("src/m/a/mod.rs", "mod x;\nmod y;\n"),
+        ("src/m/a/x.rs", "pub struct X(crate::m::M);\n"),
+        ("src/m/a/y.rs", "pub struct Y;\n"),
+        ("src/m/b.rs", "pub struct B;\nfn f(_: super::a::y::Y) {}\n"),
+    ]);
+    assert!(out.is_empty(), "{out:?}");
+}
+
+#[test]
+fn a_circle_of_files_between_two_modules_is_reported_once() {
+    let out = findings(&[
+        ("src/lib.rs", "mod a;\nmod b;\n"),
+        ("src/a/mod.rs", "mod x;\n"),
+        ("src/a/x.rs", "pub struct X(crate::b::B);\n"),
+        ("src/b.rs", "pub struct B;\nfn f(_: crate::a::x::X) {}\n"),
+    ]);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(out[0].starts_with("circle of 2 files"), "{}", out[0]);
+}
+
+#[test]
+fn a_known_circle_of_modules_passes_only_as_listed() {
+    let known = |members: &'static [&'static str]| Known {
+        dir: "xtask/fixtures/module_circle",
+        parent: "crate",
+        members,
+    };
+    let listed = known(&["deflate", "decoder"]);
+    assert!(fixture("module_circle", &[&listed]).is_empty());
+    // Listed with a module it does not have: the circle found is a new one,
+    // and the entry matches nothing.
+    let wider = known(&["decoder", "deflate", "encoder"]);
+    let out = fixture("module_circle", &[&wider]);
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert!(out[0].starts_with("circle of 2 modules"), "{}", out[0]);
+    assert!(
+        out[1].starts_with(
+            "known circle of modules in `crate` (decoder, deflate, encoder) is not there"
+        ),
+        "{}",
+        out[1]
+    );
+    // Cut: the entry must go.
+    let out = fixture("module_layers", &[&listed]);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(out[0].starts_with("known circle"), "{}", out[0]);
+}
+
+#[test]
+fn a_re_export_ties_modules_that_no_file_edge_does() {
+    // a.rs re-exports b's B without using it: no file edge a -> b, so no
+    // circle of files, but B is part of a's face, and b uses a.
+    let files = |a: &'static str| {
+        [
+            ("src/lib.rs", "mod a;\nmod b;\npub use a::A;\n"),
+            ("src/a.rs", a),
+            ("src/b.rs", "pub struct B;\nfn f(_: crate::a::A) {}\n"),
+        ]
+    };
+    let out = findings(&files("pub use crate::b::B;\npub struct A;\n"));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(
+        out[0].contains("crate::a -> crate::b: src/a.rs:1 -> src/b.rs"),
+        "{}",
+        out[0]
+    );
+    // A re-export of its own child ties no siblings.
+    let own = findings(&[
+        ("src/lib.rs", "mod a;\nmod b;\n"),
+        ("src/a/mod.rs", "mod x;\npub use x::X;\n"),
+        ("src/a/x.rs", "pub struct X;\n"),
+        ("src/b.rs", "pub struct B;\nfn f(_: crate::a::X) {}\n"),
+    ]);
+    assert!(own.is_empty(), "{own:?}");
+    // Nor does one under test.
+    let out = findings(&files(
+        "#[cfg(test)]\npub use crate::b::B;\npub struct A;\n",
+    ));
+    assert!(out.is_empty(), "{out:?}");
 }
