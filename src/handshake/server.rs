@@ -12,11 +12,13 @@
 #![allow(clippy::result_large_err)]
 
 use http::header::{self, HeaderValue};
-use http::{Method, StatusCode, Version};
+use http::{Method, StatusCode};
 
 use crate::handshake::HandshakeError;
-pub use crate::handshake::accepting::Accepting;
-use crate::handshake::{derive_accept_key, is_valid_key, list_values};
+pub use crate::handshake::accepting::{
+    Accepting, accept_response, check_extended_connect, check_request, extended_connect_response,
+};
+use crate::handshake::list_values;
 
 /// The client's upgrade request as a [`Callback`] sees it: method, URI,
 /// version and headers; no body. The same type as tungstenite's
@@ -289,140 +291,6 @@ pub fn parse_request(
     Ok(Some((request, len)))
 }
 
-/// Checks a request against RFC 6455 §4.2.1 and returns the
-/// `Sec-WebSocket-Accept` value to answer with.
-///
-/// Generic over the body so that servers doing the upgrade themselves (hyper,
-/// axum) can check their own requests with it.
-pub fn check_request<B>(req: &http::Request<B>) -> Result<String, HandshakeError> {
-    if req.method() != Method::GET {
-        return Err(HandshakeError::MethodNotAllowed(req.method().to_string()));
-    }
-    if req.version() < Version::HTTP_11 {
-        return Err(HandshakeError::Malformed(
-            "HTTP/1.1 or later is required".into(),
-        ));
-    }
-    let h = req.headers();
-    if !h.contains_key(header::HOST) {
-        return Err(HandshakeError::BadHeader {
-            name: "Host",
-            reason: "missing",
-        });
-    }
-    crate::handshake::check_upgrade_headers(h)?;
-    if h.get(header::SEC_WEBSOCKET_VERSION)
-        .map(HeaderValue::as_bytes)
-        != Some(b"13")
-    {
-        return Err(HandshakeError::UnsupportedVersion);
-    }
-    let mut keys = h.get_all(header::SEC_WEBSOCKET_KEY).iter();
-    match (keys.next(), keys.next()) {
-        (Some(key), None) if is_valid_key(key.as_bytes()) => Ok(derive_accept_key(key.as_bytes())),
-        _ => Err(HandshakeError::BadHeader {
-            name: "Sec-WebSocket-Key",
-            reason: "must be one base64-encoded 16-byte value",
-        }),
-    }
-}
-
-/// Checks an HTTP/2 extended CONNECT request against RFC 8441 §4–5 (the
-/// WebSocket over one HTTP/2 stream). `protocol` is the request's
-/// `:protocol` pseudo-header, which HTTP libraries keep outside the header
-/// map (hyper: `hyper::ext::Protocol` in the request's extensions).
-///
-/// Method `CONNECT`, `:protocol` `websocket`, an `:authority` and a `:path`,
-/// and `Sec-WebSocket-Version: 13`. There is no `Sec-WebSocket-Key` to
-/// answer: the stream is the upgrade.
-///
-/// ```
-/// use wavesock::HandshakeError;
-/// use wavesock::handshake::server::check_extended_connect;
-///
-/// let req = wavesock::http::Request::connect("https://example.com/chat")
-///     .version(wavesock::http::Version::HTTP_2)
-///     .header("sec-websocket-version", "13")
-///     .body(())
-///     .unwrap();
-/// assert!(check_extended_connect(&req, Some("websocket")).is_ok());
-/// assert!(matches!(
-///     check_extended_connect(&req, Some("webtransport")),
-///     Err(HandshakeError::BadHeader { name: ":protocol", .. })
-/// ));
-/// ```
-pub fn check_extended_connect<B>(
-    req: &http::Request<B>,
-    protocol: Option<&str>,
-) -> Result<(), HandshakeError> {
-    if req.method() != Method::CONNECT {
-        return Err(HandshakeError::MethodNotAllowed(req.method().to_string()));
-    }
-    match protocol {
-        Some(p) if p.eq_ignore_ascii_case("websocket") => {}
-        Some(_) => {
-            return Err(HandshakeError::BadHeader {
-                name: ":protocol",
-                reason: "must be websocket",
-            });
-        }
-        None => {
-            return Err(HandshakeError::BadHeader {
-                name: ":protocol",
-                reason: "missing: a CONNECT without it is a tunnel, not a WebSocket",
-            });
-        }
-    }
-    if req.uri().authority().is_none() {
-        return Err(HandshakeError::BadHeader {
-            name: ":authority",
-            reason: "missing",
-        });
-    }
-    if req
-        .uri()
-        .path_and_query()
-        .is_none_or(|p| p.as_str().is_empty())
-    {
-        return Err(HandshakeError::BadHeader {
-            name: ":path",
-            reason: "missing",
-        });
-    }
-    if req
-        .headers()
-        .get(header::SEC_WEBSOCKET_VERSION)
-        .map(HeaderValue::as_bytes)
-        != Some(b"13")
-    {
-        return Err(HandshakeError::UnsupportedVersion);
-    }
-    Ok(())
-}
-
-/// The `200 OK` that accepts an extended CONNECT request (RFC 8441 §5): no
-/// `Upgrade`, `Connection` or `Sec-WebSocket-Accept`, which HTTP/2 has no
-/// use for.
-pub fn extended_connect_response() -> Response {
-    let mut resp = Response::new(());
-    *resp.version_mut() = Version::HTTP_2;
-    resp
-}
-
-/// The 101 response for an accepted request.
-pub fn accept_response(accept_key: &str) -> Response {
-    let mut resp = Response::new(());
-    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let h = resp.headers_mut();
-    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    h.insert(
-        header::SEC_WEBSOCKET_ACCEPT,
-        HeaderValue::from_str(accept_key).expect("base64 is a valid header value"),
-    );
-    resp
-}
-
 /// Writes a response head (and body, if any) in HTTP/1.1 form.
 pub fn write_response<B>(resp: &http::Response<B>, body: &[u8], out: &mut Vec<u8>) {
     let status = resp.status();
@@ -489,6 +357,7 @@ pub fn error_response(err: &HandshakeError) -> Option<http::Response<Vec<u8>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::Version;
 
     const RFC_REQUEST: &[u8] = b"GET /chat HTTP/1.1\r\nHost: server.example.com\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nOrigin: http://example.com\r\nSec-WebSocket-Protocol: chat, superchat\r\nSec-WebSocket-Version: 13\r\n\r\n";
 
