@@ -1,0 +1,345 @@
+use super::*;
+use std::sync::atomic::AtomicBool;
+use std::task::Wake;
+
+#[test]
+fn within_the_allowance_nothing_is_taken() {
+    let budget = MemoryBudget::new(1 << 20).allowance(1000);
+    let mut a = BudgetAccount::new(Some(budget.clone()));
+    assert_eq!(a.try_set(Held::ReadBuffer, 600), Grant::Granted);
+    assert_eq!(a.try_set(Held::Fragments, 400), Grant::Granted);
+    assert_eq!(budget.in_use(), 0);
+    assert_eq!(a.try_set(Held::Fragments, 401), Grant::Granted);
+    assert_eq!(budget.in_use(), 1);
+    assert_eq!(a.charged(), 1);
+}
+
+#[test]
+fn reserve_and_release_are_exact() {
+    let budget = MemoryBudget::new(10_000).allowance(100);
+    let mut a = BudgetAccount::new(Some(budget.clone()));
+    let mut b = BudgetAccount::new(Some(budget.clone()));
+    assert_eq!(a.try_set(Held::ReadBuffer, 3100), Grant::Granted);
+    assert_eq!(b.try_set(Held::Inflated, 2100), Grant::Granted);
+    assert_eq!(budget.in_use(), 5000);
+    a.transfer(Held::ReadBuffer, Held::Fragments, 1000);
+    assert_eq!(budget.in_use(), 5000);
+    assert_eq!(a.held(Held::Fragments), 1000);
+    assert_eq!(a.try_set(Held::ReadBuffer, 100), Grant::Granted);
+    assert_eq!(budget.in_use(), 1000 + 2000);
+    a.release(Held::Fragments);
+    assert_eq!(budget.in_use(), 2000);
+    b.set(Held::Inflated, 50);
+    assert_eq!(budget.in_use(), 0);
+    assert_eq!(budget.peak(), 5000);
+}
+
+#[test]
+fn exhausted_says_wait_and_alone_too_big_says_never() {
+    let budget = MemoryBudget::new(10_000).allowance(0);
+    let mut a = BudgetAccount::new(Some(budget.clone()));
+    let mut b = BudgetAccount::new(Some(budget.clone()));
+    assert_eq!(a.try_set(Held::Fragments, 8000), Grant::Granted);
+    assert_eq!(
+        b.try_set(Held::Fragments, 3000),
+        Grant::Wait { wanted: 3000 }
+    );
+    // Refused requests change nothing.
+    assert_eq!(b.total(), 0);
+    assert_eq!(budget.in_use(), 8000);
+    assert_eq!(
+        b.try_set(Held::Fragments, 10_001),
+        Grant::Never {
+            charge: 10_001,
+            limit: 10_000
+        }
+    );
+    assert_eq!(b.try_set(Held::Fragments, 2000), Grant::Granted);
+    assert_eq!(budget.in_use(), 10_000);
+    assert_eq!(budget.available(), 0);
+    // `set` is for memory already held: it may pass the limit.
+    b.set(Held::ReadBuffer, 10);
+    assert_eq!(budget.in_use(), 10_010);
+}
+
+#[test]
+fn dropping_an_account_gives_everything_back() {
+    let budget = MemoryBudget::new(1 << 20).allowance(10);
+    {
+        let mut a = BudgetAccount::new(Some(budget.clone()));
+        a.set(Held::ReadBuffer, 1000);
+        assert_eq!(a.try_set(Held::Inflated, 5000), Grant::Granted);
+        assert_eq!(budget.in_use(), 5990);
+    }
+    assert_eq!(budget.in_use(), 0);
+    assert_eq!(budget.peak(), 5990);
+}
+
+#[test]
+fn without_a_budget_everything_is_granted_and_nothing_counted() {
+    let mut a = BudgetAccount::new(None);
+    assert_eq!(a.try_set(Held::Fragments, usize::MAX), Grant::Granted);
+    a.set(Held::ReadBuffer, 1 << 40);
+    assert_eq!(a.total(), 0);
+    assert_eq!(a.charged(), 0);
+    assert_eq!(a.room(), usize::MAX);
+}
+
+struct Flag(AtomicBool);
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn giving_back_wakes_the_waiting() {
+    let budget = MemoryBudget::new(100).allowance(0);
+    let mut a = BudgetAccount::new(Some(budget.clone()));
+    assert_eq!(a.try_set(Held::ReadBuffer, 100), Grant::Granted);
+    let flag = Arc::new(Flag(AtomicBool::new(false)));
+    let waker = Waker::from(flag.clone());
+    budget.wake_on_release(&waker);
+    budget.wake_on_release(&waker);
+    assert_eq!(budget.waiting(), 1);
+    a.set(Held::ReadBuffer, 50);
+    assert!(flag.0.load(Ordering::SeqCst));
+    assert_eq!(budget.waiting(), 0);
+}
+
+#[test]
+fn waiting_looks_again_after_registering() {
+    let budget = MemoryBudget::new(100).allowance(0);
+    let mut a = BudgetAccount::new(Some(budget.clone()));
+    assert_eq!(a.try_set(Held::ReadBuffer, 100), Grant::Granted);
+    let flag = Arc::new(Flag(AtomicBool::new(false)));
+    let waker = Waker::from(flag.clone());
+    assert!(!budget.wait_for(10, &waker), "no room: wait");
+    assert_eq!(budget.waiting(), 1, "and the waker is registered");
+    // Given back (the waker fires), then asked again: room now.
+    a.set(Held::ReadBuffer, 80);
+    assert!(budget.wait_for(10, &waker));
+    assert!(!budget.wait_for(30, &waker), "not enough for 30");
+}
+
+#[test]
+fn handles_compare_by_identity() {
+    let a = MemoryBudget::new(10);
+    assert_eq!(a, a.clone());
+    assert_ne!(a, MemoryBudget::new(10));
+    assert_ne!(a, a.clone().allowance(1));
+}
+
+// The decoder under a budget, without a runtime: the read buffer is a
+// plain `BytesMut` recorded in the account as the I/O layer does.
+
+use crate::Role;
+use crate::decoder::MessageDecoder;
+use crate::error::Error;
+use crate::limits::Limits;
+use crate::message::Message;
+use bytes::BytesMut;
+
+/// A client frame (masked with a zero key, so the payload reads as is).
+fn frame(fin: bool, rsv1: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![(u8::from(fin) << 7) | (u8::from(rsv1) << 6) | opcode];
+    match payload.len() {
+        n if n < 126 => f.push(0x80 | n as u8),
+        n if n <= 0xFFFF => {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(0x80 | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    f.extend_from_slice(&[0; 4]);
+    f.extend_from_slice(payload);
+    f
+}
+
+fn decoder(budget: &MemoryBudget) -> MessageDecoder {
+    MessageDecoder::new(Role::Server, Limits::default().budget(budget.clone()))
+}
+
+/// Decodes what `wire` holds as the I/O layer would: the buffer's
+/// memory recorded before and after.
+fn decode(d: &mut MessageDecoder, buf: &mut BytesMut) -> Result<Option<Message>, Error> {
+    d.account_mut().set(Held::ReadBuffer, buf.capacity());
+    let r = d.decode(buf);
+    d.account_mut().set(Held::ReadBuffer, buf.capacity());
+    r
+}
+
+#[test]
+fn fragments_are_counted_and_given_back_on_completion() {
+    let budget = MemoryBudget::new(4 << 20).allowance(0);
+    let mut d = decoder(&budget);
+    let piece = vec![7u8; 300 << 10];
+    let mut buf = BytesMut::from(&frame(false, false, 2, &piece)[..]);
+    assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+    // The first fragment holds the read buffer's memory now.
+    assert_eq!(d.account().held(Held::Fragments), piece.len());
+    assert_eq!(budget.in_use(), d.account().total());
+    buf.extend_from_slice(&frame(false, false, 0, &piece));
+    assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+    assert!(d.account().held(Held::Fragments) >= 2 * piece.len());
+    assert_eq!(budget.in_use(), d.account().total());
+    buf.clear();
+    buf.extend_from_slice(&frame(true, false, 0, &piece));
+    let msg = decode(&mut d, &mut buf).unwrap().unwrap();
+    assert_eq!(msg.len(), 3 * piece.len());
+    assert_eq!(d.account().held(Held::Fragments), 0);
+    buf = BytesMut::new();
+    decode(&mut d, &mut buf).unwrap();
+    assert_eq!(budget.in_use(), 0);
+    assert!(budget.peak() >= 3 * piece.len(), "{}", budget.peak());
+    assert!(budget.peak() <= 4 << 20);
+}
+
+#[test]
+fn an_exhausted_budget_makes_the_decoder_wait_then_go_on() {
+    let budget = MemoryBudget::new(1 << 20).allowance(0);
+    let mut hog = BudgetAccount::new(Some(budget.clone()));
+    assert_eq!(hog.try_set(Held::Fragments, 850 << 10), Grant::Granted);
+    let mut d = decoder(&budget);
+    let piece = vec![1u8; 64 << 10];
+    let mut wire = frame(false, false, 2, &piece);
+    wire.extend_from_slice(&frame(true, false, 0, &piece));
+    wire.extend_from_slice(&frame(true, false, 2, b"next"));
+    let mut buf = BytesMut::with_capacity(wire.len());
+    buf.extend_from_slice(&wire);
+    // Both fragments fit in the read buffer; a 128 KiB copy of them
+    // beside it does not.
+    assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+    let wanted = d.budget_wait().expect("waits for budget");
+    assert!(wanted > budget.available());
+    assert!(budget.in_use() <= budget.limit());
+    // Asked again, still waiting, and nothing lost.
+    assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+    assert!(d.budget_wait().is_some());
+    drop(hog);
+    let msg = decode(&mut d, &mut buf).unwrap().unwrap();
+    assert_eq!(msg, Message::binary(vec![1u8; 128 << 10]));
+    assert_eq!(
+        decode(&mut d, &mut buf).unwrap(),
+        Some(Message::binary("next"))
+    );
+    assert_eq!(d.budget_wait(), None);
+    assert_eq!(budget.in_use(), d.account().charged());
+}
+
+#[test]
+fn a_message_larger_than_the_budget_is_refused_with_1009() {
+    let budget = MemoryBudget::new(256 << 10).allowance(0);
+    let mut d = decoder(&budget);
+    let piece = vec![2u8; 200 << 10];
+    let mut buf = BytesMut::from(&frame(false, false, 2, &piece)[..]);
+    assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+    buf.extend_from_slice(&frame(true, false, 0, &piece));
+    let e = decode(&mut d, &mut buf).unwrap_err();
+    assert!(
+        matches!(e, Error::OverBudget { budget: b, .. } if b == 256 << 10),
+        "{e}"
+    );
+    assert_eq!(e.close_code().map(|c| c.0), Some(1009));
+    // The fragments are given back with the error; only the read
+    // buffer is left, which its owner drops.
+    assert_eq!(d.account().held(Held::Fragments), 0);
+    d.account_mut().release(Held::ReadBuffer);
+    assert_eq!(budget.in_use(), 0);
+}
+
+#[test]
+fn dropping_a_decoder_mid_message_gives_everything_back() {
+    let budget = MemoryBudget::new(8 << 20).allowance(1024);
+    let mut d = decoder(&budget);
+    let mut buf = BytesMut::from(&frame(false, false, 1, &vec![b'a'; 1 << 20])[..]);
+    assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+    assert!(budget.in_use() > 0);
+    drop(d);
+    assert_eq!(budget.in_use(), 0);
+}
+
+#[test]
+fn without_a_budget_the_decoder_counts_nothing() {
+    let mut d = MessageDecoder::new(Role::Server, Limits::default());
+    let mut buf = BytesMut::from(&frame(false, false, 2, &[1; 1000])[..]);
+    buf.extend_from_slice(&frame(true, false, 0, &[1; 1000]));
+    assert_eq!(decode(&mut d, &mut buf).unwrap().unwrap().len(), 2000);
+    assert_eq!(d.account().total(), 0);
+    assert!(!d.account().is_on());
+}
+
+#[cfg(feature = "deflate")]
+mod bombs {
+    use super::*;
+    use crate::deflate::{DeflateConfig, DeflateParams};
+    use crate::encoder::FrameEncoder;
+
+    /// `n` zeros compressed as one permessage-deflate payload.
+    fn zeros(n: usize) -> Vec<u8> {
+        use flate2::{Compress, Compression, FlushCompress};
+        let mut c = Compress::new(Compression::best(), false);
+        let mut out = Vec::with_capacity(n / 500 + 1024);
+        c.compress_vec(&vec![0; n], &mut out, FlushCompress::Sync)
+            .unwrap();
+        out.truncate(out.len() - 4);
+        out
+    }
+
+    fn inflating(budget: &MemoryBudget) -> MessageDecoder {
+        let mut d = decoder(budget);
+        let mut e = FrameEncoder::new(Role::Server);
+        crate::deflate::enable_for_tests(
+            &mut d,
+            &mut e,
+            &DeflateParams::default(),
+            &DeflateConfig::default(),
+        );
+        d
+    }
+
+    #[test]
+    fn a_bomb_larger_than_the_budget_is_refused_within_it() {
+        let budget = MemoryBudget::new(2 << 20).allowance(0);
+        let mut d = inflating(&budget);
+        let wire = zeros(32 << 20);
+        let mut buf = BytesMut::from(&frame(false, true, 2, &wire)[..]);
+        let e = decode(&mut d, &mut buf).unwrap_err();
+        assert!(matches!(e, Error::OverBudget { .. }), "{e}");
+        assert_eq!(e.close_code().map(|c| c.0), Some(1009));
+        assert!(budget.peak() <= 2 << 20, "{}", budget.peak());
+        assert_eq!(d.account().held(Held::Inflated), 0);
+    }
+
+    #[test]
+    fn a_bomb_waits_while_others_hold_the_budget() {
+        // Growing output is copied: it needs up to twice its size.
+        let budget = MemoryBudget::new(8 << 20).allowance(0);
+        let mut hog = BudgetAccount::new(Some(budget.clone()));
+        assert_eq!(hog.try_set(Held::Fragments, 7 << 20), Grant::Granted);
+        let mut d = inflating(&budget);
+        // 2 MiB inflated: fits the budget, not what is left of it.
+        let wire = zeros(2 << 20);
+        let mut buf = BytesMut::from(&frame(true, true, 2, &wire)[..]);
+        assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+        assert!(d.budget_wait().is_some());
+        assert!(budget.in_use() <= budget.limit());
+        assert!(budget.peak() <= budget.limit());
+        hog.release_all();
+        let msg = decode(&mut d, &mut buf).unwrap().unwrap();
+        assert_eq!(msg.len(), 2 << 20);
+        assert_eq!(d.account().held(Held::Inflated), 0);
+        // zlib's own state stays with a context-takeover connection,
+        // and stays counted.
+        assert_eq!(
+            d.account().held(Held::Compression),
+            crate::deflate::INFLATE_STATE
+        );
+        d.account_mut().release(Held::ReadBuffer);
+        d.account_mut().release(Held::Compression);
+        assert_eq!(budget.in_use(), 0);
+    }
+}
