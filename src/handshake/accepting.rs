@@ -85,9 +85,12 @@ impl Accepting {
     /// pseudo-header, which HTTP libraries keep outside the header map)
     /// when it is a `CONNECT` or HTTP/2 or later, else as
     /// [`http1`](Accepting::http1). What a server on an HTTP library that
-    /// speaks both accepts.
+    /// speaks both accepts. An extended CONNECT is HTTP/2's (RFC 8441):
+    /// over HTTP/1.1, `CONNECT` is refused as any method but `GET` is.
     pub fn new<B>(req: &http::Request<B>, protocol: Option<&str>) -> Result<Self, HandshakeError> {
-        if req.method() == Method::CONNECT || req.version() >= Version::HTTP_2 {
+        // Extended CONNECT exists only from HTTP/2 on: a CONNECT over
+        // HTTP/1.1 is refused as any method but GET is (405).
+        if req.version() >= Version::HTTP_2 {
             check_extended_connect(req, protocol)?;
             Ok(Accepting::owing(extended_connect_response()))
         } else {
@@ -136,6 +139,18 @@ impl Accepting {
     pub fn respond(&self, response: &mut Response) {
         *response.status_mut() = self.required.status();
         *response.version_mut() = self.required.version();
+        if self.is_extended_connect() {
+            // HTTP/2 has no accept key, and forbids connection-specific
+            // headers (RFC 9113 §8.2.2): a callback's are not sent.
+            let h = response.headers_mut();
+            for name in [
+                header::SEC_WEBSOCKET_ACCEPT,
+                header::UPGRADE,
+                header::CONNECTION,
+            ] {
+                h.remove(name);
+            }
+        }
         for (name, value) in self.required.headers() {
             response.headers_mut().insert(name, value.clone());
         }
@@ -177,12 +192,7 @@ pub fn check_request<B>(req: &http::Request<B>) -> Result<String, HandshakeError
         });
     }
     crate::handshake::check_upgrade_headers(h)?;
-    if h.get(header::SEC_WEBSOCKET_VERSION)
-        .map(HeaderValue::as_bytes)
-        != Some(b"13")
-    {
-        return Err(HandshakeError::UnsupportedVersion);
-    }
+    check_version(h)?;
     let mut keys = h.get_all(header::SEC_WEBSOCKET_KEY).iter();
     match (keys.next(), keys.next()) {
         (Some(key), None) if is_valid_key(key.as_bytes()) => Ok(derive_accept_key(key.as_bytes())),
@@ -255,15 +265,22 @@ pub fn check_extended_connect<B>(
             reason: "missing",
         });
     }
-    if req
-        .headers()
-        .get(header::SEC_WEBSOCKET_VERSION)
-        .map(HeaderValue::as_bytes)
-        != Some(b"13")
-    {
-        return Err(HandshakeError::UnsupportedVersion);
+    check_version(req.headers())
+}
+
+/// `Sec-WebSocket-Version: 13`, once. Another version, or none, is owed
+/// `426` naming 13 (RFC 6455 §4.2.2); two fields are a malformed request,
+/// as two keys are: read as the first alone, `13` and `8` would pass.
+fn check_version(h: &HeaderMap) -> Result<(), HandshakeError> {
+    let mut versions = h.get_all(header::SEC_WEBSOCKET_VERSION).iter();
+    match (versions.next(), versions.next()) {
+        (Some(v), None) if v.as_bytes() == b"13" => Ok(()),
+        (_, Some(_)) => Err(HandshakeError::BadHeader {
+            name: "Sec-WebSocket-Version",
+            reason: "must be one field",
+        }),
+        _ => Err(HandshakeError::UnsupportedVersion),
     }
-    Ok(())
 }
 
 /// The `200 OK` that accepts an extended CONNECT request (RFC 8441 §5): no
@@ -375,6 +392,70 @@ mod tests {
         assert_eq!(r.headers()["upgrade"], "websocket");
         assert_eq!(r.headers()["x-room"], "chat");
         assert!(!r.headers().contains_key("sec-websocket-extensions"));
+    }
+
+    #[test]
+    fn a_connect_over_http1_is_a_method_not_allowed() {
+        let mut req = connect("13");
+        *req.version_mut() = Version::HTTP_11;
+        assert!(matches!(
+            Accepting::new(&req, Some("websocket")),
+            Err(HandshakeError::MethodNotAllowed(m)) if m == "CONNECT"
+        ));
+    }
+
+    #[test]
+    fn one_version_field_and_only_13() {
+        let two = upgrade(&[("sec-websocket-version", "8")]);
+        assert!(matches!(
+            Accepting::http1(&two),
+            Err(HandshakeError::BadHeader {
+                name: "Sec-WebSocket-Version",
+                ..
+            })
+        ));
+        let mut eight = upgrade(&[]);
+        eight
+            .headers_mut()
+            .insert("sec-websocket-version", "8".parse().unwrap());
+        assert!(matches!(
+            Accepting::http1(&eight),
+            Err(HandshakeError::UnsupportedVersion)
+        ));
+        eight.headers_mut().remove("sec-websocket-version");
+        assert!(matches!(
+            Accepting::http1(&eight),
+            Err(HandshakeError::UnsupportedVersion)
+        ));
+        let mut h2 = connect("13");
+        h2.headers_mut()
+            .append("sec-websocket-version", "13".parse().unwrap());
+        assert!(matches!(
+            Accepting::new(&h2, Some("websocket")),
+            Err(HandshakeError::BadHeader {
+                name: "Sec-WebSocket-Version",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn http2_sends_no_accept_key_nor_connection_headers_of_a_callback() {
+        let a = Accepting::new(&connect("13"), Some("websocket")).unwrap();
+        let mut r = a.required().clone();
+        for (n, v) in [
+            ("sec-websocket-accept", "forged"),
+            ("upgrade", "websocket"),
+            ("connection", "Upgrade"),
+            ("x-room", "chat"),
+        ] {
+            r.headers_mut().insert(n, v.parse().unwrap());
+        }
+        a.respond(&mut r);
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.version(), Version::HTTP_2);
+        let names: Vec<_> = r.headers().keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["x-room"]);
     }
 
     #[test]

@@ -521,8 +521,11 @@ impl RawRequest {
         {
             return Err(400);
         }
-        if self.values("Sec-WebSocket-Version").first() != Some(&"13") {
-            return Err(426);
+        // One field (RFC 6455 §4.3: a single version), and 13.
+        match self.values("Sec-WebSocket-Version")[..] {
+            ["13"] => {}
+            [_, _, ..] => return Err(400),
+            _ => return Err(426),
         }
         match self.values("Sec-WebSocket-Key")[..] {
             [key] if is_key(key) => Ok(derive_accept_key(key.as_bytes())),

@@ -10,6 +10,7 @@ mod support;
 #[path = "../../fuzz/src/lib.rs"]
 mod props;
 
+mod accepting;
 mod close;
 mod deflate;
 mod examples;
