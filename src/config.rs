@@ -11,14 +11,20 @@ use crate::proto::mask::MaskKeys;
 #[cfg(feature = "proxy")]
 use crate::proxy::config::Proxy;
 
-/// The largest [`Config::max_headers`].
+/// The largest [`HandshakeConfig::max_headers`].
 const MAX_HEADERS: usize = 4096;
 
-/// Settings for one WebSocket connection.
+/// Settings for one WebSocket connection, on every engine and both sides.
 ///
-/// Start from [`Config::default`] and change what you need with the builder
-/// methods; the connection constructors call [`Config::validate`], so an
-/// impossible combination is an error, never a panic.
+/// Grouped by who reads them: the protocol core's [`Limits`] and
+/// [`Timers`] and [`DeflateConfig`] (the core's own types, documented
+/// there), the opening handshake's bounds ([`HandshakeConfig`]), what only
+/// a client opening its own connection uses ([`ClientConfig`]), and the
+/// few settings of the engines themselves. Start from [`Config::default`]
+/// and change what you need with the builder methods, which reach into the
+/// groups (`max_message_size` sets `limits.max_message_size`); the
+/// connection constructors call [`Config::validate`], so an impossible
+/// combination is an error, never a panic.
 ///
 /// ```
 /// use wavesock::Config;
@@ -26,23 +32,31 @@ const MAX_HEADERS: usize = 4096;
 /// let config = Config::default()
 ///     .max_frame_size(1 << 20)
 ///     .max_message_size(4 << 20);
+/// assert_eq!(config.limits.max_message_size, 4 << 20);
 /// assert!(config.validate().is_ok());
 /// assert!(Config::default().max_frame_size(0).validate().is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Config {
-    /// Largest payload a single incoming frame may announce. Default 16 MiB.
-    ///
-    /// A frame is also held to [`max_message_size`](Config::max_message_size),
-    /// since it is part of a message: setting either limit alone works, and
-    /// the smaller of the two bounds every frame (as in tungstenite).
-    pub max_frame_size: usize,
-    /// Largest incoming message, all fragments together. Default 64 MiB.
-    ///
-    /// This is the limit most applications set; lowering it below
-    /// `max_frame_size` lowers the largest frame accepted with it.
-    pub max_message_size: usize,
+    /// What the protocol core holds the peer to: the largest frame
+    /// (default 16 MiB) and message (64 MiB), and a
+    /// [`MemoryBudget`] shared with other connections (default none; see
+    /// [`Config::memory_budget`]). A frame is held to the smaller of the
+    /// two sizes, so either can be set alone.
+    pub limits: Limits,
+    /// Keepalive (default off), the pong timeout (10 s), the closing
+    /// handshake's timeout (10 s; `Duration::MAX` for none) and the wait
+    /// for a memory budget (`None`: the budget's own
+    /// [wait timeout](MemoryBudget::wait_timeout)). Messages read but not
+    /// yet taken by the application count as hearing from the peer: a
+    /// slow reader does not make a live peer look silent.
+    pub timers: Timers,
+    /// permessage-deflate: what a client offers or a server accepts.
+    /// Default `None`: no compression (a server declines offers). Needs the
+    /// `deflate` feature: without it, [`validate`](Config::validate)
+    /// refuses `Some`.
+    pub deflate: Option<DeflateConfig>,
     /// Bytes that may wait to be written to a slow peer, the one setting
     /// for backpressure on every engine: past it a
     /// [`WebSocketStream`](crate::WebSocketStream)'s `send` (its
@@ -65,50 +79,23 @@ pub struct Config {
         note = "use `max_backpressure`, one setting for the Stream and the hub"
     )]
     pub write_buffer_size: usize,
-    /// Largest HTTP head accepted during the opening handshake. Default 8 KiB.
-    pub max_handshake_size: usize,
-    /// Most headers accepted in the opening handshake: 8 to 4 096 (each
-    /// read of a head makes room for this many). Default 64.
-    pub max_headers: usize,
-    /// Time allowed for the opening handshake. Default 10 s; `None` waits for ever.
-    pub handshake_timeout: Option<Duration>,
-    /// Time a client allows for opening its connection before the handshake
-    /// starts: name resolution, TCP, a proxy tunnel and the TLS handshake
-    /// together. Default 10 s; `None` waits as long as the operating system
-    /// does.
-    pub connect_timeout: Option<Duration>,
-    /// The proxy a client connects through (clients only). Default
-    /// [`Proxy::none`]; see [`crate::proxy`].
-    #[cfg(feature = "proxy")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]
-    pub proxy: Proxy,
+    /// The opening handshake's bounds, on both sides.
+    pub handshake: HandshakeConfig,
+    /// What a client uses to open its own connection (`connect_async` and
+    /// its variants): servers, the hub and clients over a stream you
+    /// opened never read it.
+    pub client: ClientConfig,
     /// Accept unmasked frames from clients (servers only). RFC 6455 forbids
     /// them; default `false`.
     pub accept_unmasked_frames: bool,
-    /// Send a ping after this long without hearing from the peer. Default
-    /// `None` (no keepalive). Messages read but not yet taken by the
-    /// application count as hearing from it: a slow reader does not make a
-    /// live peer look silent (nothing more is read until they are taken).
-    pub ping_interval: Option<Duration>,
-    /// With `ping_interval` set: how long to wait for anything from the peer
-    /// after a keepalive ping before giving it up for dead. Default 10 s.
-    pub pong_timeout: Duration,
-    /// How long the closing handshake may take (our close frame out, the
-    /// peer's back, the TCP connection closed) before the connection is
-    /// dropped anyway. Default 10 s; `Duration::MAX` is no close timeout:
-    /// the closing handshake takes as long as the peer does, with no timer.
-    pub close_timeout: Duration,
-    /// permessage-deflate: what a client offers or a server accepts.
-    /// Default `None`: no compression (a server declines offers). Needs the
-    /// `deflate` feature: without it, [`validate`](Config::validate)
-    /// refuses `Some`.
-    pub deflate: Option<DeflateConfig>,
     /// Hand out received text and binary messages in pieces as their bytes
     /// arrive, as [`Message::Frame`](crate::Message::Frame)s, instead of
     /// assembling them: memory stays bounded by what one read brings,
     /// whatever the message size. Limits still apply, `max_message_size` to
     /// the running total. Default `false`; see
     /// [`WebSocketStream::next_message_pieces`](crate::WebSocketStream::next_message_pieces).
+    /// The Stream's alone: a hub hands each message whole and borrowed, and
+    /// refuses a config that asks for pieces.
     pub stream_messages: bool,
     /// Where a client's masking keys come from. Default
     /// [`MaskKeys::Random`], as RFC 6455 requires; anything else is **for
@@ -116,50 +103,97 @@ pub struct Config {
     /// [`MaskKeys`]); with the `tracing` feature, a client connection made
     /// with it logs a warning. Servers ignore it.
     pub mask_keys: MaskKeys,
-    /// A memory budget shared by many connections (a server's), which what
-    /// this one holds for messages in progress beyond a small allowance is
-    /// taken from; default `None` (each connection bounded by its own
-    /// limits only). See [`MemoryBudget`] and
-    /// [`Config::memory_budget`].
-    pub memory_budget: Option<MemoryBudget>,
+}
+
+/// The opening handshake's bounds, on both sides and every server.
+///
+/// ```
+/// use std::time::Duration;
+/// use wavesock::Config;
+///
+/// let config = Config::default().max_handshake_size(16 << 10).handshake_timeout(Some(Duration::from_secs(5)));
+/// assert_eq!(config.handshake.max_size, 16 << 10);
+/// assert_eq!(config.handshake.timeout, Some(Duration::from_secs(5)));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HandshakeConfig {
+    /// Largest HTTP head accepted (256 bytes or more). Default 8 KiB.
+    pub max_size: usize,
+    /// Most headers accepted: 8 to 4 096 (each read of a head makes room
+    /// for this many). Default 64.
+    pub max_headers: usize,
+    /// Time allowed for the opening handshake. Default 10 s; `None` waits
+    /// for ever.
+    pub timeout: Option<Duration>,
+}
+
+impl Default for HandshakeConfig {
+    fn default() -> Self {
+        HandshakeConfig {
+            max_size: 8 << 10,
+            max_headers: 64,
+            timeout: Some(Duration::from_secs(10)),
+        }
+    }
+}
+
+/// What only a client opening its own connection uses: `connect_async`,
+/// `connect_async_with_config` and the TLS variant read it; servers, the
+/// hub and `client_async` over a stream you opened do not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientConfig {
+    /// Time allowed for opening the connection before the handshake
+    /// starts: name resolution, TCP, a proxy tunnel and the TLS handshake
+    /// together. Default 10 s; `None` waits as long as the operating
+    /// system does.
+    pub connect_timeout: Option<Duration>,
+    /// The proxy to connect through. Default [`Proxy::none`]; see
+    /// [`crate::proxy`].
+    #[cfg(feature = "proxy")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]
+    pub proxy: Proxy,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            connect_timeout: Some(Duration::from_secs(10)),
+            #[cfg(feature = "proxy")]
+            proxy: Proxy::none(),
+        }
+    }
 }
 
 #[allow(deprecated)]
 impl Default for Config {
     fn default() -> Self {
         Config {
-            max_frame_size: 16 << 20,
-            max_message_size: 64 << 20,
+            limits: Limits::default(),
+            timers: Timers::default(),
+            deflate: None,
             max_backpressure: None,
             write_buffer_size: 128 << 10,
-            max_handshake_size: 8 << 10,
-            max_headers: 64,
-            handshake_timeout: Some(Duration::from_secs(10)),
-            connect_timeout: Some(Duration::from_secs(10)),
-            #[cfg(feature = "proxy")]
-            proxy: Proxy::none(),
+            handshake: HandshakeConfig::default(),
+            client: ClientConfig::default(),
             accept_unmasked_frames: false,
-            ping_interval: None,
-            pong_timeout: Duration::from_secs(10),
-            close_timeout: Duration::from_secs(10),
-            deflate: None,
             stream_messages: false,
             mask_keys: MaskKeys::Random,
-            memory_budget: None,
         }
     }
 }
 
 impl Config {
-    /// Sets [`Config::max_frame_size`].
+    /// Sets [`Limits::max_frame_size`] in [`Config::limits`].
     pub fn max_frame_size(mut self, bytes: usize) -> Self {
-        self.max_frame_size = bytes;
+        self.limits.max_frame_size = bytes;
         self
     }
 
-    /// Sets [`Config::max_message_size`].
+    /// Sets [`Limits::max_message_size`] in [`Config::limits`].
     pub fn max_message_size(mut self, bytes: usize) -> Self {
-        self.max_message_size = bytes;
+        self.limits.max_message_size = bytes;
         self
     }
 
@@ -192,31 +226,31 @@ impl Config {
         self.max_backpressure.unwrap_or(self.write_buffer_size)
     }
 
-    /// Sets [`Config::max_handshake_size`].
+    /// Sets [`HandshakeConfig::max_size`] in [`Config::handshake`].
     pub fn max_handshake_size(mut self, bytes: usize) -> Self {
-        self.max_handshake_size = bytes;
+        self.handshake.max_size = bytes;
         self
     }
 
-    /// Sets [`Config::max_headers`].
+    /// Sets [`HandshakeConfig::max_headers`] in [`Config::handshake`].
     pub fn max_headers(mut self, count: usize) -> Self {
-        self.max_headers = count;
+        self.handshake.max_headers = count;
         self
     }
 
-    /// Sets [`Config::handshake_timeout`].
+    /// Sets [`HandshakeConfig::timeout`] in [`Config::handshake`].
     pub fn handshake_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.handshake_timeout = timeout;
+        self.handshake.timeout = timeout;
         self
     }
 
-    /// Sets [`Config::connect_timeout`].
+    /// Sets [`ClientConfig::connect_timeout`] in [`Config::client`].
     pub fn connect_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.connect_timeout = timeout;
+        self.client.connect_timeout = timeout;
         self
     }
 
-    /// Sets [`Config::proxy`].
+    /// Sets [`ClientConfig::proxy`] in [`Config::client`].
     ///
     /// ```
     /// use wavesock::Config;
@@ -230,7 +264,7 @@ impl Config {
     #[cfg(feature = "proxy")]
     #[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]
     pub fn proxy(mut self, proxy: Proxy) -> Self {
-        self.proxy = proxy;
+        self.client.proxy = proxy;
         self
     }
 
@@ -240,21 +274,22 @@ impl Config {
         self
     }
 
-    /// Sets [`Config::ping_interval`].
+    /// Sets [`Timers::ping_interval`] in [`Config::timers`]: send a ping
+    /// after this long without hearing from the peer.
     pub fn ping_interval(mut self, interval: Option<Duration>) -> Self {
-        self.ping_interval = interval;
+        self.timers.ping_interval = interval;
         self
     }
 
-    /// Sets [`Config::pong_timeout`].
+    /// Sets [`Timers::pong_timeout`] in [`Config::timers`].
     pub fn pong_timeout(mut self, timeout: Duration) -> Self {
-        self.pong_timeout = timeout;
+        self.timers.pong_timeout = timeout;
         self
     }
 
-    /// Sets [`Config::close_timeout`].
+    /// Sets [`Timers::close_timeout`] in [`Config::timers`].
     pub fn close_timeout(mut self, timeout: Duration) -> Self {
-        self.close_timeout = timeout;
+        self.timers.close_timeout = timeout;
         self
     }
 
@@ -278,10 +313,10 @@ impl Config {
     /// use wavesock::Config;
     ///
     /// let config = Config::default().without_timeouts();
-    /// assert_eq!(config.handshake_timeout, None);
-    /// assert_eq!(config.connect_timeout, None);
-    /// assert_eq!(config.ping_interval, None);
-    /// assert_eq!(config.close_timeout, Duration::MAX);
+    /// assert_eq!(config.handshake.timeout, None);
+    /// assert_eq!(config.client.connect_timeout, None);
+    /// assert_eq!(config.timers.ping_interval, None);
+    /// assert_eq!(config.timers.close_timeout, Duration::MAX);
     /// assert!(config.validate().is_ok());
     /// ```
     pub fn without_timeouts(self) -> Self {
@@ -341,7 +376,7 @@ impl Config {
         self
     }
 
-    /// Sets [`Config::memory_budget`]: give every accepted connection a
+    /// Sets [`Limits::budget`] in [`Config::limits`]: give every accepted connection a
     /// clone of the same [`MemoryBudget`] to bound what they all hold
     /// together for messages in progress.
     ///
@@ -375,7 +410,7 @@ impl Config {
     /// assert_eq!(config.limits().budget, Some(budget));
     /// ```
     pub fn memory_budget(mut self, budget: impl Into<Option<MemoryBudget>>) -> Self {
-        self.memory_budget = budget.into();
+        self.limits.budget = budget.into();
         self
     }
 
@@ -388,23 +423,19 @@ impl Config {
     /// assert_eq!(limits.max_message_size, 1 << 20);
     /// ```
     pub fn limits(&self) -> Limits {
-        Limits::default()
-            .max_frame_size(self.max_frame_size)
-            .max_message_size(self.max_message_size)
-            .budget(self.memory_budget.clone())
+        self.limits.clone()
     }
 
     /// The timers the protocol core runs the connection with.
+    /// `budget_wait` left `None` is the budget's own wait timeout.
     pub fn timers(&self) -> Timers {
-        Timers::default()
-            .ping_interval(self.ping_interval)
-            .pong_timeout(self.pong_timeout)
-            .close_timeout(self.close_timeout)
-            .budget_wait(
-                self.memory_budget
-                    .as_ref()
-                    .map(MemoryBudget::wait_timeout_duration),
-            )
+        let budget_wait = self.timers.budget_wait.or_else(|| {
+            self.limits
+                .budget
+                .as_ref()
+                .map(MemoryBudget::wait_timeout_duration)
+        });
+        self.timers.budget_wait(budget_wait)
     }
 
     /// Checks that the settings can work together.
@@ -421,40 +452,40 @@ impl Config {
         if self.stream_backpressure() == 0 {
             return Err(Error::InvalidConfig("max_backpressure must be at least 1"));
         }
-        if self.max_handshake_size < 256 {
+        if self.handshake.max_size < 256 {
             return Err(Error::InvalidConfig(
                 "max_handshake_size below 256 bytes cannot hold a handshake",
             ));
         }
-        if self.max_headers < 8 {
+        if self.handshake.max_headers < 8 {
             return Err(Error::InvalidConfig(
                 "max_headers below 8 cannot hold a handshake",
             ));
         }
         // Room for this many is allocated at each parse of a head: a count
         // no memory holds would panic mid-handshake instead.
-        if self.max_headers > MAX_HEADERS {
+        if self.handshake.max_headers > MAX_HEADERS {
             return Err(Error::InvalidConfig("max_headers must be at most 4096"));
         }
-        if self.ping_interval.is_some_and(|i| i.is_zero()) {
+        if self.timers.ping_interval.is_some_and(|i| i.is_zero()) {
             return Err(Error::InvalidConfig("ping_interval must not be zero"));
         }
-        if self.pong_timeout.is_zero() {
+        if self.timers.pong_timeout.is_zero() {
             return Err(Error::InvalidConfig("pong_timeout must not be zero"));
         }
-        if self.close_timeout.is_zero() {
+        if self.timers.close_timeout.is_zero() {
             return Err(Error::InvalidConfig("close_timeout must not be zero"));
         }
-        if let Some(t) = self.handshake_timeout {
+        if let Some(t) = self.handshake.timeout {
             if t.is_zero() {
                 return Err(Error::InvalidConfig("handshake_timeout must not be zero"));
             }
         }
-        if self.connect_timeout.is_some_and(|t| t.is_zero()) {
+        if self.client.connect_timeout.is_some_and(|t| t.is_zero()) {
             return Err(Error::InvalidConfig("connect_timeout must not be zero"));
         }
         #[cfg(feature = "proxy")]
-        self.proxy.validate()?;
+        self.client.proxy.validate()?;
         Ok(())
     }
 }

@@ -139,7 +139,7 @@ pub use client::{
     client_async_with_config, connect_async, connect_async_with_config,
 };
 pub use codec::WebSocketCodec;
-pub use config::Config;
+pub use config::{ClientConfig, Config, HandshakeConfig};
 pub use error::{ConnectError, Error, HandshakeError, ProtocolError, Result};
 pub use handshake::client::{ClientRequestBuilder, IntoClientRequest};
 pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols};

@@ -219,7 +219,7 @@ where
     let result = {
         let mut retrying = Retrying(&mut io);
         let handshake = server_handshake(&mut retrying, &config, callback);
-        within(after(config.handshake_timeout), handshake)
+        within(after(config.handshake.timeout), handshake)
             .await
             .unwrap_or_else(|| Err(HandshakeError::Timeout.into()))
     };
@@ -242,15 +242,17 @@ async fn read_request<S>(
 where
     S: AsyncRead + Unpin,
 {
-    let max = config.max_handshake_size;
-    read_head(io, buf, max, |b| parse_request(b, config.max_headers))
-        .await
-        .map_err(|e| match e {
-            HeadError::Parse(e) => ReadFailure::Refuse(e),
-            HeadError::TooLarge => ReadFailure::Refuse(HandshakeError::TooLarge(max)),
-            HeadError::Eof => ReadFailure::Fatal(HandshakeError::ConnectionClosed.into()),
-            HeadError::Io(e) => ReadFailure::Fatal(e.into()),
-        })
+    let max = config.handshake.max_size;
+    read_head(io, buf, max, |b| {
+        parse_request(b, config.handshake.max_headers)
+    })
+    .await
+    .map_err(|e| match e {
+        HeadError::Parse(e) => ReadFailure::Refuse(e),
+        HeadError::TooLarge => ReadFailure::Refuse(HandshakeError::TooLarge(max)),
+        HeadError::Eof => ReadFailure::Fatal(HandshakeError::ConnectionClosed.into()),
+        HeadError::Io(e) => ReadFailure::Fatal(e.into()),
+    })
 }
 
 enum ReadFailure {

@@ -37,7 +37,7 @@ pub(crate) fn check_scheme(uri: &Uri) -> Result<(), ConnectError> {
 }
 
 /// Opens the transport for a `ws://` or `wss://` URL within
-/// `config.connect_timeout`.
+/// `config.client.connect_timeout`.
 pub(crate) async fn open(
     uri: &Uri,
     config: &Config,
@@ -70,15 +70,15 @@ pub(crate) async fn open(
         }
     }
     #[cfg(feature = "proxy")]
-    let proxy = config.proxy.server_for(uri)?;
+    let proxy = config.client.proxy.server_for(uri)?;
 
-    let deadline = after(config.connect_timeout);
+    let deadline = after(config.client.connect_timeout);
     let opening = async {
         #[cfg(feature = "proxy")]
         let tcp = match &proxy {
             Some(p) => {
                 let mut tcp = tcp_connect(&p.host, p.port).await?;
-                tunnel(&mut tcp, p, host, port, config.max_handshake_size).await?;
+                tunnel(&mut tcp, p, host, port, config.handshake.max_size).await?;
                 tcp
             }
             None => tcp_connect(host, port).await?,

@@ -248,7 +248,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     Negotiated::offer(&config, &mut request);
-    let deadline = after(config.handshake_timeout);
+    let deadline = after(config.handshake.timeout);
     let mut buf = BytesMut::new();
     let (response, head_len) = within(
         deadline,
@@ -259,7 +259,7 @@ where
     let _ = buf.split_to(head_len);
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
         // Whatever arrives by the deadline, up to the cap, is the body.
-        let limit = body_limit(&response, config.max_handshake_size);
+        let limit = body_limit(&response, config.handshake.max_size);
         let _ = within(deadline, read_body(&mut Retrying(&mut io), &mut buf, limit)).await;
         let body = (limit > 0).then(|| buf[..buf.len().min(limit)].to_vec());
         return Err(HandshakeError::UnexpectedStatus {
@@ -288,15 +288,17 @@ where
     io.write_all(&out).await?;
     io.flush().await?;
     // What follows the head stays in `buf` for the stream.
-    let max = config.max_handshake_size;
-    read_head(io, buf, max, |b| parse_response(b, config.max_headers))
-        .await
-        .map_err(|e| match e {
-            HeadError::Parse(e) => e.into(),
-            HeadError::TooLarge => HandshakeError::TooLarge(max).into(),
-            HeadError::Eof => HandshakeError::ConnectionClosed.into(),
-            HeadError::Io(e) => Error::Io(e),
-        })
+    let max = config.handshake.max_size;
+    read_head(io, buf, max, |b| {
+        parse_response(b, config.handshake.max_headers)
+    })
+    .await
+    .map_err(|e| match e {
+        HeadError::Parse(e) => e.into(),
+        HeadError::TooLarge => HandshakeError::TooLarge(max).into(),
+        HeadError::Eof => HandshakeError::ConnectionClosed.into(),
+        HeadError::Io(e) => Error::Io(e),
+    })
 }
 
 /// How many body bytes of a refusal to keep: what `Content-Length` says, or

@@ -213,8 +213,8 @@ impl Http2Connection {
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         config.validate()?;
-        let max_header_list = u32::try_from(config.max_handshake_size).unwrap_or(u32::MAX);
-        let deadline = after(config.handshake_timeout);
+        let max_header_list = u32::try_from(config.handshake.max_size).unwrap_or(u32::MAX);
+        let deadline = after(config.handshake.timeout);
         let opening = async {
             let (send, mut connection) = h2::client::Builder::new()
                 .initial_window_size(STREAM_WINDOW)
@@ -313,7 +313,7 @@ impl Http2Connection {
         let mut sent = request.clone();
         sent.extensions_mut()
             .insert(h2::ext::Protocol::from_static("websocket"));
-        let deadline = after(config.handshake_timeout);
+        let deadline = after(config.handshake.timeout);
         let exchange = async {
             let mut send = self.send.clone().ready().await.map_err(io_error)?;
             let (response, send_stream) = send.send_request(sent, false).map_err(io_error)?;
@@ -326,7 +326,7 @@ impl Http2Connection {
         let (parts, mut body) = response.into_parts();
         let head = Response::from_parts(parts, ());
         if !head.status().is_success() {
-            let limit = config.max_handshake_size;
+            let limit = config.handshake.max_size;
             let kept = within(deadline, read_body(&mut body, limit)).await;
             return Err(HandshakeError::UnexpectedStatus {
                 status: head.status(),

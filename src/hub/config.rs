@@ -23,9 +23,12 @@ const MAX_READ_BUFFER: usize = 1 << 30;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct HubConfig {
-    /// Limits, timers, extensions and backpressure
-    /// ([`Config::max_backpressure`]) of every connection, as for
-    /// [`WebSocketStream`](crate::WebSocketStream).
+    /// Every connection's settings, as for a
+    /// [`WebSocketStream`](crate::WebSocketStream): limits, timers,
+    /// extensions, backpressure ([`Config::max_backpressure`]) and the
+    /// handshake's bounds. A hub is a server: [`Config::client`] and
+    /// [`Config::mask_keys`] are clients' and go unread, and
+    /// [`Config::stream_messages`] is refused (a hub hands messages whole).
     pub config: Config,
     /// The hub's backpressure limit when [`Config::max_backpressure`] is
     /// `None`. Default 1 MiB.
@@ -166,6 +169,13 @@ impl HubConfig {
     /// Checks the settings, the connections' [`Config`] included.
     pub fn validate(&self) -> Result<()> {
         self.config.validate()?;
+        // A hub hands each message whole and borrowed: asked for pieces, it
+        // would otherwise assemble them silently.
+        if self.config.stream_messages {
+            return Err(Error::InvalidConfig(
+                "a hub hands messages whole: Config::stream_messages is the Stream's",
+            ));
+        }
         if self.read_buffer_size < 4096 {
             return Err(Error::InvalidConfig(
                 "read_buffer_size must be at least 4096 bytes",
@@ -300,6 +310,15 @@ impl Readiness {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hub_refuses_to_be_asked_for_pieces() {
+        let pieces = HubConfig::default().config(Config::default().stream_messages(true));
+        assert!(
+            matches!(pieces.validate(), Err(Error::InvalidConfig(why)) if why.contains("stream_messages"))
+        );
+        assert!(HubConfig::default().validate().is_ok());
+    }
 
     #[test]
     #[allow(deprecated)]

@@ -488,7 +488,7 @@ impl<H: Handler> Engine<H> {
             }
             _ => Some(ConnWaker::new(key, self.queue.clone())),
         };
-        let deadline = c.handshake_timeout.map(|t| later(now, t));
+        let deadline = c.handshake.timeout.map(|t| later(now, t));
         let s = Slot {
             io,
             waker,
@@ -1296,12 +1296,12 @@ fn read_handshake<H: Handler>(
         Refuse(HandshakeError),
         Read(Poll<io::Result<usize>>),
     }
-    let max = config.config.max_handshake_size;
+    let max = config.config.handshake.max_size;
     let mut r = slot.reading.take().unwrap_or_else(|| lend(readers, config));
     loop {
         let io = &mut slot.io;
         let step = r.inbox_mut().with_buffered(|bytes| {
-            match parse_request(bytes, config.config.max_headers) {
+            match parse_request(bytes, config.config.handshake.max_headers) {
                 Ok(Some((_, len))) if len > max => Step::Refuse(HandshakeError::TooLarge(max)),
                 Ok(Some((request, len))) => {
                     bytes.advance(len);

@@ -143,7 +143,7 @@ async fn header_flood_over_tcp_reads_at_most_the_cap() {
         ),
         "{err:?}"
     );
-    assert!(read.load(Ordering::SeqCst) <= Config::default().max_handshake_size);
+    assert!(read.load(Ordering::SeqCst) <= Config::default().handshake.max_size);
     drop(writer);
 }
 
