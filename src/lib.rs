@@ -145,6 +145,8 @@ pub use handshake::client::{ClientRequestBuilder, IntoClientRequest};
 pub use handshake::server::{AsyncCallback, Callback, ErrorResponse, Subprotocols};
 pub use proto::Role;
 pub use proto::budget::MemoryBudget;
+pub use proto::conn::Timers;
+pub use proto::limits::Limits;
 pub use proto::close::{CloseCode, CloseFrame};
 pub use proto::deflate::{DeflateConfig, DeflateParams, DeflatePolicy};
 pub use proto::header::OpCode;
