@@ -2,6 +2,7 @@
 //! where they lie.
 
 use super::*;
+use crate::buffer::CORK;
 use crate::decoder::BorrowedData;
 use crate::header::OpCode;
 
