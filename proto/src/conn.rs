@@ -39,7 +39,6 @@
 //! ```
 
 use std::collections::VecDeque;
-use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::Role;
@@ -49,97 +48,11 @@ use crate::error::Error;
 use crate::header::OpCode;
 use crate::message::Message;
 
-/// The connection's timers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Timers {
-    /// Send a ping after this long without hearing from the peer. Default
-    /// `None` (no keepalive).
-    pub ping_interval: Option<Duration>,
-    /// After a keepalive ping, how long to wait for anything from the peer
-    /// before giving it up for dead. Default 10 s.
-    pub pong_timeout: Duration,
-    /// How long the closing handshake may take once it starts. Default 10 s.
-    /// `Duration::MAX` is no close timeout: the closing handshake takes as
-    /// long as the peer does, and no deadline is ever set for it, so the
-    /// I/O layer needs no timer for it.
-    pub close_timeout: Duration,
-    /// Under a memory budget, how long the connection may wait for budget
-    /// (or hold some while nothing arrives) before it fails with 1013; see
-    /// [`Connection::handle_budget_wait`]. Default `None` (no budget).
-    pub budget_wait: Option<Duration>,
-}
+mod state;
+mod timers;
 
-impl Default for Timers {
-    fn default() -> Self {
-        Timers {
-            ping_interval: None,
-            pong_timeout: Duration::from_secs(10),
-            close_timeout: Duration::from_secs(10),
-            budget_wait: None,
-        }
-    }
-}
-
-impl Timers {
-    /// Sets [`Timers::ping_interval`].
-    pub fn ping_interval(mut self, interval: Option<Duration>) -> Self {
-        self.ping_interval = interval;
-        self
-    }
-
-    /// Sets [`Timers::pong_timeout`].
-    pub fn pong_timeout(mut self, timeout: Duration) -> Self {
-        self.pong_timeout = timeout;
-        self
-    }
-
-    /// Sets [`Timers::close_timeout`].
-    pub fn close_timeout(mut self, timeout: Duration) -> Self {
-        self.close_timeout = timeout;
-        self
-    }
-
-    /// Sets [`Timers::budget_wait`].
-    pub fn budget_wait(mut self, wait: Option<Duration>) -> Self {
-        self.budget_wait = wait;
-        self
-    }
-}
-
-/// Where the connection stands, for the caller to act on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Phase {
-    /// Messages flow. This side may have sent its close frame and be
-    /// waiting for the peer's answer (bounded by the close timeout).
-    Open,
-    /// The peer broke the protocol. Write out what is owed (our close frame
-    /// with the code, if the error has one), then end the connection and
-    /// report [`Connection::take_error`].
-    Failing,
-    /// The peer's close frame arrived. Write out what is owed (our close
-    /// echo), then end the connection: a server at once, a client after the
-    /// server ends the TCP connection (RFC 6455 §7.1.1), within the close
-    /// timeout.
-    Closed,
-    /// A timer ran out (no answer to a keepalive ping, or the closing
-    /// handshake took too long). Write nothing more that must arrive; drop
-    /// the connection and report [`Connection::take_error`]: the timeout,
-    /// or the violation the connection was failing with; none when the
-    /// closing handshake had only the TCP close left to wait for.
-    TimedOut,
-}
-
-impl Phase {
-    /// Whether ending the connection in this phase waits for the peer to
-    /// end the transport first: a client whose closing handshake completed
-    /// leaves the TCP close to the server (RFC 6455 §7.1.1), so that the
-    /// server, not the client, holds TIME_WAIT.
-    pub fn awaits_transport_end(self, role: Role) -> bool {
-        self == Phase::Closed && role == Role::Client
-    }
-}
+pub use state::{Phase, State};
+pub use timers::Timers;
 
 /// What [`Connection::handle_send`] decided about a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,128 +74,6 @@ struct Keepalive {
     /// When the timer next needs looking at; a later `last_heard` is taken
     /// into account then, so hearing from the peer costs no rescheduling.
     check_at: Instant,
-}
-
-/// What an engine may read of a connection without holding it: the phase
-/// and the flags that change it, packed in a byte.
-///
-/// Every change to it goes through the [`Connection`]'s inputs, so an
-/// engine that shares a connection between tasks can publish it in one
-/// atomic byte after each call, and a task that finds it unchanged knows
-/// that [`Connection::poll_timeout`] is unchanged too, unless that task made
-/// the call itself.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct State(u8);
-
-impl State {
-    const PHASE: u8 = 0b11;
-    const CLOSE_SENT: u8 = 1 << 2;
-    const CLOSE_RECEIVED: u8 = 1 << 3;
-    const PEER_GONE: u8 = 1 << 4;
-    const TRANSPORT_ENDED: u8 = 1 << 5;
-    const HEARS_INPUT: u8 = 1 << 6;
-    const BUDGET_WAIT: u8 = 1 << 7;
-
-    /// Where the connection stands.
-    #[inline]
-    pub fn phase(self) -> Phase {
-        match self.0 & Self::PHASE {
-            0 => Phase::Open,
-            1 => Phase::Failing,
-            2 => Phase::Closed,
-            _ => Phase::TimedOut,
-        }
-    }
-
-    /// Whether our close frame is queued or sent: nothing but it may follow.
-    #[inline]
-    pub fn is_close_sent(self) -> bool {
-        self.0 & Self::CLOSE_SENT != 0
-    }
-
-    /// Whether the peer's close frame has arrived.
-    pub fn is_close_received(self) -> bool {
-        self.0 & Self::CLOSE_RECEIVED != 0
-    }
-
-    /// Whether the peer has ended the connection (its close frame, or the
-    /// transport ending).
-    #[inline]
-    pub fn is_peer_gone(self) -> bool {
-        self.0 & Self::PEER_GONE != 0
-    }
-
-    /// Whether the transport has ended: the connection is closed (RFC 6455
-    /// §7.1.4), and bytes still queued for it will not arrive.
-    pub fn is_transport_ended(self) -> bool {
-        self.0 & Self::TRANSPORT_ENDED != 0
-    }
-
-    /// Whether [`Connection::handle_input`] is wanted on every read and
-    /// every message decoded: keepalive is on, or the memory budget's wait
-    /// is running. Otherwise a caller may skip it.
-    pub fn hears_input(self) -> bool {
-        self.0 & Self::HEARS_INPUT != 0
-    }
-
-    /// Whether the memory budget's wait is running: the connection fails
-    /// with [`Error::BudgetExhausted`] unless input comes before its
-    /// deadline ([`Connection::handle_budget_wait`]).
-    pub fn is_waiting_for_budget(self) -> bool {
-        self.0 & Self::BUDGET_WAIT != 0
-    }
-
-    /// Whether the core needs to hear of `msg`, decoded in this state
-    /// ([`Connection::handle_message`]): a control frame, or any message
-    /// while the connection waits for memory budget. A data message
-    /// otherwise changes nothing, so a receiver that shares the core with
-    /// another task need not reach it.
-    #[inline]
-    pub fn hears_message(self, msg: &Message) -> bool {
-        msg.is_control() || self.is_waiting_for_budget()
-    }
-
-    /// The state as one byte, to publish in an atomic.
-    pub fn to_bits(self) -> u8 {
-        self.0
-    }
-
-    /// The state from [`to_bits`](Self::to_bits).
-    pub fn from_bits(bits: u8) -> State {
-        State(bits)
-    }
-
-    fn set(&mut self, flag: u8, on: bool) {
-        if on {
-            self.0 |= flag;
-        } else {
-            self.0 &= !flag;
-        }
-    }
-
-    fn set_phase(&mut self, phase: Phase) {
-        let bits = match phase {
-            Phase::Open => 0,
-            Phase::Failing => 1,
-            Phase::Closed => 2,
-            Phase::TimedOut => 3,
-        };
-        self.0 = (self.0 & !Self::PHASE) | bits;
-    }
-}
-
-impl fmt::Debug for State {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("State")
-            .field("phase", &self.phase())
-            .field("close_sent", &self.is_close_sent())
-            .field("close_received", &self.is_close_received())
-            .field("peer_gone", &self.is_peer_gone())
-            .field("transport_ended", &self.is_transport_ended())
-            .field("hears_input", &self.hears_input())
-            .field("waiting_for_budget", &self.is_waiting_for_budget())
-            .finish()
-    }
 }
 
 /// One side's protocol state; see the [module docs](self).

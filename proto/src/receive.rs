@@ -109,7 +109,7 @@ pub trait Link {
     }
 
     /// Bytes queued to write and not yet written: once a cork's worth
-    /// ([`CORK`]) waits, a step over the engine's read buffer
+    /// ([`CORK`](crate::buffer::CORK)) waits, a step over the engine's read buffer
     /// ([`Receiver::step_in`]) flushes before the next message, so that
     /// the peer gets to work on the replies while the rest of the read is
     /// handled. `0` when the engine cannot tell cheaply.
