@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+#[cfg(feature = "topics")]
 use crate::topics::Topics;
 
 /// The largest [`HubConfig::read_buffer_size`].
@@ -61,6 +62,8 @@ pub struct HubConfig {
     pub shutdown_timeout: Duration,
     /// The registry of topics the hub's connections subscribe and publish
     /// to. Default [`Topics::global`]: shared by every hub of the process.
+    #[cfg(feature = "topics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
     pub topics: Topics,
     /// How an engine learns that its TCP sockets are ready. Default
     /// [`Readiness::Owned`] where the platform has a poller to own (Unix),
@@ -82,6 +85,7 @@ impl Default for HubConfig {
             engines: Some(1),
             handle_capacity: 1024,
             shutdown_timeout: Duration::from_secs(5),
+            #[cfg(feature = "topics")]
             topics: Topics::global(),
             readiness: Readiness::default(),
         }
@@ -155,6 +159,8 @@ impl HubConfig {
 
     /// Sets [`topics`](Self::topics): a registry of the hub's own, or one
     /// shared with some hubs only.
+    #[cfg(feature = "topics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
     pub fn topics(mut self, topics: Topics) -> Self {
         self.topics = topics;
         self

@@ -10,9 +10,11 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
+use crate::hub::config::HubConfig;
 use crate::hub::event::{Addresses, ConnId};
 use crate::proto::close::CloseCode;
 use crate::proto::message::{Message, PreparedMessage};
+#[cfg(feature = "topics")]
 use crate::topics::{Published, Topics};
 
 /// Any transport a hub can serve besides TCP (TLS, Unix sockets, test
@@ -26,7 +28,9 @@ pub(crate) enum Command {
     Send(ConnId, Message),
     SendPrepared(ConnId, PreparedMessage),
     Close(ConnId, CloseCode, String),
+    #[cfg(feature = "topics")]
     Subscribe(ConnId, String),
+    #[cfg(feature = "topics")]
     Unsubscribe(ConnId, String),
     /// A connection accepted by the hub's acceptor, for this engine.
     Accept(TcpStream),
@@ -45,7 +49,9 @@ impl std::fmt::Debug for Command {
             Command::Send(..) => "Send",
             Command::SendPrepared(..) => "SendPrepared",
             Command::Close(..) => "Close",
+            #[cfg(feature = "topics")]
             Command::Subscribe(..) => "Subscribe",
+            #[cfg(feature = "topics")]
             Command::Unsubscribe(..) => "Unsubscribe",
             Command::Accept(_) => "Accept",
             Command::AcceptIo(..) => "AcceptIo",
@@ -88,6 +94,7 @@ pub struct HubHandle {
     next: Arc<std::sync::atomic::AtomicUsize>,
     /// Set on shutdown, for the acceptor of several engines.
     stop: Arc<tokio::sync::watch::Sender<bool>>,
+    #[cfg(feature = "topics")]
     topics: Topics,
 }
 
@@ -95,14 +102,17 @@ impl HubHandle {
     pub(crate) fn new(
         engines: Vec<mpsc::Sender<Command>>,
         accepts: Vec<mpsc::Sender<Command>>,
-        topics: Topics,
+        config: &HubConfig,
     ) -> Self {
+        #[cfg(not(feature = "topics"))]
+        let _ = config;
         HubHandle {
             engines: engines.into(),
             accepts: accepts.into(),
             next: Arc::default(),
             stop: Arc::new(tokio::sync::watch::Sender::new(false)),
-            topics,
+            #[cfg(feature = "topics")]
+            topics: config.topics.clone(),
         }
     }
 
@@ -194,6 +204,8 @@ impl HubHandle {
     /// Subscribes connection `id` to `topic` (see
     /// [`Ws::subscribe`](crate::hub::Ws::subscribe)), waiting for room in
     /// the queue. Subscribing twice is once.
+    #[cfg(feature = "topics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
     pub async fn subscribe(&self, id: ConnId, topic: &str) -> Result<(), HandleError> {
         let tx = self.engine(id)?;
         tx.send(Command::Subscribe(id, topic.to_owned()))
@@ -202,12 +214,16 @@ impl HubHandle {
     }
 
     /// Subscribes connection `id` to `topic` if the queue has room.
+    #[cfg(feature = "topics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
     pub fn try_subscribe(&self, id: ConnId, topic: &str) -> Result<(), HandleError> {
         self.try_command(id, Command::Subscribe(id, topic.to_owned()))
     }
 
     /// Unsubscribes connection `id` from `topic`, waiting for room in the
     /// queue.
+    #[cfg(feature = "topics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
     pub async fn unsubscribe(&self, id: ConnId, topic: &str) -> Result<(), HandleError> {
         let tx = self.engine(id)?;
         tx.send(Command::Unsubscribe(id, topic.to_owned()))
@@ -216,6 +232,8 @@ impl HubHandle {
     }
 
     /// Unsubscribes connection `id` from `topic` if the queue has room.
+    #[cfg(feature = "topics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
     pub fn try_unsubscribe(&self, id: ConnId, topic: &str) -> Result<(), HandleError> {
         self.try_command(id, Command::Unsubscribe(id, topic.to_owned()))
     }
@@ -224,11 +242,15 @@ impl HubHandle {
     /// [`Topics::publish`]): on every hub sharing the hub's registry and,
     /// with a link, on every linked server. It goes straight to the
     /// engines' inboxes, not through the command queue: it never waits.
+    #[cfg(feature = "topics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
     pub fn publish(&self, topic: &str, msg: &PreparedMessage) -> Published {
         self.topics.publish(topic, msg)
     }
 
     /// The hub's registry of topics.
+    #[cfg(feature = "topics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
     pub fn topics(&self) -> &Topics {
         &self.topics
     }

@@ -3,7 +3,7 @@
 use http::{Request, Response};
 
 use crate::hub::event::{Closed, HttpResponse, HubMessage};
-use crate::hub::slot::Ws;
+use crate::hub::ws::Ws;
 
 /// What a hub does with its connections: decides on upgrades and takes
 /// their events. Each engine has its own clone; share state between them

@@ -29,7 +29,7 @@
 //! - **Backpressure.** A connection whose peer does not read stops being
 //!   read. Sends to it beyond [`Config::max_backpressure`](crate::Config::max_backpressure) bytes waiting
 //!   are dropped or close it, per [`BackpressurePolicy`].
-//! - **Topics.** [`Ws::subscribe`] and [`Ws::publish`] (or
+//! - **Topics** (feature `topics`). [`Ws::subscribe`] and [`Ws::publish`] (or
 //!   [`HubHandle::publish`]): a publish is encoded once, queued once per
 //!   engine and written to each subscriber as a reference to the one
 //!   frame; see [`topics`](crate::topics).
@@ -109,22 +109,43 @@
 //! hub.serve(listener).await
 //! # }
 //! ```
+//
+// Rooms: `serve` runs the engines (`engine`), each a task whose turn
+// (`turn`) takes connections in (`accept`, `poller`), commands from
+// handles (`commands`, `handle`) and deadlines (`timers`), and serves its
+// connections (`slots` of `conn`, each over a `transport`): the HTTP
+// `upgrade`, then reading and dispatching (`read`) to the `handler`
+// through `ws`, sending (`send`) and writing out (`write`). With topics,
+// `subs` holds the engine's subscriptions and `deliver` sends publishes.
+mod accept;
+mod commands;
 mod config;
+mod conn;
+#[cfg(feature = "topics")]
+mod deliver;
 mod engine;
 mod event;
 mod handle;
 mod handler;
 #[cfg(unix)]
 mod poller;
+mod read;
 #[cfg(feature = "router")]
 mod router;
-mod slot;
+mod send;
+mod serve;
+mod slots;
+#[cfg(feature = "topics")]
 mod subs;
 mod timers;
+mod transport;
+mod turn;
+mod upgrade;
 mod wake;
+mod write;
+mod ws;
 
 pub use config::{BackpressurePolicy, HubConfig, Readiness, UnknownReadiness};
-pub use engine::Hub;
 pub use event::{
     Addresses, Closed, ConnId, HttpResponse, HubMessage, ParseConnIdError, SendStatus, respond,
 };
@@ -133,4 +154,5 @@ pub use handler::Handler;
 #[cfg(feature = "router")]
 #[cfg_attr(docsrs, doc(cfg(feature = "router")))]
 pub use router::{PathParams, Query, RouteData, RouteError, Router};
-pub use slot::Ws;
+pub use serve::Hub;
+pub use ws::Ws;

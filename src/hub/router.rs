@@ -11,7 +11,7 @@ use http::{Request, Response, StatusCode};
 
 use crate::hub::event::{Closed, HttpResponse, HubMessage, respond};
 use crate::hub::handler::Handler;
-use crate::hub::slot::Ws;
+use crate::hub::ws::Ws;
 
 /// A [`Handler`] that hands each connection to the handler of the route
 /// its request's path matches, each route with its own handler and
@@ -264,7 +264,7 @@ trait Route: Send {
 fn typed<'b, T: 'static>(ws: &'b mut Ws<'_, RouteData>) -> Ws<'b, T> {
     Ws {
         io: ws.io,
-        c: &mut *ws.c,
+        conn: &mut *ws.conn,
         // The router boxed this route's handler's data, of this type, in
         // `upgrade`.
         data: ws

@@ -1,22 +1,29 @@
 //! An engine's side of topics: which of its connections subscribe to
-//! what. The process's registry knows only which engines have subscribers
-//! (and how many, through a count the engine keeps), so a publish is one
-//! inbox entry per engine, not one per subscriber, and the registry's lock
-//! is taken only when an engine's first subscriber to a topic comes or its
-//! last goes.
+//! what, and what a handler does with topics ([`Ws::subscribe`],
+//! [`Ws::publish`], ...). The process's registry knows only which engines
+//! have subscribers (and how many, through a count the engine keeps), so a
+//! publish is one mailbox entry per engine, not one per subscriber, and
+//! the registry's lock is taken only when an engine's first subscriber to
+//! a topic comes or its last goes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::hub::wake::Key;
-use crate::topics::{Inbox, Topics};
+use bytes::Bytes;
+
+use crate::hub::event::HubMessage;
+use crate::hub::slots::Key;
+use crate::hub::ws::Ws;
+use crate::proto::message::{Message, PreparedMessage};
+use crate::topics::{Mailbox, Published, Topics};
 
 /// One engine's subscriptions.
 #[derive(Debug)]
 pub(crate) struct Subs {
     pub(crate) topics: Topics,
-    pub(crate) inbox: Arc<Inbox>,
+    /// Where the registry queues publishes for this engine.
+    pub(crate) mailbox: Arc<Mailbox>,
     /// Subscribers per topic.
     by_topic: HashMap<Arc<str>, Subscribers>,
     /// Topics per subscribing slot, to unsubscribe when it ends. Kept here,
@@ -27,7 +34,7 @@ pub(crate) struct Subs {
 
 /// An engine's subscribers to one topic: slot to generation and the place
 /// of the first publish the subscription gets (what came before it, still
-/// in the engine's inbox, is not for it); and their number, which the
+/// in the engine's mailbox, is not for it); and their number, which the
 /// registry reads.
 #[derive(Debug)]
 struct Subscribers {
@@ -37,10 +44,10 @@ struct Subscribers {
 
 impl Subs {
     pub(crate) fn new(topics: Topics) -> Self {
-        let inbox = topics.inbox();
+        let mailbox = topics.mailbox();
         Subs {
             topics,
-            inbox,
+            mailbox,
             by_topic: HashMap::new(),
             by_slot: HashMap::new(),
         }
@@ -63,7 +70,7 @@ impl Subs {
             }
             None => {
                 let name: Arc<str> = topic.into();
-                let (count, since) = self.topics.join(&self.inbox, topic);
+                let (count, since) = self.topics.join(&self.mailbox, topic);
                 mine.push(name.clone());
                 let mut slots = HashMap::new();
                 slots.insert(key.slot, (key.generation, since));
@@ -99,7 +106,7 @@ impl Subs {
         subs.count.fetch_sub(1, Ordering::Relaxed);
         if subs.slots.is_empty() {
             self.by_topic.remove(topic);
-            self.topics.leave(&self.inbox, topic);
+            self.topics.leave(&self.mailbox, topic);
         }
     }
 
@@ -142,14 +149,74 @@ impl Drop for Subs {
     /// subscriptions with it: no publish queues for it any more.
     fn drop(&mut self) {
         for (topic, _) in self.by_topic.drain() {
-            self.topics.leave(&self.inbox, &topic);
+            self.topics.leave(&self.mailbox, &topic);
         }
     }
 }
 
-/// The token naming a connection in its engine's inbox entries.
+/// The token naming a connection in its engine's mailbox entries.
 pub(crate) fn token(key: Key) -> u64 {
     (u64::from(key.slot) << 32) | u64::from(key.generation)
+}
+
+impl<T> Ws<'_, T> {
+    /// Subscribes the connection to `topic`: what is published to it from
+    /// now on is sent to this peer, until it unsubscribes or is gone. False
+    /// if it was subscribed already.
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
+    pub fn subscribe(&mut self, topic: &str) -> bool {
+        self.turn.subs.subscribe(self.conn.key, topic)
+    }
+
+    /// Unsubscribes the connection from `topic`; false if it was not
+    /// subscribed.
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
+    pub fn unsubscribe(&mut self, topic: &str) -> bool {
+        self.turn.subs.unsubscribe(self.conn.key, topic)
+    }
+
+    /// Whether the connection subscribes to `topic`.
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
+    pub fn is_subscribed(&self, topic: &str) -> bool {
+        self.turn.subs.is_subscribed(self.conn.key, topic)
+    }
+
+    /// The topics the connection subscribes to.
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
+    pub fn topics(&self) -> impl Iterator<Item = &str> {
+        self.turn.subs.of(self.conn.key).iter().map(|t| &**t)
+    }
+
+    /// The registry the hub's topics live in, to publish to everyone
+    /// (this connection included) or look around.
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
+    pub fn registry(&self) -> &Topics {
+        &self.turn.subs.topics
+    }
+
+    /// Publishes a message to `topic`: to every subscriber but this
+    /// connection (as uWebSockets' `ws.publish`; publish through
+    /// [`registry`](Self::registry) to include it), on every hub of the
+    /// registry and, with a link, every linked server. Encoded once.
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
+    pub fn publish(&mut self, topic: &str, msg: HubMessage<'_>) -> Published {
+        let msg = match msg {
+            HubMessage::Text(t) => Message::text(t.to_owned()),
+            HubMessage::Binary(b) => Message::binary(Bytes::copy_from_slice(b)),
+        };
+        let prepared = PreparedMessage::new(&msg).expect("data messages always prepare");
+        self.publish_prepared(topic, &prepared)
+    }
+
+    /// Publishes a prepared message to `topic`, as [`publish`](Self::publish).
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
+    pub fn publish_prepared(&mut self, topic: &str, msg: &PreparedMessage) -> Published {
+        let subs = &self.turn.subs;
+        let except = subs
+            .is_subscribed(self.conn.key, topic)
+            .then(|| (subs.mailbox.id(), token(self.conn.key)));
+        subs.topics.publish_except(topic, msg, except)
+    }
 }
 
 #[cfg(test)]
@@ -259,11 +326,11 @@ mod tests {
         let mut subs = Subs::new(topics.clone());
         subs.subscribe(key(1), "a");
         topics.publish("a", &msg);
-        // Before its engine took the first publish from its inbox.
+        // Before its engine took the first publish from its mailbox.
         subs.subscribe(key(2), "a");
         topics.publish("a", &msg);
         let mut got = VecDeque::new();
-        subs.inbox.take(&mut got, &mut Vec::new());
+        subs.mailbox.take(&mut got, &mut Vec::new());
         let (first, second) = (got[0].seq, got[1].seq);
         assert!(first < second);
         let mut keys = Vec::new();

@@ -5,13 +5,25 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::pin::Pin;
+use std::task::Context;
 use std::time::Instant;
 
-use crate::hub::wake::Key;
+use tokio::time::Sleep;
+
+use crate::hub::conn::Stage;
+use crate::hub::engine::Engine;
+use crate::hub::handler::Handler;
+use crate::hub::slots::Key;
+use crate::proto::conn::Phase;
 
 #[derive(Debug, Default)]
 pub(crate) struct Timers {
     heap: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    /// The engine's one Tokio timer, armed only while a deadline is
+    /// pending: a registered timer costs Tokio's time driver work at every
+    /// park.
+    alarm: Option<(Instant, Pin<Box<Sleep>>)>,
 }
 
 impl Timers {
@@ -53,10 +65,83 @@ impl Timers {
         Some((at, Key { slot, generation }))
     }
 
+    /// Wakes the engine's task at `at` (the earliest of its deadlines), or
+    /// disarms the timer for `None`.
+    pub(crate) fn alarm(&mut self, at: Option<Instant>, cx: &mut Context<'_>) {
+        let Some(at) = at else {
+            self.alarm = None;
+            return;
+        };
+        let sleep = match &mut self.alarm {
+            Some((armed, sleep)) => {
+                if *armed != at {
+                    *armed = at;
+                    sleep.as_mut().reset(at.into());
+                }
+                sleep
+            }
+            None => {
+                let sleep = Box::pin(tokio::time::sleep_until(at.into()));
+                &mut self.alarm.insert((at, sleep)).1
+            }
+        };
+        if sleep.as_mut().poll(cx).is_ready() {
+            self.alarm = None;
+            cx.waker().wake_by_ref();
+        }
+    }
+
     /// Number of entries, stale ones included.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.heap.len()
+    }
+}
+
+impl<H: Handler> Engine<H> {
+    /// Serves the connections whose deadline passed.
+    pub(crate) fn fire_timers(&mut self) {
+        self.drop_stale_timers();
+        if self.timers.next().is_some() {
+            let now = self.turn.now();
+            while let Some((at, key)) = self.timers.pop_due(now) {
+                self.on_timer(at, key);
+            }
+            self.drop_stale_timers();
+        }
+    }
+
+    /// A timer entry came due.
+    fn on_timer(&mut self, at: Instant, key: Key) {
+        let now = self.turn.now();
+        let Some(slot) = self.slots.get_mut(key) else {
+            return;
+        };
+        if slot.timer_at != Some(at) {
+            return;
+        }
+        slot.timer_at = None;
+        slot.conn.core_mut().handle_timeout(now);
+        if slot.stage == Stage::Handshake && slot.conn.core().phase() == Phase::TimedOut {
+            // No answer: the request never came whole (the core's error
+            // says so).
+            slot.conn.abandoned = true;
+        } else {
+            slot.conn.transmit_owed(&mut self.turn);
+        }
+        self.settle(key);
+    }
+
+    /// Drops entries at the top of the timer heap whose connection wants
+    /// another deadline (or is gone), so that the engine sleeps only for
+    /// deadlines that matter: one past handshake keeps no timer armed.
+    fn drop_stale_timers(&mut self) {
+        while let Some((at, key)) = self.timers.peek() {
+            if self.slots.get(key).is_some_and(|s| s.timer_at == Some(at)) {
+                return;
+            }
+            self.timers.pop();
+        }
     }
 }
 

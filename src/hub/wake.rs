@@ -10,14 +10,7 @@ use std::task::{Wake, Waker};
 
 use futures_util::task::AtomicWaker;
 
-/// A connection's place in the hub: its slot, and which use of the slot
-/// (a slot is reused once its connection is gone; a late wake-up for the
-/// old one must not serve the new one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Key {
-    pub(crate) slot: u32,
-    pub(crate) generation: u32,
-}
+use crate::hub::slots::Key;
 
 /// The keys of connections to serve, and the hub task to wake for them.
 #[derive(Debug, Default)]

@@ -215,10 +215,12 @@ pub(crate) struct Delivery {
     pub(crate) seq: u64,
 }
 
-/// An engine's inbox: publishes for its subscribers, and the engine's
-/// task to wake for them.
+/// An engine's inbox (the public settings' word, as in
+/// [`TopicsConfig::inbox_capacity`]): publishes for its subscribers, and
+/// the engine's task to wake for them. Named `Mailbox` in the code, apart
+/// from the protocol core's `Inbox`, which holds a connection's bytes.
 #[derive(Debug)]
-pub(crate) struct Inbox {
+pub(crate) struct Mailbox {
     id: u64,
     items: Mutex<Waiting>,
     waker: AtomicWaker,
@@ -240,7 +242,7 @@ struct Waiting {
     missed: Vec<(Arc<str>, u64)>,
 }
 
-impl Inbox {
+impl Mailbox {
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
@@ -300,7 +302,7 @@ struct Entry {
     /// its own (an atomic it shares with this entry), and takes the
     /// registry's lock only when its first subscriber comes and its last
     /// goes.
-    engines: Vec<(Arc<Inbox>, Arc<AtomicUsize>)>,
+    engines: Vec<(Arc<Mailbox>, Arc<AtomicUsize>)>,
     /// Subscribers outside hubs.
     streams: Option<Arc<Streams>>,
 }
@@ -580,9 +582,9 @@ impl Topics {
         }
     }
 
-    /// An inbox for a new engine.
-    pub(crate) fn inbox(&self) -> Arc<Inbox> {
-        Arc::new(Inbox {
+    /// A mailbox (inbox) for a new engine.
+    pub(crate) fn mailbox(&self) -> Arc<Mailbox> {
+        Arc::new(Mailbox {
             id: NEXT_INBOX.fetch_add(1, Ordering::Relaxed),
             items: Mutex::default(),
             waker: AtomicWaker::new(),
@@ -592,7 +594,7 @@ impl Topics {
     /// The engine of `inbox` has its first subscriber to `topic`: the
     /// count it keeps from now on (at 1), and the place of the first
     /// publish the subscriber gets (see [`Delivery::seq`]).
-    pub(crate) fn join(&self, inbox: &Arc<Inbox>, topic: &str) -> (Arc<AtomicUsize>, u64) {
+    pub(crate) fn join(&self, inbox: &Arc<Mailbox>, topic: &str) -> (Arc<AtomicUsize>, u64) {
         let mut shard = self.inner.shard(topic);
         let (entry, new) = entry(&mut shard, topic);
         let count = Arc::new(AtomicUsize::new(1));
@@ -614,7 +616,7 @@ impl Topics {
     }
 
     /// The engine of `inbox` has no subscriber to `topic` any more.
-    pub(crate) fn leave(&self, inbox: &Arc<Inbox>, topic: &str) {
+    pub(crate) fn leave(&self, inbox: &Arc<Mailbox>, topic: &str) {
         let mut shard = self.inner.shard(topic);
         let Some(entry) = shard.get_mut(topic) else {
             return;
@@ -748,7 +750,7 @@ mod tests {
     }
 
     /// The count an engine keeps for `topic`, if it is in it.
-    fn count(topics: &Topics, inbox: &Arc<Inbox>, topic: &str) -> Option<Arc<AtomicUsize>> {
+    fn count(topics: &Topics, inbox: &Arc<Mailbox>, topic: &str) -> Option<Arc<AtomicUsize>> {
         let shard = topics.inner.shard(topic);
         let entry = shard.get(topic)?;
         let found = entry.engines.iter().find(|(i, _)| Arc::ptr_eq(i, inbox));
@@ -757,7 +759,7 @@ mod tests {
 
     /// One more subscriber on the engine of `inbox`, as `hub::subs` does:
     /// the registry hears of the first only.
-    fn add(topics: &Topics, inbox: &Arc<Inbox>, topic: &str) {
+    fn add(topics: &Topics, inbox: &Arc<Mailbox>, topic: &str) {
         match count(topics, inbox, topic) {
             Some(c) => {
                 c.fetch_add(1, Ordering::Relaxed);
@@ -769,7 +771,7 @@ mod tests {
     }
 
     /// One subscriber fewer; the registry hears of the last.
-    fn remove(topics: &Topics, inbox: &Arc<Inbox>, topic: &str) {
+    fn remove(topics: &Topics, inbox: &Arc<Mailbox>, topic: &str) {
         if let Some(c) = count(topics, inbox, topic) {
             if c.fetch_sub(1, Ordering::Relaxed) == 1 {
                 topics.leave(inbox, topic);
@@ -780,8 +782,8 @@ mod tests {
     #[test]
     fn publish_queues_once_per_engine_in_order_and_counts_subscribers() {
         let topics = Topics::new();
-        let a = topics.inbox();
-        let b = topics.inbox();
+        let a = topics.mailbox();
+        let b = topics.mailbox();
         add(&topics, &a, "t");
         add(&topics, &a, "t");
         add(&topics, &b, "t");
@@ -807,8 +809,8 @@ mod tests {
     #[test]
     fn the_publisher_is_left_out_on_its_own_engine_only() {
         let topics = Topics::new();
-        let a = topics.inbox();
-        let b = topics.inbox();
+        let a = topics.mailbox();
+        let b = topics.mailbox();
         add(&topics, &a, "t");
         add(&topics, &a, "t");
         add(&topics, &b, "t");
@@ -825,7 +827,7 @@ mod tests {
     #[test]
     fn removing_the_last_subscriber_forgets_the_topic() {
         let topics = Topics::new();
-        let a = topics.inbox();
+        let a = topics.mailbox();
         add(&topics, &a, "t");
         add(&topics, &a, "t");
         remove(&topics, &a, "t");
@@ -844,8 +846,8 @@ mod tests {
     #[test]
     fn a_full_inbox_misses_publishes_and_counts_them() {
         let topics = Topics::with_config(TopicsConfig::default().inbox_capacity(2));
-        let a = topics.inbox();
-        let b = topics.inbox();
+        let a = topics.mailbox();
+        let b = topics.mailbox();
         add(&topics, &a, "t");
         add(&topics, &b, "t");
         for i in 0..3 {
@@ -881,7 +883,7 @@ mod tests {
                 TopicsConfig::default().inbox_capacity(3)
             };
             let topics = Topics::with_config(config);
-            let a = topics.inbox();
+            let a = topics.mailbox();
             add(&topics, &a, "t");
             add(&topics, &a, "u");
             let mut taken = VecDeque::new();
@@ -951,7 +953,7 @@ mod tests {
         for shards in [1, 3, 64] {
             let topics = Topics::with_config(TopicsConfig::default().shards(shards));
             assert_eq!(topics.inner.shards.len(), shards);
-            let a = topics.inbox();
+            let a = topics.mailbox();
             let mut rxs: Vec<_> = (0..20)
                 .map(|t| topics.subscribe(&format!("t{t}")))
                 .collect();
@@ -979,7 +981,7 @@ mod tests {
     #[test]
     fn taking_appends_after_what_the_engine_holds() {
         let topics = Topics::new();
-        let a = topics.inbox();
+        let a = topics.mailbox();
         add(&topics, &a, "t");
         let mut got = VecDeque::new();
         topics.publish("t", &prepared("0"));
@@ -1005,7 +1007,7 @@ mod tests {
             }
         }
         let topics = Topics::new();
-        let a = topics.inbox();
+        let a = topics.mailbox();
         add(&topics, &a, "t");
         let count = Arc::new(Count(AtomicUsize::new(0)));
         a.register(&Waker::from(count.clone()));
@@ -1023,7 +1025,7 @@ mod tests {
     #[test]
     fn subscribers_and_names_count_engines_and_receivers_together() {
         let topics = Topics::new();
-        let a = topics.inbox();
+        let a = topics.mailbox();
         add(&topics, &a, "t");
         add(&topics, &a, "t");
         let rx = topics.subscribe("t");
@@ -1048,8 +1050,8 @@ mod tests {
     #[test]
     fn an_entry_goes_with_its_last_engine_subscriber() {
         let topics = Topics::new();
-        let a = topics.inbox();
-        let b = topics.inbox();
+        let a = topics.mailbox();
+        let b = topics.mailbox();
         add(&topics, &a, "t");
         add(&topics, &b, "t");
         remove(&topics, &a, "t");
@@ -1098,8 +1100,8 @@ mod tests {
         let link = Arc::new(Recorder::default());
         topics.set_link(Box::new(link.clone()));
         let heard = || std::mem::take(&mut *link.1.lock().unwrap());
-        let a = topics.inbox();
-        let b = topics.inbox();
+        let a = topics.mailbox();
+        let b = topics.mailbox();
         add(&topics, &a, "t");
         assert_eq!(heard(), ["t"]);
         assert!(topics.has("t"));
@@ -1172,7 +1174,7 @@ mod tests {
         assert_eq!(heard(), came("r"));
         drop(rx);
         assert_eq!(heard(), went("r"));
-        let a = topics.inbox();
+        let a = topics.mailbox();
         topics.join(&a, "e");
         assert_eq!(heard(), came("e"));
         topics.leave(&a, "e");
@@ -1196,7 +1198,7 @@ mod tests {
         }
         let topics = Topics::new();
         let mut rx = topics.subscribe("t");
-        let a = topics.inbox();
+        let a = topics.mailbox();
         topics.join(&a, "t");
         let on_rx = Arc::new(Check {
             topics: topics.clone(),
@@ -1256,7 +1258,7 @@ mod tests {
     fn an_inbox_full_of_bytes_misses_publishes_but_always_takes_one() {
         let config = TopicsConfig::default().inbox_bytes(20);
         let topics = Topics::with_config(config);
-        let a = topics.inbox();
+        let a = topics.mailbox();
         add(&topics, &a, "t");
         // 1 byte of topic and 8 of payload each: two fit in 20, not three.
         for i in 0..3 {
@@ -1281,7 +1283,7 @@ mod tests {
     #[test]
     fn an_engine_takes_the_registry_lock_only_for_its_first_and_last_subscriber() {
         let topics = Topics::new();
-        let a = topics.inbox();
+        let a = topics.mailbox();
         let locks = || topics.inner.locks.load(Ordering::Relaxed);
         let (count, _) = topics.join(&a, "t");
         let before = locks();
@@ -1302,7 +1304,7 @@ mod tests {
     #[test]
     fn engines_and_receivers_see_one_order_per_topic_under_concurrent_publishers() {
         let topics = Topics::with_config(TopicsConfig::default().stream_capacity(1 << 14));
-        let a = topics.inbox();
+        let a = topics.mailbox();
         add(&topics, &a, "t");
         let mut rx = topics.subscribe("t");
         let threads: Vec<_> = (0..4)
