@@ -29,7 +29,7 @@ impl<T> Ws<'_, T> {
 
     /// The peer's address: for TCP the socket's (`None` once the socket
     /// is gone), for a transport handed over what its giver said (see
-    /// [`Addresses`]).
+    /// [`Addresses`](crate::hub::Addresses)).
     ///
     /// ```
     /// use wavesock::hub::{HubMessage, Ws};
