@@ -88,6 +88,7 @@ mod ring;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+#[cfg(feature = "hub")]
 use std::task::Waker;
 
 use futures_util::task::AtomicWaker;
@@ -204,6 +205,7 @@ pub(crate) trait Link: Send + Sync + std::fmt::Debug {
 
 /// A publish waiting in an engine's inbox.
 #[derive(Debug)]
+#[cfg_attr(not(feature = "hub"), allow(dead_code))] // read by the hub's engines
 pub(crate) struct Delivery {
     pub(crate) topic: Arc<str>,
     pub(crate) msg: PreparedMessage,
@@ -243,15 +245,18 @@ struct Waiting {
 }
 
 impl Mailbox {
+    #[cfg(feature = "hub")]
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
 
+    #[cfg(feature = "hub")]
     /// Registers the engine's task, at each poll.
     pub(crate) fn register(&self, waker: &Waker) {
         self.waker.register(waker);
     }
 
+    #[cfg(feature = "hub")]
     /// Moves every waiting publish into `into`, where they go on counting
     /// against the bounds until [`sent`](Self::sent) says so, and the
     /// topics with publishes missed since the last call into `missed`.
@@ -268,6 +273,7 @@ impl Mailbox {
         }
     }
 
+    #[cfg(feature = "hub")]
     /// The engine is done with `count` publishes it took, of `bytes` in
     /// all ([`Delivery::size`]): room for as many more.
     pub(crate) fn sent(&self, count: usize, bytes: usize) {
@@ -278,6 +284,7 @@ impl Mailbox {
 }
 
 impl Delivery {
+    #[cfg(feature = "hub")]
     /// What the delivery counts for against an inbox's byte bound.
     pub(crate) fn size(&self) -> usize {
         self.msg.payload().len() + self.topic.len()
@@ -369,6 +376,9 @@ impl Default for Topics {
     }
 }
 
+// Engines' mailboxes are the hub's: without it, publishes reach Streams
+// only, and no engine ever registers one.
+#[cfg(feature = "hub")]
 static NEXT_INBOX: AtomicU64 = AtomicU64::new(1);
 
 impl Topics {
@@ -582,6 +592,7 @@ impl Topics {
         }
     }
 
+    #[cfg(feature = "hub")]
     /// A mailbox (inbox) for a new engine.
     pub(crate) fn mailbox(&self) -> Arc<Mailbox> {
         Arc::new(Mailbox {
@@ -591,6 +602,7 @@ impl Topics {
         })
     }
 
+    #[cfg(feature = "hub")]
     /// The engine of `inbox` has its first subscriber to `topic`: the
     /// count it keeps from now on (at 1), and the place of the first
     /// publish the subscriber gets (see [`Delivery::seq`]).
@@ -607,6 +619,7 @@ impl Topics {
         (count, since)
     }
 
+    #[cfg(feature = "hub")]
     /// The place of the first publish a further subscriber of an engine
     /// already in a topic gets. Read without the lock: a publish that
     /// races the subscription may or may not reach it, as either order
@@ -615,6 +628,7 @@ impl Topics {
         self.inner.seq.load(Ordering::Relaxed)
     }
 
+    #[cfg(feature = "hub")]
     /// The engine of `inbox` has no subscriber to `topic` any more.
     pub(crate) fn leave(&self, inbox: &Arc<Mailbox>, topic: &str) {
         let mut shard = self.inner.shard(topic);
