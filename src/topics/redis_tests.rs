@@ -1,4 +1,13 @@
+use std::time::Duration;
+
+use bytes::Bytes;
+
 use super::*;
+use crate::proto::message::{Message, PreparedMessage};
+use crate::topics::redis::config::{NEVER, capped, next_backoff};
+use crate::topics::redis::tasks::{drop_queued, jittered};
+use crate::topics::redis::wire::{HEAD, Incoming, decode, encode};
+use crate::topics::{Link, Remote};
 
 fn prepared(msg: Message) -> PreparedMessage {
     PreparedMessage::new(&msg).unwrap()
