@@ -10,7 +10,6 @@
 //! (cd tests/interop && npm install)
 //! cargo test --release --features deflate --test interop -- --ignored --test-threads=1
 //! ```
-#![cfg(feature = "deflate")]
 
 use std::process::Stdio;
 use std::time::Duration;
