@@ -12,21 +12,23 @@ use tokio::sync::mpsc;
 
 #[cfg(unix)]
 use crate::error::Error;
+use crate::hub::config::HubConfig;
 use crate::hub::conn::{Conn, Slot, Stage};
-use crate::hub::engine::Engine;
 use crate::hub::handle::{Adopted, Command};
 use crate::hub::handler::Handler;
 #[cfg(unix)]
 use crate::hub::poller::{LISTENER, Polled, Poller};
-use crate::hub::slots::Key;
+use crate::hub::slots::{Key, Slots};
+use crate::hub::timers::Timers;
 use crate::hub::transport::Transport;
+use crate::hub::turn::{Schedule, Turn};
 use crate::hub::wake::ConnWaker;
 use crate::hub::ws::Ws;
 use crate::proto::Role;
 use crate::proto::conn::{Connection, later};
 
-/// Connections accepted per turn.
-const ACCEPTS_PER_TURN: usize = 64;
+/// Connections accepted (or taken from those handed over) per turn.
+pub(crate) const ACCEPTS_PER_TURN: usize = 64;
 /// How long accepting pauses after an error (out of file descriptors).
 pub(crate) const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 
@@ -46,6 +48,8 @@ pub(crate) struct Acceptor {
     /// A poller is wanted and not known to be out of reach.
     #[cfg_attr(not(unix), allow(dead_code))]
     pub(crate) wants_poller: bool,
+    /// The hub is shutting down: no connection is taken any more.
+    stopped: bool,
 }
 
 impl Acceptor {
@@ -57,6 +61,7 @@ impl Acceptor {
             #[cfg(unix)]
             poller: None,
             wants_poller,
+            stopped: false,
         }
     }
 }
@@ -74,41 +79,61 @@ pub(crate) enum Listener {
     },
 }
 
-impl<H: Handler> Engine<H> {
-    /// Takes a connection upgraded elsewhere: open from the start.
-    pub(crate) fn adopt(&mut self, adopted: Adopted<H::Data>) {
-        let Some(key) = self.admit(Transport::Other(adopted.io, adopted.addresses)) else {
-            return;
-        };
-        let Some(slot) = self.slots.get_mut(key) else {
-            return;
-        };
+impl Acceptor {
+    /// Takes no more connections: the hub is shutting down.
+    pub(crate) fn stop(&mut self) {
+        self.stopped = true;
+        self.listener = None;
+    }
+
+    /// Takes a connection upgraded elsewhere: open from the start. Its key,
+    /// for the engine to settle.
+    pub(crate) fn adopt<H: Handler>(
+        &mut self,
+        adopted: Adopted<H::Data>,
+        slots: &mut Slots<Box<Slot<H::Data>>>,
+        turn: &mut Turn,
+        timers: &mut Timers,
+        config: &HubConfig,
+        handler: &mut H,
+    ) -> Option<Key> {
+        let io = Transport::Other(adopted.io, adopted.addresses);
+        let key = self.admit(io, slots, turn, timers, config)?;
+        let slot = slots.get_mut(key)?;
         slot.stage = Stage::Open;
         slot.timer_at = None;
         let data = slot.data.insert(adopted.data);
-        self.handler.open(&mut Ws {
+        handler.open(&mut Ws {
             io: &slot.io,
             conn: &mut slot.conn,
             data,
-            turn: &mut self.turn,
+            turn,
         });
-        self.settle(key);
+        Some(key)
     }
 
-    /// Takes a new connection; its key, unless the hub is shutting down.
-    pub(crate) fn admit(&mut self, io: Transport) -> Option<Key> {
-        if self.shutdown.is_some() {
+    /// Takes a new connection into `slots`; its key, unless the hub is
+    /// shutting down.
+    pub(crate) fn admit<T>(
+        &mut self,
+        io: Transport,
+        slots: &mut Slots<Box<Slot<T>>>,
+        turn: &mut Turn,
+        timers: &mut Timers,
+        config: &HubConfig,
+    ) -> Option<Key> {
+        if self.stopped {
             return None;
         }
-        let now = self.turn.now();
-        let deadline = self.config.config.handshake.timeout.map(|t| later(now, t));
+        let now = turn.now();
+        let deadline = config.config.handshake.timeout.map(|t| later(now, t));
         #[cfg(unix)]
-        let poller = &self.acceptor.poller;
-        let ready = &self.turn.schedule.ready;
+        let poller = &self.poller;
+        let ready = &turn.schedule.ready;
         // `None` when every slot an id can name is taken (or retired), or
         // the kernel has no room for the socket: refused, the transport
         // dropped.
-        let (key, slot) = self.slots.insert_with(|key| {
+        let (key, slot) = slots.insert_with(|key| {
             let mut io = io;
             let waker = match &mut io {
                 #[cfg(unix)]
@@ -139,9 +164,9 @@ impl<H: Handler> Engine<H> {
         })?;
         // Served at once: the request may be there already, and the first
         // read registers the waker.
-        slot.requeue(&mut self.turn.schedule);
+        slot.requeue(&mut turn.schedule);
         if let Some(at) = deadline {
-            self.timers.push(at, key);
+            timers.push(at, key);
         }
         Some(key)
     }
@@ -150,14 +175,20 @@ impl<H: Handler> Engine<H> {
     /// one (taken off Tokio's reactor), else as it is. `None` if the socket
     /// could not be taken off Tokio's reactor (it is gone then, as a
     /// connection refused past the slot limit).
-    pub(crate) fn tcp_transport(&mut self, tcp: TcpStream) -> Option<Transport> {
+    pub(crate) fn tcp_transport(
+        &mut self,
+        tcp: TcpStream,
+        schedule: &mut Schedule,
+    ) -> Option<Transport> {
         #[cfg(unix)]
-        if self.ensure_poller() {
+        if self.ensure_poller(schedule) {
             let std = tcp.into_std().ok()?;
             return Some(Transport::Polled(Polled::new(
                 mio::net::TcpStream::from_std(std),
             )));
         }
+        #[cfg(not(unix))]
+        let _ = schedule;
         Some(Transport::Tcp(tcp))
     }
 
@@ -165,33 +196,33 @@ impl<H: Handler> Engine<H> {
     /// with the first TCP socket, so on a runtime that has I/O (a Tokio
     /// socket needs it too). Whether it has one.
     #[cfg(unix)]
-    fn ensure_poller(&mut self) -> bool {
-        if self.acceptor.wants_poller && self.acceptor.poller.is_none() {
+    fn ensure_poller(&mut self, schedule: &mut Schedule) -> bool {
+        if self.wants_poller && self.poller.is_none() {
             match Poller::new() {
                 Ok(p) => {
-                    self.acceptor.poller = Some(p);
+                    self.poller = Some(p);
                     // Its first harvest, next turn, registers the task
                     // with the reactor for its events.
-                    self.turn.schedule.again_now = true;
+                    schedule.again_now = true;
                 }
                 // Out of descriptors: the sockets register with Tokio one
                 // by one instead.
-                Err(_) => self.acceptor.wants_poller = false,
+                Err(_) => self.wants_poller = false,
             }
         }
-        self.acceptor.poller.is_some()
+        self.poller.is_some()
     }
 
     /// Moves a Tokio listener onto the engine's poller.
     #[cfg(unix)]
-    fn own_listener(&mut self) {
-        if !matches!(self.acceptor.listener, Some(Listener::Tokio(_))) || !self.ensure_poller() {
+    fn own_listener(&mut self, schedule: &mut Schedule) {
+        if !matches!(self.listener, Some(Listener::Tokio(_))) || !self.ensure_poller(schedule) {
             return;
         }
-        let Some(poller) = &self.acceptor.poller else {
+        let Some(poller) = &self.poller else {
             return;
         };
-        let Some(Listener::Tokio(l)) = self.acceptor.listener.take() else {
+        let Some(Listener::Tokio(l)) = self.listener.take() else {
             return;
         };
         let std = match l.into_std() {
@@ -199,7 +230,7 @@ impl<H: Handler> Engine<H> {
             Err(_) => return,
         };
         let mut listener = mio::net::TcpListener::from_std(std);
-        self.acceptor.listener = match poller.register_listener(&mut listener) {
+        self.listener = match poller.register_listener(&mut listener) {
             Ok(()) => Some(Listener::Owned {
                 listener,
                 ready: true,
@@ -212,22 +243,31 @@ impl<H: Handler> Engine<H> {
         };
     }
 
-    pub(crate) fn poll_accept(&mut self, cx: &mut Context<'_>) {
-        if let Some(until) = self.acceptor.paused_until {
-            if self.turn.now() < until {
+    /// Accepts what the listener has, a bounded number per turn, into
+    /// `slots`.
+    pub(crate) fn poll_accept<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        slots: &mut Slots<Box<Slot<T>>>,
+        turn: &mut Turn,
+        timers: &mut Timers,
+        config: &HubConfig,
+    ) {
+        if let Some(until) = self.paused_until {
+            if turn.now() < until {
                 return;
             }
-            self.acceptor.paused_until = None;
+            self.paused_until = None;
         }
         #[cfg(unix)]
-        self.own_listener();
+        self.own_listener(&mut turn.schedule);
         for _ in 0..ACCEPTS_PER_TURN {
-            let accepted = match &mut self.acceptor.listener {
+            let accepted = match &mut self.listener {
                 None => return,
                 Some(Listener::Tokio(listener)) => match listener.poll_accept(cx) {
                     Poll::Ready(Ok((tcp, _))) => {
                         let _ = tcp.set_nodelay(true);
-                        match self.tcp_transport(tcp) {
+                        match self.tcp_transport(tcp, &mut turn.schedule) {
                             Some(io) => Ok(io),
                             None => continue,
                         }
@@ -256,10 +296,10 @@ impl<H: Handler> Engine<H> {
             };
             match accepted {
                 Ok(io) => {
-                    self.admit(io);
+                    self.admit(io, slots, turn, timers, config);
                 }
                 Err(_) => {
-                    self.acceptor.paused_until = Some(later(self.turn.now(), ACCEPT_PAUSE));
+                    self.paused_until = Some(later(turn.now(), ACCEPT_PAUSE));
                     return;
                 }
             }
@@ -268,16 +308,21 @@ impl<H: Handler> Engine<H> {
         cx.waker().wake_by_ref();
     }
 
-    /// Reads the poller's events: each connection named is served this
-    /// turn, and the listener accepts again.
+    /// Reads the poller's events: each connection named is queued in
+    /// `again`, to be served this turn, and the listener accepts again.
+    /// Should the poller fail, the connections on it, each given the
+    /// error, for the engine to end.
     #[cfg(unix)]
-    pub(crate) fn harvest(&mut self, cx: &mut Context<'_>) {
-        let Some(poller) = &mut self.acceptor.poller else {
-            return;
+    pub(crate) fn harvest<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        slots: &mut Slots<Box<Slot<T>>>,
+        again: &mut Vec<Key>,
+    ) -> Result<(), Vec<Key>> {
+        let Some(poller) = &mut self.poller else {
+            return Ok(());
         };
-        let listener = &mut self.acceptor.listener;
-        let slots = &mut self.slots;
-        let again = &mut self.turn.schedule.again;
+        let listener = &mut self.listener;
         let harvested = poller.harvest(cx, |token, ready| {
             if token == LISTENER {
                 if let Some(Listener::Owned { ready, .. }) = listener {
@@ -296,44 +341,30 @@ impl<H: Handler> Engine<H> {
                 again.push(key);
             }
         });
-        if let Err(e) = harvested {
-            // The poller itself failed (never seen): no socket on it can
-            // be told apart from an idle one any more. Its connections end
-            // with the error, and the engine goes on with Tokio's
-            // readiness for what comes next.
-            self.acceptor.poller = None;
-            self.acceptor.wants_poller = false;
-            if matches!(self.acceptor.listener, Some(Listener::Owned { .. })) {
-                self.acceptor.listener = None;
-            }
-            let keys: Vec<Key> = self.slots.keys().collect();
-            for key in keys {
-                if let Some(s) = self.slots.get_mut(key) {
-                    if matches!(s.io, Transport::Polled(_)) {
-                        s.conn
-                            .set_error(Error::Io(io::Error::new(e.kind(), e.to_string())));
-                        self.end(key);
-                    }
-                }
-            }
+        let Err(e) = harvested else {
+            return Ok(());
+        };
+        // The poller itself failed (never seen): no socket on it can be
+        // told apart from an idle one any more. Its connections end with
+        // the error, and the engine goes on with Tokio's readiness for
+        // what comes next.
+        self.poller = None;
+        self.wants_poller = false;
+        if matches!(self.listener, Some(Listener::Owned { .. })) {
+            self.listener = None;
         }
-    }
-
-    /// Takes the connections handed to this engine.
-    pub(crate) fn poll_handed_over(&mut self, cx: &mut Context<'_>) {
-        for _ in 0..ACCEPTS_PER_TURN {
-            let Some(rx) = &mut self.acceptor.handed_over else {
-                return;
+        let mut lost: Vec<Key> = slots.keys().collect();
+        lost.retain(|&key| {
+            let Some(s) = slots.get_mut(key) else {
+                return false;
             };
-            match rx.poll_recv(cx) {
-                Poll::Ready(Some(cmd)) => self.command(cmd),
-                Poll::Ready(None) => {
-                    self.acceptor.handed_over = None;
-                    return;
-                }
-                Poll::Pending => return,
+            if !matches!(s.io, Transport::Polled(_)) {
+                return false;
             }
-        }
-        cx.waker().wake_by_ref();
+            s.conn
+                .set_error(Error::Io(io::Error::new(e.kind(), e.to_string())));
+            true
+        });
+        Err(lost)
     }
 }

@@ -3,18 +3,26 @@
 //! protocol decision is the core's (`proto::conn`, the decoder and
 //! encoder) or the handshake's.
 //!
-//! This file holds the engine's parts and a connection's life in it
-//! (served, settled, ended). The rest is in rooms of its own, each an
-//! `impl Engine` block or a part the engine holds:
+//! This file holds the engine's parts, the order of a turn's work, and a
+//! connection's life in the engine (served, settled, ended). The rest is
+//! in rooms, each owning its part of the engine's state and taking the
+//! other parts it needs as arguments; none of them knows the engine.
+//! What only the engine can do (settle or end a connection, shut down)
+//! a room returns to it: the key of the connection it changed, the
+//! connections the poller lost, a command's [`Then`]. So the engine
+//! names its rooms, the rooms name the connection's parts, and nothing
+//! names back:
 //!
-//! - `turn`: one turn's order of work, and what a turn shares with the
-//!   connections it serves;
-//! - `accept`: the listener, the poller and connections handed over;
-//! - `commands`: what handles ask, and shutting down;
-//! - `timers`: deadlines;
+//! - `turn`: what a turn shares with the connections it serves (the
+//!   time, sends and their backpressure, what is served again);
+//! - `accept`: the listener, the poller, connections taken in
+//!   ([`Acceptor`]);
+//! - `commands`: what handles ask;
+//! - `timers`: deadlines ([`Timers`]);
 //! - `upgrade`, `read`, `write`: a connection's HTTP upgrade, its reading
 //!   and dispatching, its writing;
-//! - `deliver` (feature `topics`): publishes to subscribers.
+//! - `deliver` (feature `topics`): publishes to subscribers
+//!   ([`Deliveries`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -25,7 +33,8 @@ use bytes::BytesMut;
 use tokio::sync::mpsc;
 
 use crate::error::Error;
-use crate::hub::accept::Acceptor;
+use crate::hub::accept::{ACCEPTS_PER_TURN, Acceptor};
+use crate::hub::commands::{self, COMMANDS_PER_TURN, Then};
 use crate::hub::config::HubConfig;
 use crate::hub::conn::{Slot, Stage};
 #[cfg(feature = "topics")]
@@ -38,8 +47,9 @@ use crate::hub::slots::{Key, Slots};
 use crate::hub::timers::Timers;
 use crate::hub::turn::Turn;
 use crate::hub::upgrade::read_handshake;
-use crate::hub::write::flush;
-use crate::proto::conn::Phase;
+use crate::hub::write::{flush, flush_corked, keep_dirty};
+use crate::proto::close::Leaving;
+use crate::proto::conn::{Phase, later};
 
 /// One engine: a task and its connections.
 ///
@@ -113,8 +123,81 @@ impl<H: Handler> Engine<H> {
         }
     }
 
+    /// One turn: takes what came in (poller events, commands, connections),
+    /// serves the connections queued, fires due timers, then sends what
+    /// the turn left for its end (publishes, close frames, corked writes).
+    fn poll_turn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.turn.schedule.ready.register(cx.waker());
+        #[cfg(feature = "topics")]
+        self.turn.subs.mailbox.register(cx.waker());
+        // Read from the clock when first needed this turn: an echo
+        // without timers needs none.
+        self.turn.now = None;
+        #[cfg(unix)]
+        self.harvest(cx);
+        self.poll_commands(cx);
+        self.poll_handed_over(cx);
+        self.acceptor.poll_accept(
+            cx,
+            &mut self.slots,
+            &mut self.turn,
+            &mut self.timers,
+            &self.config,
+        );
+        let mut keys = std::mem::take(&mut self.serving);
+        self.turn.schedule.ready.take(&mut keys);
+        keys.append(&mut self.turn.schedule.again);
+        for &key in &keys {
+            self.service(key);
+        }
+        keys.clear();
+        self.serving = keys;
+        self.fire_timers();
+        // After the handlers ran: what they published goes out this turn,
+        // before the close frames asked for meanwhile (up to the turn's
+        // cap: past it, a close does not wait for a backlog, and a
+        // closing connection gets no publish after its close frame).
+        #[cfg(feature = "topics")]
+        let deliveries_left = self.deliver_published();
+        #[cfg(not(feature = "topics"))]
+        let deliveries_left = false;
+        self.send_closes();
+        self.flush_dirty();
+        if let Some(deadline) = self.shutdown {
+            if self.slots.len() == 0 {
+                return Poll::Ready(());
+            }
+            if self.turn.now() >= deadline {
+                self.end_all();
+                return Poll::Ready(());
+            }
+        }
+        if !self.turn.schedule.ready.is_empty()
+            || !self.turn.schedule.again.is_empty()
+            || std::mem::take(&mut self.turn.schedule.again_now)
+            || !self.turn.writes.closing.is_empty()
+            || deliveries_left
+        {
+            // Connections that stopped to let others go first, close
+            // frames a drain handler asked for as the turn ended, or
+            // publishes past this turn's cap.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        let next = [
+            self.timers.next(),
+            self.shutdown,
+            self.acceptor.paused_until,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        self.timers.alarm(next, cx);
+        Poll::Pending
+    }
+
     /// Serves a connection its transport woke.
-    pub(crate) fn service(&mut self, key: Key) {
+    fn service(&mut self, key: Key) {
         let Some(slot) = self.slots.get_mut(key) else {
             return;
         };
@@ -153,7 +236,7 @@ impl<H: Handler> Engine<H> {
 
     /// After anything happened to a connection: ends it if it is over,
     /// moves it to `Ending` when only writing is left, and keeps its timer.
-    pub(crate) fn settle(&mut self, key: Key) {
+    fn settle(&mut self, key: Key) {
         let Some(slot) = self.slots.get_mut(key) else {
             return;
         };
@@ -185,7 +268,7 @@ impl<H: Handler> Engine<H> {
     }
 
     /// Removes a connection, telling the handler if it was open.
-    pub(crate) fn end(&mut self, key: Key) {
+    fn end(&mut self, key: Key) {
         let Some(mut slot) = self.slots.remove(key) else {
             return;
         };
@@ -207,6 +290,158 @@ impl<H: Handler> Engine<H> {
         if let Some(data) = slot.data.take() {
             self.handler.close(closed, data);
         }
+    }
+
+    /// Reads the poller's events; should the poller fail, ends the
+    /// connections on it.
+    #[cfg(unix)]
+    fn harvest(&mut self, cx: &mut Context<'_>) {
+        let again = &mut self.turn.schedule.again;
+        if let Err(lost) = self.acceptor.harvest(cx, &mut self.slots, again) {
+            for key in lost {
+                self.end(key);
+            }
+        }
+    }
+
+    /// Takes the commands handles queued, a bounded number per turn.
+    fn poll_commands(&mut self, cx: &mut Context<'_>) {
+        for _ in 0..COMMANDS_PER_TURN {
+            let Some(cmd) = commands::poll_next(&mut self.commands, cx) else {
+                return;
+            };
+            self.command(cmd);
+        }
+        cx.waker().wake_by_ref();
+    }
+
+    /// Takes the connections handed to this engine, a bounded number per
+    /// turn.
+    fn poll_handed_over(&mut self, cx: &mut Context<'_>) {
+        for _ in 0..ACCEPTS_PER_TURN {
+            let Some(cmd) = commands::poll_next(&mut self.acceptor.handed_over, cx) else {
+                return;
+            };
+            self.command(cmd);
+        }
+        cx.waker().wake_by_ref();
+    }
+
+    /// Does what a handle (or the hub's acceptor) asked.
+    fn command(&mut self, cmd: Command) {
+        let then = commands::run(
+            cmd,
+            &mut self.acceptor,
+            &mut self.slots,
+            &mut self.turn,
+            &mut self.timers,
+            &self.config,
+            &mut self.handler,
+        );
+        match then {
+            Then::Done => {}
+            Then::Settle(key) => self.settle(key),
+            Then::ShutDown => self.start_shutdown(),
+        }
+    }
+
+    /// Closes every open connection with 1001 (going away) and takes no
+    /// new ones; the engine ends once they are gone or the shutdown
+    /// timeout passes.
+    fn start_shutdown(&mut self) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        self.shutdown = Some(later(self.turn.now(), self.config.shutdown_timeout));
+        self.acceptor.stop();
+        let keys: Vec<Key> = self.slots.keys().collect();
+        for key in keys {
+            let Some(s) = self.slots.get_mut(key) else {
+                continue;
+            };
+            match s.stage {
+                Stage::Handshake => self.end(key),
+                Stage::Open => {
+                    let frame = Some(Leaving::ShuttingDown.frame());
+                    let _ = s.conn.close_with(&mut self.turn, frame);
+                    self.settle(key);
+                }
+                Stage::Ending | Stage::Lingering => {}
+            }
+        }
+    }
+
+    /// The shutdown timeout passed: ends the connections left.
+    fn end_all(&mut self) {
+        let keys: Vec<Key> = self.slots.keys().collect();
+        for key in keys {
+            if let Some(s) = self.slots.get_mut(key) {
+                // Unless it was failing already: that is why it ended.
+                if s.conn.core().phase() != Phase::Failing {
+                    s.conn.set_error(Error::ShutdownTimeout);
+                }
+                self.end(key);
+            }
+        }
+    }
+
+    /// Serves the connections whose deadline passed.
+    fn fire_timers(&mut self) {
+        self.timers.drop_stale(&self.slots);
+        if self.timers.next().is_some() {
+            let now = self.turn.now();
+            while let Some(key) = self.timers.fire_next(now, &mut self.slots, &mut self.turn) {
+                self.settle(key);
+            }
+            self.timers.drop_stale(&self.slots);
+        }
+    }
+
+    /// Sends what was published to this engine's subscribers, up to the
+    /// turn's cap. True if some are left.
+    #[cfg(feature = "topics")]
+    fn deliver_published(&mut self) -> bool {
+        for key in self.deliveries.begin(&mut self.slots, &mut self.turn) {
+            self.settle(key);
+        }
+        while let Some(key) = self
+            .deliveries
+            .deliver_next(&mut self.slots, &mut self.turn)
+        {
+            self.settle(key);
+        }
+        self.deliveries.end(&mut self.turn)
+    }
+
+    /// Sends the close frames handlers and handles asked for this turn.
+    fn send_closes(&mut self) {
+        let mut closing = std::mem::take(&mut self.turn.writes.closing);
+        for &key in &closing {
+            let Some(slot) = self.slots.get_mut(key) else {
+                continue;
+            };
+            slot.conn.send_close(&mut self.turn);
+            // What came after the closing message, and what comes next,
+            // is read now that the close is out: the peer's answer.
+            slot.requeue(&mut self.turn.schedule);
+            self.settle(key);
+        }
+        closing.clear();
+        self.turn.writes.closing = closing;
+    }
+
+    /// Writes out every connection that has bytes corked this turn.
+    fn flush_dirty(&mut self) {
+        let mut dirty = std::mem::take(&mut self.turn.writes.dirty);
+        for &slot in &dirty {
+            if let Some(key) =
+                flush_corked(&mut self.slots, slot, &mut self.handler, &mut self.turn)
+            {
+                self.settle(key);
+            }
+        }
+        dirty.clear();
+        keep_dirty(dirty, &mut self.slots, &mut self.turn);
     }
 }
 

@@ -1,6 +1,7 @@
 //! An engine's side of topics: which of its connections subscribe to
-//! what, and what a handler does with topics ([`Ws::subscribe`],
-//! [`Ws::publish`], ...). The process's registry knows only which engines
+//! what, and what a handler does with topics
+//! ([`Ws::subscribe`](crate::hub::Ws::subscribe),
+//! [`Ws::publish`](crate::hub::Ws::publish), ...). The process's registry knows only which engines
 //! have subscribers (and how many, through a count the engine keeps), so a
 //! publish is one mailbox entry per engine, not one per subscriber, and
 //! the registry's lock is taken only when an engine's first subscriber to
@@ -10,13 +11,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use bytes::Bytes;
-
-use crate::hub::event::HubMessage;
 use crate::hub::slots::Key;
-use crate::hub::ws::Ws;
-use crate::proto::message::{Message, PreparedMessage};
-use crate::topics::{Mailbox, Published, Topics};
+use crate::topics::{Mailbox, Topics};
 
 /// One engine's subscriptions.
 #[derive(Debug)]
@@ -157,66 +153,6 @@ impl Drop for Subs {
 /// The token naming a connection in its engine's mailbox entries.
 pub(crate) fn token(key: Key) -> u64 {
     (u64::from(key.slot) << 32) | u64::from(key.generation)
-}
-
-impl<T> Ws<'_, T> {
-    /// Subscribes the connection to `topic`: what is published to it from
-    /// now on is sent to this peer, until it unsubscribes or is gone. False
-    /// if it was subscribed already.
-    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
-    pub fn subscribe(&mut self, topic: &str) -> bool {
-        self.turn.subs.subscribe(self.conn.key, topic)
-    }
-
-    /// Unsubscribes the connection from `topic`; false if it was not
-    /// subscribed.
-    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
-    pub fn unsubscribe(&mut self, topic: &str) -> bool {
-        self.turn.subs.unsubscribe(self.conn.key, topic)
-    }
-
-    /// Whether the connection subscribes to `topic`.
-    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
-    pub fn is_subscribed(&self, topic: &str) -> bool {
-        self.turn.subs.is_subscribed(self.conn.key, topic)
-    }
-
-    /// The topics the connection subscribes to.
-    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
-    pub fn topics(&self) -> impl Iterator<Item = &str> {
-        self.turn.subs.of(self.conn.key).iter().map(|t| &**t)
-    }
-
-    /// The registry the hub's topics live in, to publish to everyone
-    /// (this connection included) or look around.
-    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
-    pub fn registry(&self) -> &Topics {
-        &self.turn.subs.topics
-    }
-
-    /// Publishes a message to `topic`: to every subscriber but this
-    /// connection (as uWebSockets' `ws.publish`; publish through
-    /// [`registry`](Self::registry) to include it), on every hub of the
-    /// registry and, with a link, every linked server. Encoded once.
-    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
-    pub fn publish(&mut self, topic: &str, msg: HubMessage<'_>) -> Published {
-        let msg = match msg {
-            HubMessage::Text(t) => Message::text(t.to_owned()),
-            HubMessage::Binary(b) => Message::binary(Bytes::copy_from_slice(b)),
-        };
-        let prepared = PreparedMessage::new(&msg).expect("data messages always prepare");
-        self.publish_prepared(topic, &prepared)
-    }
-
-    /// Publishes a prepared message to `topic`, as [`publish`](Self::publish).
-    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
-    pub fn publish_prepared(&mut self, topic: &str, msg: &PreparedMessage) -> Published {
-        let subs = &self.turn.subs;
-        let except = subs
-            .is_subscribed(self.conn.key, topic)
-            .then(|| (subs.mailbox.id(), token(self.conn.key)));
-        subs.topics.publish_except(topic, msg, except)
-    }
 }
 
 #[cfg(test)]

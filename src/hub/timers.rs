@@ -11,10 +11,9 @@ use std::time::Instant;
 
 use tokio::time::Sleep;
 
-use crate::hub::conn::Stage;
-use crate::hub::engine::Engine;
-use crate::hub::handler::Handler;
-use crate::hub::slots::Key;
+use crate::hub::conn::{Slot, Stage};
+use crate::hub::slots::{Key, Slots};
+use crate::hub::turn::Turn;
 use crate::proto::conn::Phase;
 
 #[derive(Debug, Default)]
@@ -38,7 +37,7 @@ impl Timers {
     }
 
     /// The earliest entry.
-    pub(crate) fn peek(&self) -> Option<(Instant, Key)> {
+    fn peek(&self) -> Option<(Instant, Key)> {
         self.heap.peek().map(|Reverse((at, slot, generation))| {
             (
                 *at,
@@ -51,12 +50,12 @@ impl Timers {
     }
 
     /// Drops the earliest entry.
-    pub(crate) fn pop(&mut self) {
+    fn pop(&mut self) {
         self.heap.pop();
     }
 
     /// Takes an entry due by `now`.
-    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(Instant, Key)> {
+    fn pop_due(&mut self, now: Instant) -> Option<(Instant, Key)> {
         let Reverse((at, slot, generation)) = *self.heap.peek()?;
         if at > now {
             return None;
@@ -96,51 +95,47 @@ impl Timers {
     pub(crate) fn len(&self) -> usize {
         self.heap.len()
     }
-}
 
-impl<H: Handler> Engine<H> {
-    /// Serves the connections whose deadline passed.
-    pub(crate) fn fire_timers(&mut self) {
-        self.drop_stale_timers();
-        if self.timers.next().is_some() {
-            let now = self.turn.now();
-            while let Some((at, key)) = self.timers.pop_due(now) {
-                self.on_timer(at, key);
+    /// Takes the next entry due by `now` whose connection still wants it
+    /// and hands the deadline to the connection's core (a handshake that
+    /// timed out is abandoned): the connection's key, for the engine to
+    /// settle. `None` once no entry is due.
+    pub(crate) fn fire_next<T>(
+        &mut self,
+        now: Instant,
+        slots: &mut Slots<Box<Slot<T>>>,
+        turn: &mut Turn,
+    ) -> Option<Key> {
+        loop {
+            let (at, key) = self.pop_due(now)?;
+            let Some(slot) = slots.get_mut(key) else {
+                continue;
+            };
+            if slot.timer_at != Some(at) {
+                continue;
             }
-            self.drop_stale_timers();
+            slot.timer_at = None;
+            slot.conn.core_mut().handle_timeout(now);
+            if slot.stage == Stage::Handshake && slot.conn.core().phase() == Phase::TimedOut {
+                // No answer: the request never came whole (the core's error
+                // says so).
+                slot.conn.abandoned = true;
+            } else {
+                slot.conn.transmit_owed(turn);
+            }
+            return Some(key);
         }
     }
 
-    /// A timer entry came due.
-    fn on_timer(&mut self, at: Instant, key: Key) {
-        let now = self.turn.now();
-        let Some(slot) = self.slots.get_mut(key) else {
-            return;
-        };
-        if slot.timer_at != Some(at) {
-            return;
-        }
-        slot.timer_at = None;
-        slot.conn.core_mut().handle_timeout(now);
-        if slot.stage == Stage::Handshake && slot.conn.core().phase() == Phase::TimedOut {
-            // No answer: the request never came whole (the core's error
-            // says so).
-            slot.conn.abandoned = true;
-        } else {
-            slot.conn.transmit_owed(&mut self.turn);
-        }
-        self.settle(key);
-    }
-
-    /// Drops entries at the top of the timer heap whose connection wants
-    /// another deadline (or is gone), so that the engine sleeps only for
-    /// deadlines that matter: one past handshake keeps no timer armed.
-    fn drop_stale_timers(&mut self) {
-        while let Some((at, key)) = self.timers.peek() {
-            if self.slots.get(key).is_some_and(|s| s.timer_at == Some(at)) {
+    /// Drops entries at the top of the heap whose connection wants another
+    /// deadline (or is gone), so that the engine sleeps only for deadlines
+    /// that matter: one past handshake keeps no timer armed.
+    pub(crate) fn drop_stale<T>(&mut self, slots: &Slots<Box<Slot<T>>>) {
+        while let Some((at, key)) = self.peek() {
+            if slots.get(key).is_some_and(|s| s.timer_at == Some(at)) {
                 return;
             }
-            self.timers.pop();
+            self.pop();
         }
     }
 }

@@ -1,5 +1,7 @@
-//! The engine's turn: the order of its work, and what a turn shares with
-//! every connection it serves (and with the handlers, through [`Ws`](crate::hub::Ws)).
+//! What an engine's turn shares with every connection it serves (and with
+//! the handlers, through [`Ws`](crate::hub::Ws)): the time, the engine's
+//! ids, where sends go, and which connections are served again. Data
+//! only: the order of a turn's work is the engine's (`engine.rs`).
 //!
 //! A turn serves the connections queued when it began; one that had more
 //! to do is queued for the next turn, after the runtime's other tasks.
@@ -7,16 +9,13 @@
 //! is handled, and for other connections at the end of the turn.
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
 
 use crate::hub::config::{BackpressurePolicy, HubConfig};
-use crate::hub::engine::Engine;
 use crate::hub::event::ConnId;
 use crate::hub::handle::HubHandle;
-use crate::hub::handler::Handler;
 use crate::hub::slots::Key;
 #[cfg(feature = "topics")]
 use crate::hub::subs::Subs;
@@ -136,72 +135,3 @@ const POOL_LIMITS: PoolLimits = PoolLimits {
     count_max: 4096,
     bytes_max: 8 << 20,
 };
-
-impl<H: Handler> Engine<H> {
-    /// One turn: takes what came in (poller events, commands, connections),
-    /// serves the connections queued, fires due timers, then sends what
-    /// the turn left for its end (publishes, close frames, corked writes).
-    pub(crate) fn poll_turn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.turn.schedule.ready.register(cx.waker());
-        #[cfg(feature = "topics")]
-        self.turn.subs.mailbox.register(cx.waker());
-        // Read from the clock when first needed this turn: an echo
-        // without timers needs none.
-        self.turn.now = None;
-        #[cfg(unix)]
-        self.harvest(cx);
-        self.poll_commands(cx);
-        self.poll_handed_over(cx);
-        self.poll_accept(cx);
-        let mut keys = std::mem::take(&mut self.serving);
-        self.turn.schedule.ready.take(&mut keys);
-        keys.append(&mut self.turn.schedule.again);
-        for &key in &keys {
-            self.service(key);
-        }
-        keys.clear();
-        self.serving = keys;
-        self.fire_timers();
-        // After the handlers ran: what they published goes out this turn,
-        // before the close frames asked for meanwhile (up to the turn's
-        // cap: past it, a close does not wait for a backlog, and a
-        // closing connection gets no publish after its close frame).
-        #[cfg(feature = "topics")]
-        let deliveries_left = self.deliver_published();
-        #[cfg(not(feature = "topics"))]
-        let deliveries_left = false;
-        self.send_closes();
-        self.flush_dirty();
-        if let Some(deadline) = self.shutdown {
-            if self.slots.len() == 0 {
-                return Poll::Ready(());
-            }
-            if self.turn.now() >= deadline {
-                self.end_all();
-                return Poll::Ready(());
-            }
-        }
-        if !self.turn.schedule.ready.is_empty()
-            || !self.turn.schedule.again.is_empty()
-            || std::mem::take(&mut self.turn.schedule.again_now)
-            || !self.turn.writes.closing.is_empty()
-            || deliveries_left
-        {
-            // Connections that stopped to let others go first, close
-            // frames a drain handler asked for as the turn ended, or
-            // publishes past this turn's cap.
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
-        }
-        let next = [
-            self.timers.next(),
-            self.shutdown,
-            self.acceptor.paused_until,
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        self.timers.alarm(next, cx);
-        Poll::Pending
-    }
-}

@@ -12,73 +12,48 @@ use tokio::io::AsyncWrite;
 
 use crate::discard::discard;
 use crate::hub::conn::{Conn, Slot, Stage};
-use crate::hub::engine::Engine;
 use crate::hub::handler::Handler;
+use crate::hub::slots::{Key, Slots};
 use crate::hub::transport::Transport;
 use crate::hub::turn::Turn;
 use crate::hub::ws::Ws;
 use crate::proto::outbox::QueuePool;
 use crate::proto::receive::DISCARD_AT_ONCE;
 
-impl<H: Handler> Engine<H> {
-    /// Sends the close frames handlers and handles asked for this turn.
-    pub(crate) fn send_closes(&mut self) {
-        let mut closing = std::mem::take(&mut self.turn.writes.closing);
-        for &key in &closing {
-            let Some(slot) = self.slots.get_mut(key) else {
-                continue;
-            };
-            slot.conn.send_close(&mut self.turn);
-            // What came after the closing message, and what comes next,
-            // is read now that the close is out: the peer's answer.
-            slot.requeue(&mut self.turn.schedule);
-            self.settle(key);
-        }
-        closing.clear();
-        self.turn.writes.closing = closing;
+/// Writes out connection `slot`, which has bytes corked this turn: its
+/// key, for the engine to settle, unless there was nothing left to do.
+pub(crate) fn flush_corked<H: Handler>(
+    slots: &mut Slots<Box<Slot<H::Data>>>,
+    slot: u32,
+    handler: &mut H,
+    turn: &mut Turn,
+) -> Option<Key> {
+    let (key, s) = slots.at_mut(slot)?;
+    s.conn.dirty = false;
+    if s.conn.buffered() == 0 && s.stage == Stage::Open && !s.conn.wants_drain && !s.conn.abandoned
+    {
+        // Written out already, by the read that corked it (the usual
+        // echo): nothing left to do, and its service settled it.
+        return None;
     }
+    let waker = s.io_waker();
+    let mut cx = Context::from_waker(waker.as_ref().unwrap_or(Waker::noop()));
+    flush(s, &mut cx, handler, turn);
+    Some(key)
+}
 
-    /// Writes out every connection that has bytes corked this turn.
-    pub(crate) fn flush_dirty(&mut self) {
-        let mut dirty = std::mem::take(&mut self.turn.writes.dirty);
-        for &slot in &dirty {
-            let Some((key, s)) = self.slots.at_mut(slot) else {
-                continue;
-            };
-            s.conn.dirty = false;
-            if s.conn.buffered() == 0
-                && s.stage == Stage::Open
-                && !s.conn.wants_drain
-                && !s.conn.abandoned
-            {
-                // Written out already, by the read that corked it (the
-                // usual echo): nothing left to do, and its service
-                // settled it.
-                continue;
-            }
-            let waker = s.io_waker();
-            let mut cx = Context::from_waker(waker.as_ref().unwrap_or(Waker::noop()));
-            flush(s, &mut cx, &mut self.handler, &mut self.turn);
-            self.settle(key);
-        }
-        dirty.clear();
-        // Connections marked while flushing (a drain handler's sends) are
-        // written next turn.
-        if self.turn.writes.dirty.is_empty() {
-            self.turn.writes.dirty = dirty;
-        } else {
-            self.queue_dirty_again();
-        }
+/// Gives the turn back its list of connections to write (`dirty`, written
+/// out and emptied), unless connections were marked while flushing (a
+/// drain handler's sends): those are written next turn.
+pub(crate) fn keep_dirty<T>(dirty: Vec<u32>, slots: &mut Slots<Box<Slot<T>>>, turn: &mut Turn) {
+    if turn.writes.dirty.is_empty() {
+        turn.writes.dirty = dirty;
+        return;
     }
-
-    fn queue_dirty_again(&mut self) {
-        let dirty = std::mem::take(&mut self.turn.writes.dirty);
-        for &slot in &dirty {
-            if let Some((_, s)) = self.slots.at_mut(slot) {
-                s.requeue(&mut self.turn.schedule);
-            }
+    for &slot in &turn.writes.dirty {
+        if let Some((_, s)) = slots.at_mut(slot) {
+            s.requeue(&mut turn.schedule);
         }
-        self.turn.writes.dirty = dirty;
     }
 }
 

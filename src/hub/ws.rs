@@ -1,14 +1,21 @@
 //! [`Ws`]: a hub connection as a handler sees it during a call.
 
+#[cfg(feature = "topics")]
+use bytes::Bytes;
+
 use crate::error::Result;
 use crate::hub::conn::Conn;
 use crate::hub::event::{ConnId, HubMessage, SendStatus};
 use crate::hub::handle::HubHandle;
+#[cfg(feature = "topics")]
+use crate::hub::subs::token;
 use crate::hub::transport::Transport;
 use crate::hub::turn::Turn;
 use crate::proto::close::CloseCode;
 use crate::proto::header::OpCode;
 use crate::proto::message::{Message, PreparedMessage};
+#[cfg(feature = "topics")]
+use crate::topics::{Published, Topics};
 
 /// A hub connection as a [`Handler`](crate::hub::Handler) sees it during a
 /// call: its id and data, and sending to it. What is sent is corked and
@@ -129,5 +136,67 @@ impl<T> Ws<'_, T> {
     /// can no longer be sent.
     pub fn is_closing(&self) -> bool {
         self.conn.is_closing()
+    }
+}
+
+// Topics: the engine's subscriptions are part of its turn (`Turn::subs`).
+#[cfg(feature = "topics")]
+impl<T> Ws<'_, T> {
+    /// Subscribes the connection to `topic`: what is published to it from
+    /// now on is sent to this peer, until it unsubscribes or is gone. False
+    /// if it was subscribed already.
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
+    pub fn subscribe(&mut self, topic: &str) -> bool {
+        self.turn.subs.subscribe(self.conn.key, topic)
+    }
+
+    /// Unsubscribes the connection from `topic`; false if it was not
+    /// subscribed.
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
+    pub fn unsubscribe(&mut self, topic: &str) -> bool {
+        self.turn.subs.unsubscribe(self.conn.key, topic)
+    }
+
+    /// Whether the connection subscribes to `topic`.
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
+    pub fn is_subscribed(&self, topic: &str) -> bool {
+        self.turn.subs.is_subscribed(self.conn.key, topic)
+    }
+
+    /// The topics the connection subscribes to.
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
+    pub fn topics(&self) -> impl Iterator<Item = &str> {
+        self.turn.subs.of(self.conn.key).iter().map(|t| &**t)
+    }
+
+    /// The registry the hub's topics live in, to publish to everyone
+    /// (this connection included) or look around.
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
+    pub fn registry(&self) -> &Topics {
+        &self.turn.subs.topics
+    }
+
+    /// Publishes a message to `topic`: to every subscriber but this
+    /// connection (as uWebSockets' `ws.publish`; publish through
+    /// [`registry`](Self::registry) to include it), on every hub of the
+    /// registry and, with a link, every linked server. Encoded once.
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
+    pub fn publish(&mut self, topic: &str, msg: HubMessage<'_>) -> Published {
+        let msg = match msg {
+            HubMessage::Text(t) => Message::text(t.to_owned()),
+            HubMessage::Binary(b) => Message::binary(Bytes::copy_from_slice(b)),
+        };
+        let prepared = PreparedMessage::new(&msg).expect("data messages always prepare");
+        self.publish_prepared(topic, &prepared)
+    }
+
+    /// Publishes a prepared message to `topic`, as [`publish`](Self::publish).
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
+    pub fn publish_prepared(&mut self, topic: &str, msg: &PreparedMessage) -> Published {
+        let subs = &self.turn.subs;
+        let except = subs
+            .is_subscribed(self.conn.key, topic)
+            .then(|| (subs.mailbox.id(), token(self.conn.key)));
+        subs.topics.publish_except(topic, msg, except)
     }
 }
