@@ -31,12 +31,14 @@ pub(crate) struct Deliveries {
     /// Topics whose publishes the mailbox dropped for this engine, with
     /// the place of the last one dropped.
     missed: Vec<(Arc<str>, u64)>,
-    /// This turn's work, one stretch of a publish's subscribers at a time:
-    /// the stretch being sent (`next..end` left of it), the connection
-    /// its publish is not for, what is left of the turn's budget, and what
-    /// was sent in all.
+    /// The stretch of the front publish's subscribers being sent this
+    /// turn: the engine settles each subscriber before the next is sent
+    /// to, so the sending goes one subscriber a call.
     stretch: Option<Stretch>,
+    /// Sends left in this turn's budget.
     budget: usize,
+    /// Publishes every subscriber got this turn, and their size: room in
+    /// the mailbox's bounds.
     sent: usize,
     sent_bytes: usize,
 }

@@ -3,26 +3,27 @@
 //! protocol decision is the core's (`proto::conn`, the decoder and
 //! encoder) or the handshake's.
 //!
-//! This file holds the engine's parts, the order of a turn's work, and a
-//! connection's life in the engine (served, settled, ended). The rest is
-//! in rooms, each owning its part of the engine's state and taking the
-//! other parts it needs as arguments; none of them knows the engine.
-//! What only the engine can do (settle or end a connection, shut down)
-//! a room returns to it: the key of the connection it changed, the
-//! connections the poller lost, a command's [`Then`]. So the engine
-//! names its rooms, the rooms name the connection's parts, and nothing
-//! names back:
+//! This file holds the engine's parts, the order of a turn's work
+//! (`poll_turn`), and a connection's life in the engine (served, settled,
+//! ended). The rest is in rooms, each owning its part of the engine's
+//! state and taking the other parts it needs as arguments. None names the
+//! engine, so that each reads (and changes) without it and no two files
+//! lean on each other. What only the engine does (settling or ending a
+//! connection, shutting down) a room hands back: the key of the
+//! connection a step changed, the connections a failed poller lost, what
+//! a command leaves (`Then`). The engine runs the loops, and settles each
+//! connection right after its step.
 //!
 //! - `turn`: what a turn shares with the connections it serves (the
 //!   time, sends and their backpressure, what is served again);
 //! - `accept`: the listener, the poller, connections taken in
-//!   ([`Acceptor`]);
+//!   (`Acceptor`);
 //! - `commands`: what handles ask;
-//! - `timers`: deadlines ([`Timers`]);
+//! - `timers`: deadlines (`Timers`);
 //! - `upgrade`, `read`, `write`: a connection's HTTP upgrade, its reading
 //!   and dispatching, its writing;
 //! - `deliver` (feature `topics`): publishes to subscribers
-//!   ([`Deliveries`]).
+//!   (`Deliveries`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -401,6 +402,10 @@ impl<H: Handler> Engine<H> {
     /// turn's cap. True if some are left.
     #[cfg(feature = "topics")]
     fn deliver_published(&mut self) -> bool {
+        // Subscribers closed for publishes they missed: a close asked for
+        // changes nothing settling looks at (the stage, the core's phase
+        // and deadline), so settling them after all are closed is as
+        // settling each after its close.
         for key in self.deliveries.begin(&mut self.slots, &mut self.turn) {
             self.settle(key);
         }

@@ -111,12 +111,14 @@
 //! ```
 //
 // Rooms: `serve` runs the engines (`engine`), each a task whose turn
-// (`turn`) takes connections in (`accept`, `poller`), commands from
-// handles (`commands`, `handle`) and deadlines (`timers`), and serves its
-// connections (`slots` of `conn`, each over a `transport`): the HTTP
-// `upgrade`, then reading and dispatching (`read`) to the `handler`
-// through `ws`, sending (`send`) and writing out (`write`). With topics,
-// `subs` holds the engine's subscriptions and `deliver` sends publishes.
+// takes connections in (`accept`, `poller`), commands from handles
+// (`commands`, `handle`) and deadlines (`timers`), and serves its
+// connections (`slots` of `conn`, each over a `transport`, sharing the
+// `turn`): the HTTP `upgrade`, then reading and dispatching (`read`) to
+// the `handler` through `ws`, sending (`send`) and writing out (`write`).
+// With topics, `subs` holds the engine's subscriptions and `deliver`
+// sends publishes. Only `engine` knows the engine: the rooms take the
+// parts they need (see its module doc).
 mod accept;
 mod commands;
 mod config;
