@@ -12,22 +12,15 @@
 #        scripts/check-doc-deps.sh --self-test  check the checker on a fake
 #                                               set of examples
 #
-# 1. Examples are the fenced code blocks rustdoc tests: in `///` and `//!`
-#    doc comments of src/**/*.rs, and in the markdown files src/ includes as
-#    docs (`#[doc = include_str!("../README.md")]`: README.md and
-#    MIGRATING.md). A block is Rust when its info string is empty or made of
-#    rustdoc's attributes only (`rust`, `no_run`, `should_panic`,
-#    `edition2021`, `ignore-<target>`, ...), or says `rust`; `ignore`,
-#    `compile_fail` and other languages (`text`, `sh`, `toml`, ...) are
-#    skipped. A fence indented in a list item has that indentation removed
-#    from its lines, as markdown does.
-# 2. Each becomes what rustdoc compiles: hidden lines (`# code`, `#`) shown,
-#    `##` as a literal `#`; without a `fn main`, crate attributes and
-#    `extern crate` lines go on top and the rest into `fn main() { .. }`,
-#    inside a function returning `Result<(), impl Debug>` when the code ends
-#    with `(())` (rustdoc's rule for `?` in examples: `Ok::<(), E>(())`).
-#    It is written to target/doc-deps/<package>/examples/ex_NNN.rs, whose
-#    first line names the fence it came from (`// src/stream/pieces.rs:45`).
+# 1. rustdoc lists the examples itself: `cargo rustdoc -- -Zunstable-options
+#    --output-format=doctest` (unstable, hence RUSTC_BOOTSTRAP=1, as the
+#    docs.rs check) gives every doctest of the crate under all its features
+#    (but the `-vendored` ones) as JSON: where its fence is, its attributes,
+#    and the source rustdoc compiles (crate attributes, `extern crate`, the
+#    code in its `fn main` wrapper). What rustdoc does not compile
+#    (`ignore`, `compile_fail`, other languages) is left out, as it does.
+# 2. Each becomes target/doc-deps/<package>/examples/ex_NNN.rs, whose first
+#    line names the fence it came from (`// src/stream/pieces.rs:45`).
 # 3. An example whose first line is `// Needs <crate>[, <crate>...]` (then
 #    anything: `// Needs tokio-test (a dev-dependency for your tests).`) may
 #    use those crates too, with the version and features of wavesock's own
@@ -69,198 +62,78 @@ BASE_CRATES = ("wavesock", "tokio", "futures-util")
 
 # ------------------------------------------------------------ extraction
 
-# rustdoc's attributes of a Rust code block (LangString::parse).
-RUST_ATTRS = {"rust", "no_run", "should_panic", "test_harness",
-              "standalone_crate", "allow_fail"}
-SKIP_ATTRS = {"ignore", "compile_fail"}
-
-
-def block_kind(info):
-    """'rust', or why the block is not compiled: 'ignore', 'compile_fail',
-    'other' (another language)."""
-    tokens = [t for t in re.split(r"[,\s{}]+", info.strip()) if t]
-    seen_rust, seen_other, skip = False, False, None
-    for t in tokens:
-        if t in SKIP_ATTRS:
-            skip = skip or t
-        elif t == "rust":
-            seen_rust = True
-        elif (t in RUST_ATTRS or re.fullmatch(r"edition\d{4}", t)
-              or t.startswith("ignore-") or re.fullmatch(r"E\d{4}", t)
-              or t.startswith(".")):
-            pass
-        else:
-            seen_other = True
-    if seen_other and not seen_rust:
-        return "other"
-    return skip or "rust"
-
-
-# A fence, maybe after list markers (`- ```toml`, `1. ````): its content is
-# indented as far as the fence.
-FENCE_OPEN = re.compile(r"^((?:\s*(?:[-*+]|\d{1,9}[.)])(?=\s))*\s*)(`{3,}|~{3,})(.*)$")
-
-
-def fenced_blocks(lines):
-    """Fenced code blocks of markdown given as [(lineno, text)]: yields
-    (fence lineno, info, [(lineno, text)]) with the fence's indentation
-    removed from the content lines (up to that many spaces, as CommonMark
-    does), so blocks in list items come out flush."""
-    i = 0
-    while i < len(lines):
-        lineno, text = lines[i]
-        m = FENCE_OPEN.match(text)
-        if not m or (m.group(2)[0] == "`" and "`" in m.group(3)):
-            i += 1
-            continue
-        indent, fence, info = len(m.group(1).expandtabs(4)), m.group(2), m.group(3)
-        close = re.compile(r"^\s*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}\s*$")
-        body = []
-        i += 1
-        while i < len(lines) and not close.match(lines[i][1]):
-            n, t = lines[i]
-            t = t.expandtabs(4)
-            strip = len(t) - len(t.lstrip(" "))
-            body.append((n, t[min(strip, indent):]))
-            i += 1
-        i += 1  # the closing fence (or the end: rustdoc ends the block there)
-        yield lineno, info.strip(), body
-
-
-def unindent(lines):
-    """rustdoc's unindent: the least indentation of non-blank lines off all."""
-    ws = [len(t) - len(t.lstrip()) for _, t in lines if t.strip()]
-    cut = min(ws) if ws else 0
-    return [(n, t[cut:] if t.strip() else "") for n, t in lines]
-
-
-DOC_LINE = re.compile(r"^\s*(///(?!/)|//!)(.*)$")
-
-
-def doc_runs(text):
-    """Runs of consecutive `///` lines, or of `//!` lines, as markdown
-    [(lineno, text)]."""
-    runs, run, kind = [], [], None
-    for n, line in enumerate(text.split("\n"), 1):
-        m = DOC_LINE.match(line)
-        if m and m.group(1) == kind:
-            run.append((n, m.group(2)))
-            continue
-        if run:
-            runs.append(unindent(run))
-        run, kind = ([(n, m.group(2))], m.group(1)) if m else ([], None)
-    if run:
-        runs.append(unindent(run))
-    return runs
-
-
-INCLUDED_DOC = re.compile(r'#\[doc\s*=\s*include_str!\(\s*"([^"]+)"\s*\)\s*\]')
-
-
-def sources(root):
-    """(display path, [markdown runs]) of every file whose docs rustdoc
-    tests: src/**/*.rs, then markdown files included as docs."""
-    out, md = [], []
-    src = os.path.join(root, "src")
-    for d, dirs, files in os.walk(src):
-        dirs.sort()
-        for f in sorted(files):
-            if not f.endswith(".rs"):
-                continue
-            path = os.path.join(d, f)
-            text = open(path, encoding="utf-8").read()
-            out.append((os.path.relpath(path, root), doc_runs(text)))
-            for m in INCLUDED_DOC.finditer(text):
-                inc = os.path.normpath(os.path.join(d, m.group(1)))
-                if inc.endswith(".md") and inc not in md:
-                    md.append(inc)
-    for path in md:
-        lines = open(path, encoding="utf-8").read().split("\n")
-        out.append((os.path.relpath(path, root), [list(enumerate(lines, 1))]))
-    return out
-
-
-class Example:
-    def __init__(self, origin, line, info, body):
-        self.origin, self.line, self.info, self.body = origin, line, info, body
-        self.needs = ()
-        self.name = self.package = None
-        self.map = {}  # generated line -> source line
-
-    def where(self):
-        return f"{self.origin}:{self.line}"
-
-
-def extract(root):
-    """Every Rust example rustdoc compiles, in source order."""
-    examples = []
-    for origin, runs in sources(root):
-        for run in runs:
-            for line, info, body in fenced_blocks(run):
-                if block_kind(info) == "rust":
-                    examples.append(Example(origin, line, info, body))
-    return examples
-
-
-# ------------------------------------------------------------ rustdoc's test
-
-def map_line(s):
-    """rustdoc's hidden lines: `# x` and `#` are shown to the compiler only;
-    `##` is a literal `#`."""
-    t = s.strip()
-    if t.startswith("##"):
-        return s.replace("##", "#", 1)
-    if t.startswith("# "):
-        return t[2:]
-    if t == "#":
-        return ""
-    return s
-
-
 NEEDS = re.compile(r"^\s*//\s*Needs\s+([A-Za-z0-9_-]+(?:\s*,\s*[A-Za-z0-9_-]+)*)")
 
 
 def needs_of(code):
     """Crates an example says it needs on its first line."""
-    first = next((t for _, t in code if t.strip()), "")
+    first = next((t for t in code.splitlines() if t.strip()), "")
     m = NEEDS.match(first)
     if not m:
         return ()
     return tuple(c.strip() for c in m.group(1).split(","))
 
 
-def make_test(ex):
-    """The example as rustdoc compiles it: (source text, {generated line:
-    source line})."""
-    code = [(n, map_line(t)) for n, t in ex.body]
-    ex.needs = needs_of(code)
-    attrs, before, rest, prefix = [], [], [], True
-    for n, t in code:
-        s = t.strip()
-        if prefix and s.startswith("#!["):
-            attrs.append((n, t))
-        elif prefix and (not s or s.startswith("//") or s.startswith("extern crate")
-                         or s.startswith("#[macro_use] extern crate")):
-            before.append((n, t))
-        else:
-            prefix = False
-            rest.append((n, t))
-    out = [(None, f"// {ex.where()}"), (None, "#![allow(unused)]")]
-    out += attrs + before
-    text = "\n".join(t for _, t in rest)
-    if re.search(r"\bfn\s+main\s*\(", text):
-        out += rest
-    elif text.rstrip().endswith("(())"):
-        # As rustdoc: the opaque error type is the one of the final Ok::<..>.
-        out.append((None, "fn main() { fn _inner() -> core::result::Result<(), impl core::fmt::Debug> {"))
-        out += rest
-        out.append((None, "} _inner().unwrap() }"))
-    else:
-        out.append((None, "fn main() {"))
-        out += rest
-        out.append((None, "}"))
-    ex.map = {i: n for i, (n, _) in enumerate(out, 1) if n is not None}
-    return "\n".join(t for _, t in out) + "\n"
+class Example:
+    """One doctest as rustdoc compiles it: where its fence is, the source
+    rustdoc builds (crate attributes, `extern crate`, the code in its
+    `fn main` wrapper), and which generated lines are the example's."""
+
+    def __init__(self, origin, line, info, source, first_code_line):
+        self.origin, self.line, self.info, self.source = origin, line, info, source
+        self.needs = ()
+        self.name = self.package = None
+        # generated line -> line of the documented file
+        self.map = {}
+        self.first_code_line = first_code_line
+
+    def where(self):
+        return f"{self.origin}:{self.line}"
+
+
+def rustdoc_doctests(root, features, target_dir):
+    """rustdoc's own list of the crate's doctests (`--output-format=doctest`,
+    unstable: RUSTC_BOOTSTRAP), as JSON."""
+    env = dict(os.environ, RUSTC_BOOTSTRAP="1", CARGO_TARGET_DIR=os.path.abspath(target_dir),
+               CARGO_TERM_COLOR="never")
+    cmd = ["cargo", "rustdoc", "-q", "--lib", "--manifest-path", os.path.join(root, "Cargo.toml")]
+    if features:
+        cmd += ["--features", ",".join(features)]
+    cmd += ["--", "-Zunstable-options", "--output-format=doctest"]
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        raise SystemExit(f"check-doc-deps: rustdoc could not list the doctests of {root}")
+    return json.loads(proc.stdout)["doctests"]
+
+
+def extract(root, features, target_dir):
+    """Every Rust example rustdoc compiles, in its order: what `ignore`,
+    `compile_fail` and other languages mark is left out, as rustdoc does."""
+    examples = []
+    for t in rustdoc_doctests(root, features, target_dir):
+        a = t["doctest_attributes"]
+        code = t.get("doctest_code")
+        if not a["rust"] or a["compile_fail"] or a["ignore"] != "None" or code is None:
+            continue
+        origin = os.path.relpath(os.path.join(root, t["file"]), root) \
+            if not os.path.isabs(t["file"]) else os.path.relpath(t["file"], root)
+        # rustdoc names files from the workspace root: keep them relative
+        # to the crate when they are under it.
+        origin = t["file"] if origin.startswith("..") else origin
+        head = [f"// {origin}:{t['line']}", code["crate_level"].rstrip("\n")]
+        wrapper = code.get("wrapper")
+        if wrapper:
+            head.append(wrapper["before"].rstrip("\n"))
+        body = code["code"].split("\n")
+        tail = [wrapper["after"].strip("\n")] if wrapper else []
+        source_lines = "\n".join(head).split("\n")
+        ex = Example(origin, t["line"], a["original"], "\n".join(source_lines + body + tail) + "\n",
+                     len(source_lines) + 1)
+        ex.needs = needs_of(t["original_code"])
+        ex.map = {ex.first_code_line + i: t["line"] + 1 + i for i in range(len(body))}
+        examples.append(ex)
+    return examples
 
 
 # ------------------------------------------------------------ the workspace
@@ -322,7 +195,6 @@ def plan(examples, manifest):
     packages, errors = {}, []
     for i, ex in enumerate(examples, 1):
         ex.name = f"ex_{i:03}"
-        ex.source = make_test(ex)
         extra = {}
         for crate in ex.needs:
             if crate.replace("_", "-") in BASE_CRATES:
@@ -462,7 +334,7 @@ def run(root, out, target_dir, lockfile, quiet=False):
     """Extracts, generates and checks; returns (status, examples, packages,
     failing names)."""
     manifest = Manifest(root)
-    examples = extract(root)
+    examples = extract(root, manifest.features, target_dir)
     packages, errors = plan(examples, manifest)
     if errors:
         for e in errors:
@@ -494,7 +366,7 @@ def main_check():
 
 def main_list():
     manifest = Manifest(ROOT)
-    examples = extract(ROOT)
+    examples = extract(ROOT, manifest.features, TARGET_DIR)
     packages, errors = plan(examples, manifest)
     for ex in examples:
         print(f"{ex.where()}\t{ex.name}\t{ex.package}\t{ex.info or '-'}")
@@ -582,26 +454,12 @@ def self_test():
         if got != want:
             failures.append(f"{what}: got {got!r}, want {want!r}")
 
-    # Info strings.
-    for info, want in [("", "rust"), ("rust", "rust"), ("no_run", "rust"),
-                       ("rust,no_run", "rust"), ("should_panic", "rust"),
-                       ("edition2021", "rust"), ("ignore-wasm32", "rust"),
-                       ("rust,ignore", "ignore"), ("ignore", "ignore"),
-                       ("compile_fail", "compile_fail"), ("text", "other"),
-                       ("sh", "other"), ("toml", "other"), ("console", "other"),
-                       ("json", "other"), ("rust,foo", "rust")]:
-        expect(f"block_kind({info!r})", block_kind(info), want)
-    # Hidden lines.
-    for line, want in [("# let x = 1;", "let x = 1;"), ("    # let x;", "let x;"),
-                       ("#", ""), ("##[derive(Debug)]", "#[derive(Debug)]"),
-                       ("#[derive(Debug)]", "#[derive(Debug)]"), ("#![allow(x)]", "#![allow(x)]")]:
-        expect(f"map_line({line!r})", map_line(line), want)
     # Needs lines.
     for first, want in [("// Needs tokio-test (a dev-dependency for your tests).", ("tokio-test",)),
                         ("// Needs axum, hyper.", ("axum", "hyper")),
                         ("// Needs hyper-util", ("hyper-util",)),
                         ("// needs nothing", ()), ("use bytes::Bytes;", ())]:
-        expect(f"needs_of({first!r})", needs_of([(1, first)]), want)
+        expect(f"needs_of({first!r})", needs_of(first + "\nlet x = 1;"), want)
 
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "fake")
@@ -618,12 +476,14 @@ def self_test():
             f.write('[package]\nname = "fake"\n\n[features]\n')
             f.write("".join(f"{x} = []\n" for x in manifest.features))
             f.write('[dev-dependencies]\nbytes = "1.10"\n')
-        examples = extract(root)
+        # rustdoc lists them: what it skips (ignore, compile_fail, text,
+        # sh, toml) is not there; the markdown file's block is, at the line
+        # rustdoc gives it (the include's line plus its own, as `cargo test
+        # --doc` names it).
+        examples = extract(root, manifest.features, TARGET_DIR)
         expect("examples found",
                [ex.where() for ex in examples],
-               ["src/lib.rs:3", "src/lib.rs:7", "src/lib.rs:14", "GUIDE.md:9"])
-        md = examples[-1]
-        expect("list item block unindented", md.body[0][1], "#![allow(dead_code)]")
+               ["src/lib.rs:3", "src/lib.rs:7", "src/lib.rs:14", "src/lib.rs:47"])
         packages, errors = plan(examples, Manifest(root))
         expect("plan errors", errors, [])
         expect("packages", sorted(packages), ["doc-examples", "needs-bytes"])
@@ -633,7 +493,8 @@ def self_test():
         if examples[3].source.count("fn main") != 1:
             failures.append(f"an example with fn main was wrapped:\n{examples[3].source}")
         # A crate in neither table fails clearly.
-        bad = Example("x.rs", 1, "", [(2, "// Needs no-such-crate.")])
+        bad = Example("x.rs", 1, "", "", 1)
+        bad.needs = needs_of("// Needs no-such-crate.")
         _, errors = plan([bad], Manifest(root))
         expect("unknown crate", len(errors), 1)
 
