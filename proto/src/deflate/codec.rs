@@ -19,13 +19,14 @@
 //! first byte beyond the limit, so a small message that would inflate to
 //! gigabytes costs at most the limit.
 
-use std::cell::RefCell;
-
 use bytes::Bytes;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
 use crate::Role;
 use crate::budget::{BudgetAccount, Grant, Held};
+use crate::deflate::pool::{
+    give_compress, give_decompress, give_scratch, lend_compress, lend_decompress, lend_scratch,
+};
 use crate::deflate::{DeflateConfig, DeflateParams, DeflatePolicy};
 use crate::error::{Error, ProtocolError};
 use crate::message::Message;
@@ -50,10 +51,6 @@ const MIN_BUDGET_STEP: usize = 16 << 10;
 /// full 32 KiB.
 pub(crate) const INFLATE_STATE: usize = 40 << 10;
 
-/// How many compressors, and how many decompressors, a thread's pool keeps
-/// while none is lent; more given back are freed.
-const POOL_KEEP: usize = 2;
-
 /// What one [`Inflater::feed`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Fed {
@@ -64,10 +61,6 @@ pub(crate) struct Fed {
     /// once budget is given back.
     pub(crate) wait: Option<usize>,
 }
-
-/// A compression output buffer larger than this is freed after use, so
-/// that one large message does not pin memory in a thread's pool.
-const SCRATCH_KEEP: usize = 64 << 10;
 
 /// zlib cannot make raw deflate streams with an 8-bit window. Its 9-bit
 /// compressor never refers back more than 250 bytes (window size minus its
@@ -204,91 +197,6 @@ fn remember(window: &mut Option<Box<Vec<u8>>>, size: usize, data: &[u8]) {
         w.reserve_exact(target - w.len());
     }
     w.extend_from_slice(data);
-}
-
-/// zlib state lent for one message at a time, a pool per thread. A message
-/// is compressed in one call, so a thread lends at most one compressor at
-/// once; a decompressor is lent from a message's first frame to its last,
-/// which may span reads, so slow messages can borrow more than the pool
-/// keeps (each counted in its connection's memory budget).
-#[derive(Default)]
-struct Pool {
-    /// With the window bits and level each was made for.
-    compressors: Vec<(u8, u32, Compress)>,
-    decompressors: Vec<Decompress>,
-    /// The output buffer of the compression under way.
-    scratch: Vec<u8>,
-}
-
-thread_local! {
-    static POOL: RefCell<Pool> = RefCell::new(Pool::default());
-}
-
-/// A compressor with an empty window (a thread that is exiting, whose pool
-/// is gone, gets a new one).
-fn lend_compress(bits: u8, level: u32) -> Compress {
-    let found = POOL
-        .try_with(|p| {
-            let mut p = p.borrow_mut();
-            let i = p
-                .compressors
-                .iter()
-                .position(|(b, l, _)| (*b, *l) == (bits, level))?;
-            Some(p.compressors.swap_remove(i).2)
-        })
-        .ok()
-        .flatten();
-    match found {
-        Some(mut c) => {
-            c.reset();
-            c
-        }
-        None => Compress::new_with_window_bits(Compression::new(level), false, bits),
-    }
-}
-
-fn give_compress(bits: u8, level: u32, c: Compress) {
-    let _ = POOL.try_with(|p| {
-        let mut p = p.borrow_mut();
-        p.compressors.push((bits, level, c));
-        if p.compressors.len() > POOL_KEEP {
-            p.compressors.remove(0);
-        }
-    });
-}
-
-/// A decompressor with the largest window, which reads any peer's stream.
-fn lend_decompress() -> Decompress {
-    match POOL.try_with(|p| p.borrow_mut().decompressors.pop()) {
-        Ok(Some(mut d)) => {
-            d.reset(false);
-            d
-        }
-        _ => Decompress::new_with_window_bits(false, 15),
-    }
-}
-
-fn give_decompress(d: Decompress) {
-    let _ = POOL.try_with(|p| {
-        let mut p = p.borrow_mut();
-        if p.decompressors.len() < POOL_KEEP {
-            p.decompressors.push(d);
-        }
-    });
-}
-
-fn lend_scratch() -> Vec<u8> {
-    let mut v = POOL
-        .try_with(|p| std::mem::take(&mut p.borrow_mut().scratch))
-        .unwrap_or_default();
-    v.clear();
-    v
-}
-
-fn give_scratch(v: Vec<u8>) {
-    if v.capacity() <= SCRATCH_KEEP {
-        let _ = POOL.try_with(|p| p.borrow_mut().scratch = v);
-    }
 }
 
 /// Compresses `payload` into `out` as one message ending in a sync flush,

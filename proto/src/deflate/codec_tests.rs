@@ -1,4 +1,5 @@
 use super::*;
+use crate::deflate::pool::{POOL, POOL_KEEP};
 
 fn deflate(d: &mut Deflater, payload: &[u8]) -> Vec<u8> {
     d.compress(payload, <[u8]>::to_vec).unwrap().unwrap()

@@ -22,6 +22,8 @@ mod codec;
 #[cfg(not(feature = "deflate"))]
 #[path = "stub.rs"]
 mod codec;
+#[cfg(feature = "deflate")]
+mod pool;
 
 #[cfg(all(test, feature = "deflate"))]
 pub(crate) use codec::INFLATE_STATE;
