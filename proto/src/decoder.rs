@@ -22,7 +22,7 @@ use crate::error::{Error, ProtocolError};
 use crate::header::{FrameHeader, OpCode};
 use crate::limits::Limits;
 use crate::mask::apply_mask;
-use crate::message::{Frame, Message};
+use crate::message::Message;
 use crate::text::Utf8Bytes;
 use crate::utf8::Utf8Validator;
 
@@ -317,55 +317,6 @@ impl MessageDecoder {
         self.max_message_size
     }
 
-    /// Whether a compressed message is being received.
-    fn inflating(&self) -> bool {
-        self.inflater.as_ref().is_some_and(|i| i.in_message())
-    }
-
-    /// Checks the RSV bits; starts inflating if the frame begins a
-    /// compressed message. RSV1 is allowed only on the first frame of a
-    /// data message, and only when permessage-deflate was negotiated.
-    fn start_compressed(&mut self, header: &FrameHeader) -> Result<bool, Error> {
-        if let Some(i) = &mut self.inflater {
-            let first = matches!(header.opcode, OpCode::Text | OpCode::Binary);
-            let rsv1 = if first { 0b100 } else { 0 };
-            header.check(self.role, rsv1, self.accept_unmasked)?;
-            if header.rsv & rsv1 != 0 {
-                i.begin(header.opcode == OpCode::Text);
-                return Ok(true);
-            }
-            return Ok(false);
-        }
-        header.check(self.role, 0, self.accept_unmasked)?;
-        Ok(false)
-    }
-
-    /// Inflates compressed payload bytes as they arrive; returns how many
-    /// were taken, and sets `budget_wait` if the budget held it back.
-    fn inflate(&mut self, fresh: &[u8]) -> Result<usize, Error> {
-        let Some(i) = &mut self.inflater else {
-            return Ok(fresh.len());
-        };
-        let fed = i.feed(fresh, &mut self.utf8, &mut self.account)?;
-        self.inflate_pending = fed.wait.is_some();
-        self.budget_wait = fed.wait.and_then(NonZeroUsize::new);
-        Ok(fed.consumed)
-    }
-
-    /// Ends a compressed message; `None` when it waits for budget.
-    fn finish_compressed(&mut self) -> Result<Option<Message>, Error> {
-        match &mut self.inflater {
-            Some(i) => match i.finish(&mut self.utf8, &mut self.account)? {
-                Ok(msg) => Ok(Some(msg)),
-                Err(wanted) => {
-                    self.budget_wait = NonZeroUsize::new(wanted);
-                    Ok(None)
-                }
-            },
-            None => Err(ProtocolError::InvalidCompressedData.into()),
-        }
-    }
-
     /// Under a budget: makes room in the fragment buffer for `len` more
     /// bytes before they are appended; `Ok(false)` when it must wait.
     fn reserve_fragment(&mut self, len: usize) -> Result<bool, Error> {
@@ -558,58 +509,6 @@ impl MessageDecoder {
         } else {
             Ok(Message::Binary(payload.freeze()))
         }
-    }
-
-    /// Streaming: splits the `avail` checked payload bytes at the front of
-    /// `src` off as the next piece of the message, without a copy.
-    fn piece(&mut self, src: &mut BytesMut, avail: usize) -> Result<Message, Error> {
-        let DecodeState::Payload {
-            header,
-            len,
-            checked,
-            handed_out,
-            ..
-        } = &mut self.state
-        else {
-            unreachable!("called while reading a payload");
-        };
-        let header = *header;
-        let opcode = if *handed_out == 0 {
-            header.opcode
-        } else {
-            OpCode::Continuation
-        };
-        *handed_out += avail;
-        *checked = 0;
-        let frame_end = *handed_out == *len;
-        let len = *len;
-        let payload = take_payload(src, avail).freeze();
-        if frame_end {
-            self.state = DecodeState::Head;
-            if header.fin {
-                if self.checking_text {
-                    self.utf8.finish()?;
-                }
-                self.fragments = None;
-                self.streamed = 0;
-            } else {
-                self.streamed += len as u64;
-                if header.opcode != OpCode::Continuation {
-                    // Marks the message in progress, for the continuation
-                    // rules and text checking; nothing is kept in it.
-                    self.fragments = Some(Fragments {
-                        text: header.opcode == OpCode::Text,
-                        buf: BytesMut::new(),
-                        owned: true,
-                    });
-                }
-            }
-        }
-        Ok(Message::Frame(Frame {
-            fin: frame_end && header.fin,
-            opcode,
-            payload,
-        }))
     }
 
     /// Decodes the next message from the front of `src`.
@@ -869,6 +768,9 @@ impl crate::deflate::TakesInflater for MessageDecoder {
         MessageDecoder::set_inflater(self, inflater);
     }
 }
+
+mod compressed;
+mod pieces;
 
 #[cfg(test)]
 #[path = "decoder_tests.rs"]
