@@ -22,6 +22,7 @@ mod hub_driver;
 mod hub_faults;
 mod hub_hostile;
 mod hub_interleavings;
+mod lifecycle;
 mod model;
 mod read_path;
 mod read_path_pool;
