@@ -275,7 +275,12 @@ def generate(out, examples, packages, lockfile):
 def cargo_check(out, target_dir):
     """Runs cargo check; returns (exit code, [compiler error messages with
     the target they belong to], cargo's stderr)."""
-    env = dict(os.environ, CARGO_TARGET_DIR=os.path.abspath(target_dir),
+    # RUSTC_BOOTSTRAP as for the listing: proc-macro2's and thiserror's
+    # build scripts rerun when it changes, and with them every proc-macro
+    # crate and what uses one (tokio, serde, ...). Built under one value,
+    # the listing, the docs.rs check and this check share them; alternating
+    # rebuilt them three times in CI's doc steps.
+    env = dict(os.environ, RUSTC_BOOTSTRAP="1", CARGO_TARGET_DIR=os.path.abspath(target_dir),
                CARGO_TERM_COLOR="never")
     env.pop("RUSTFLAGS", None)
     proc = subprocess.run(
