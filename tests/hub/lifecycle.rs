@@ -708,20 +708,32 @@ fn numbered(f: &(u8, Vec<u8>)) -> (char, u64) {
     (src, n)
 }
 
-/// Reads publishes until a close, EOF, or `quiet` without any: what came
-/// (in order) and the close code.
+/// Reads publishes until a close, EOF, `quiet` without any, or the last
+/// publish of every source in `last` (numbers only go up, so nothing of
+/// theirs follows it): what came (in order) and the close code.
 async fn read_publishes(
     mut tcp: TcpStream,
     mut buf: BytesMut,
     quiet: Duration,
+    last: Vec<(char, u64)>,
 ) -> (Vec<(char, u64)>, Option<u16>, TcpStream) {
     let mut seen = Vec::new();
+    let mut awaited = last.len();
     loop {
         match tokio::time::timeout(quiet, read_frame(&mut tcp, &mut buf)).await {
             Ok(Some((b0, p))) if b0 & 0x0f == 8 => {
                 return (seen, Some(u16::from_be_bytes([p[0], p[1]])), tcp);
             }
-            Ok(Some(f)) => seen.push(numbered(&f)),
+            Ok(Some(f)) => {
+                let n = numbered(&f);
+                seen.push(n);
+                if last.contains(&n) {
+                    awaited -= 1;
+                    if awaited == 0 {
+                        return (seen, None, tcp);
+                    }
+                }
+            }
             Ok(None) | Err(_) => return (seen, None, tcp),
         }
     }
@@ -794,13 +806,22 @@ async fn topic_burst(readiness: Readiness, policy: BackpressurePolicy, engines: 
     let payload = "x".repeat(1000);
     let quiet = Duration::from_millis(1500);
     // Readers for the fast ones, the unsubscribed ones, the publisher.
+    // A fast one stops at both sources' last publish (or, should it miss
+    // one under Drop, when quiet); an unsubscribed one gets neither.
     let fast_r: Vec<_> = fast
         .into_iter()
-        .map(|(t, b)| tokio::spawn(read_publishes(t, b, quiet)))
+        .map(|(t, b)| {
+            tokio::spawn(read_publishes(
+                t,
+                b,
+                quiet,
+                vec![('a', count), ('b', count)],
+            ))
+        })
         .collect();
     let unsub_r: Vec<_> = unsub
         .into_iter()
-        .map(|(t, b)| tokio::spawn(read_publishes(t, b, quiet)))
+        .map(|(t, b)| tokio::spawn(read_publishes(t, b, quiet, vec![])))
         .collect();
     // The publisher's connection publishes `a:N` (Ws::publish, not to
     // itself); the handle `b:N`, at the same time.
@@ -812,13 +833,22 @@ async fn topic_burst(readiness: Readiness, policy: BackpressurePolicy, engines: 
         ));
     }
     let (pr, mut pw) = publisher.into_split();
+    // It reads on for a while after the handle's last publish: its own
+    // would come about then, if at all.
     let pub_r = tokio::spawn(async move {
         let mut pr = pr;
         let mut seen = Vec::new();
+        let mut wait = quiet;
         loop {
-            match tokio::time::timeout(quiet, read_frame(&mut pr, &mut pbuf)).await {
+            match tokio::time::timeout(wait, read_frame(&mut pr, &mut pbuf)).await {
                 Ok(Some((b0, _))) if b0 & 0x0f == 8 => return seen,
-                Ok(Some(f)) => seen.push(numbered(&f)),
+                Ok(Some(f)) => {
+                    let n = numbered(&f);
+                    seen.push(n);
+                    if n == ('b', count) {
+                        wait = Duration::from_millis(300);
+                    }
+                }
                 Ok(None) | Err(_) => return seen,
             }
         }
@@ -847,10 +877,14 @@ async fn topic_burst(readiness: Readiness, policy: BackpressurePolicy, engines: 
         hub.handle.unsubscribe(*id, "burst").await.unwrap();
     }
     h.await.unwrap();
-    let _pw = pw_task.await.unwrap();
+    let pw = pw_task.await.unwrap();
 
     // The publisher gets only the handle's publishes, in order.
     let got = pub_r.await.unwrap();
+    // Its read half ended with its reader; the write half, now that all
+    // came, sends the FIN that lets the stop below end it without waiting
+    // for a close reply (the close timeout is not what this test is about).
+    drop(pw);
     check_order(&got, "publisher");
     assert!(
         got.iter().all(|(s, _)| *s == 'b'),
@@ -884,10 +918,9 @@ async fn topic_burst(readiness: Readiness, policy: BackpressurePolicy, engines: 
         }
         all.push(got);
     }
-    for x in &all {
-        for y in &all {
-            let xs: std::collections::HashSet<_> = x.iter().collect();
-            let ys: std::collections::HashSet<_> = y.iter().collect();
+    let sets: Vec<std::collections::HashSet<_>> = all.iter().map(|x| x.iter().collect()).collect();
+    for (x, xs) in all.iter().zip(&sets) {
+        for (y, ys) in all.iter().zip(&sets) {
             let a: Vec<_> = x.iter().filter(|e| ys.contains(e)).collect();
             let b: Vec<_> = y.iter().filter(|e| xs.contains(e)).collect();
             assert!(a == b, "two subscribers saw the topic in different orders");
@@ -908,8 +941,12 @@ async fn topic_burst(readiness: Readiness, policy: BackpressurePolicy, engines: 
     }
     // The slow ones now read: in order; under Close, closed with 1013;
     // under Drop, open, the last publish there.
-    for (t, b) in slow {
-        let (got, code, _t) = read_publishes(t, b, Duration::from_millis(700)).await;
+    let slow_r: Vec<_> = slow
+        .into_iter()
+        .map(|(t, b)| tokio::spawn(read_publishes(t, b, Duration::from_millis(700), vec![])))
+        .collect();
+    for r in slow_r {
+        let (got, code, _t) = r.await.unwrap();
         check_order(&got, "slow");
         match policy {
             BackpressurePolicy::Close => {
@@ -989,7 +1026,8 @@ async fn mailbox_overflow(readiness: Readiness, policy: BackpressurePolicy) {
     })
     .join()
     .unwrap();
-    for (t, b) in subs.iter_mut() {
+    // Each read at once: a subscriber's reader stops when quiet.
+    let read_all = subs.iter_mut().map(|(t, b)| async move {
         let mut seen = Vec::new();
         let mut code = None;
         loop {
@@ -1008,6 +1046,9 @@ async fn mailbox_overflow(readiness: Readiness, policy: BackpressurePolicy) {
                 _ => break,
             }
         }
+        (seen, code)
+    });
+    for (seen, code) in futures_util::future::join_all(read_all).await {
         match policy {
             BackpressurePolicy::Close => {
                 if seen.len() < 2000 {
