@@ -4,7 +4,11 @@
 # against the WebSocketStream path (a task per connection), plain and with
 # permessage-deflate. Builds topics_server and topics_load, then for each
 # round runs every mode in turn, plain then deflate, each on a fresh
-# server (pinned to CPU 1; the client to CPU 0).
+# server (pinned to CPU 1; the client to CPU 0). The mode `uws` runs
+# uWebSockets' pub/sub instead of topics_server: the program
+# benches/peers/uws/uws-pubsub.cpp, built as benches/peers/uws/README.md
+# says, at benches/peers/uws/uws-pubsub or where UWS_PUBSUB names it; left
+# out with a note when there is none, and never in the deflate rows.
 #
 # usage: benches/run-topics.sh [--subscribers N] [--messages K] [--rounds R]
 #                              [--modes "hub stream stream-loop"] [--size S]
@@ -13,7 +17,7 @@
 #   --subscribers N  connections, each subscribed to the one topic (default 10000)
 #   --messages K     publishes one at a time, then K in one burst (default 50)
 #   --rounds R       rounds; the table shows medians over them (default 3)
-#   --modes "..."    topics_server modes (default "hub stream stream-loop")
+#   --modes "..."    topics_server modes, and uws (default "hub stream stream-loop")
 #   --size S         bytes per message (default 1024)
 #   --port P         first port; each server start takes two more (default 19600)
 #   --out DIR        results.jsonl and table.md (default target/topics-bench)
@@ -42,7 +46,7 @@ while [[ $# -gt 0 ]]; do
         --out) out=$2; shift 2 ;;
         --no-build) build=0; shift ;;
         --policy) policy=$2; shift 2 ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -54,6 +58,20 @@ fi
 target=${CARGO_TARGET_DIR:-target}
 bin=$target/release
 out=${out:-$target/topics-bench}
+# uWebSockets' pub/sub server (C++, one thread), speaking topics_server's
+# control protocol; see benches/peers/uws/README.md for building it.
+uws=${UWS_PUBSUB:-$(pwd)/benches/peers/uws/uws-pubsub}
+if [[ " $modes " == *" uws "* ]]; then
+    if [[ ! -x $uws ]]; then
+        echo "note: no uWebSockets pub/sub server at $uws (set UWS_PUBSUB; see" \
+            "benches/peers/uws/README.md): uws left out" >&2
+        kept=
+        for mode in $modes; do [[ $mode == uws ]] || kept+="$mode "; done
+        modes=$kept
+    else
+        echo "note: uws-pubsub runs without compression: no uws-deflate rows" >&2
+    fi
+fi
 mkdir -p "$out"
 results=$out/results.jsonl
 : >"$results"
@@ -73,7 +91,12 @@ run() {
     local log=$out/server-$label.log
     local server_args=()
     [[ " $* " != *" --deflate "* ]] || server_args=(--policy "$policy")
-    taskset -c 1 "$bin/topics_server" --mode "$mode" "$@" "${server_args[@]}" "127.0.0.1:$port" 2>"$log" &
+    if [[ $mode == uws ]]; then
+        # It takes the control on the port after this one, as topics_server.
+        taskset -c 1 "$uws" "$port" 2>"$log" &
+    else
+        taskset -c 1 "$bin/topics_server" --mode "$mode" "$@" "${server_args[@]}" "127.0.0.1:$port" 2>"$log" &
+    fi
     SERVER=$!
     for _ in $(seq 1 50); do
         grep -q "control on" "$log" && break
@@ -103,6 +126,7 @@ for r in $(seq 1 "$rounds"); do
         run "$mode" "$mode"
     done
     for mode in $modes; do
+        [[ $mode == uws ]] && continue
         run "$mode" "$mode-deflate" --deflate
     done
 done
