@@ -1,7 +1,8 @@
 //! Topic delivery (feature `topics`): what was published to the topics
 //! this engine's connections subscribe to, taken from the engine's
 //! mailbox once a turn and sent to each subscriber as a reference to the
-//! one prepared frame.
+//! one prepared frame, a run of publishes to one topic at a time and
+//! subscriber by subscriber.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -9,33 +10,51 @@ use std::sync::Arc;
 use crate::error::Error;
 use crate::hub::config::BackpressurePolicy;
 use crate::hub::conn::{Slot, Stage};
+use crate::hub::event::SendStatus;
 use crate::hub::slots::{Key, Slots};
-use crate::hub::subs::token;
+use crate::hub::subs::{Subscriber, token};
 use crate::hub::turn::Turn;
 use crate::proto::close::Leaving;
 use crate::topics::Delivery;
 
-/// Publishes sent to subscribers per turn (one send per subscriber).
+/// Deliveries a turn makes, about: reads and commands are capped too, so
+/// that one burst does not hold up the engine's other connections. A
+/// subscriber being served gets its whole run, so a turn may go past the
+/// cap by one run.
 const DELIVERIES_PER_TURN: usize = 16 << 10;
+
+/// Publishes in one run, at most: consecutive publishes to one topic,
+/// delivered subscriber by subscriber, so that each subscriber's share is
+/// corked together and goes out in one write however many turns the run
+/// takes (publish by publish, the turn's cap would have every subscriber
+/// written once a turn). A run leaves the mailbox's room only once every
+/// subscriber has it: the bound keeps that a small part of the mailbox.
+const RUN_MAX: usize = 256;
+
+/// Bytes corked for one subscriber at which its run is written out before
+/// the rest is corked (and at most half of `max_backpressure`): a fast
+/// reader never meets the backpressure policy for the size of a run.
+const WRITE_AT: usize = 64 << 10;
 
 /// Publishes on their way to an engine's subscribers.
 #[derive(Debug, Default)]
 pub(crate) struct Deliveries {
     /// Publishes taken from the mailbox, being delivered.
     published: VecDeque<Delivery>,
-    /// Subscribers of the publish being delivered.
-    subscribers: Vec<Key>,
-    /// How many of them it was sent to (in earlier turns, and in this one
-    /// before the stretch being sent).
-    delivered: usize,
+    /// The run being delivered: the first `run` of `published`, all to
+    /// one topic; 0 when none is.
+    run: usize,
+    /// The run's subscribers, fixed when it starts: one that ends
+    /// meanwhile is skipped, one that comes gets the next run.
+    subscribers: Vec<Subscriber>,
+    /// The subscriber being served, and the publish of the run it is at
+    /// (past 0 only when its run was written out half way).
+    next: usize,
+    at: usize,
     /// Topics whose publishes the mailbox dropped for this engine, with
     /// the place of the last one dropped.
     missed: Vec<(Arc<str>, u64)>,
-    /// The stretch of the front publish's subscribers being sent this
-    /// turn: the engine settles each subscriber before the next is sent
-    /// to, so the sending goes one subscriber a call.
-    stretch: Option<Stretch>,
-    /// Sends left in this turn's budget.
+    /// Deliveries left in this turn's budget.
     budget: usize,
     /// Publishes every subscriber got this turn, and their size: room in
     /// the mailbox's bounds.
@@ -43,14 +62,14 @@ pub(crate) struct Deliveries {
     sent_bytes: usize,
 }
 
-/// A stretch of the subscribers of the publish at the front, sent in one
-/// go: `subscribers[next..end]` are still to get it.
-#[derive(Debug)]
-struct Stretch {
-    next: usize,
-    end: usize,
-    /// The token of the connection that published it, if a subscriber.
-    except: Option<u64>,
+/// What [`Deliveries::deliver_next`] did to a subscriber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Served {
+    /// It got its share of the run: settle it.
+    Done(Key),
+    /// Its share passed [`WRITE_AT`]: write it out and settle it before
+    /// the rest of the share is corked (the next call).
+    WriteOut(Key),
 }
 
 impl Deliveries {
@@ -66,7 +85,6 @@ impl Deliveries {
         turn.subs
             .mailbox
             .take(&mut self.published, &mut self.missed);
-        self.stretch = None;
         self.budget = DELIVERIES_PER_TURN;
         self.sent = 0;
         self.sent_bytes = 0;
@@ -76,80 +94,106 @@ impl Deliveries {
         missed_publishes(&mut self.missed, slots, turn)
     }
 
-    /// Sends what was published to topics to the next subscriber: each
-    /// publish is one prepared frame, written to each subscriber as to any
-    /// other send (its backpressure policy included). The subscriber's
-    /// key, for the engine to settle before the next; `None` once all is
-    /// sent or the turn's budget is spent: at most `DELIVERIES_PER_TURN`
-    /// sends a turn, as reads and commands are capped, the rest, in order,
-    /// next turn.
+    /// Sends the next subscriber its share of the run: each publish is one
+    /// prepared frame, queued by reference as any other send (its
+    /// backpressure policy included). `None` once all is sent or the
+    /// turn's budget is spent (the rest, in order, next turn).
     #[inline]
     pub(crate) fn deliver_next<T>(
         &mut self,
         slots: &mut Slots<Box<Slot<T>>>,
         turn: &mut Turn,
-    ) -> Option<Key> {
+    ) -> Option<Served> {
         loop {
-            if let Some(stretch) = &mut self.stretch {
-                while stretch.next < stretch.end {
-                    let key = self.subscribers[stretch.next];
-                    stretch.next += 1;
-                    // Entries naming a connection come only from this engine.
-                    if stretch.except == Some(token(key)) {
-                        continue;
-                    }
-                    let Some(slot) = slots.get_mut(key) else {
-                        continue;
-                    };
-                    if slot.stage != Stage::Open {
-                        continue;
-                    }
-                    let d = self.published.front()?;
-                    let _ = slot.conn.deliver(turn, &d.msg);
-                    return Some(key);
-                }
-            }
-            if !self.next_stretch(turn) {
+            if self.run == 0 && !self.start_run(turn) {
                 return None;
             }
+            while let Some(&Subscriber { key, since }) = self.subscribers.get(self.next) {
+                if self.budget == 0 {
+                    return None;
+                }
+                let slot = match slots.get_mut(key) {
+                    Some(slot) if slot.stage == Stage::Open => slot,
+                    _ => {
+                        self.next += 1;
+                        self.at = 0;
+                        continue;
+                    }
+                };
+                let write_at = WRITE_AT.min(turn.writes.max_backpressure / 2);
+                let mut sent = 0;
+                let mut write_out = false;
+                while self.at < self.run {
+                    let d = &self.published[self.at];
+                    self.at += 1;
+                    // Not for it: published before it subscribed, or by it
+                    // (entries naming a connection come only from this
+                    // engine).
+                    if d.seq < since || d.except.is_some_and(|(_, t)| t == token(key)) {
+                        continue;
+                    }
+                    sent += 1;
+                    match slot.conn.deliver(turn, &d.msg) {
+                        Ok(SendStatus::Sent | SendStatus::Backpressure | SendStatus::Dropped) => {}
+                        // Closing or failed: nothing more goes to it.
+                        Ok(SendStatus::Closed) | Err(_) => {
+                            self.at = self.run;
+                            break;
+                        }
+                    }
+                    // A peer that does not take what it has is written to
+                    // when it reads again, not once a publish.
+                    if self.at < self.run
+                        && !slot.conn.write_blocked
+                        && slot.conn.buffered() >= write_at
+                    {
+                        write_out = true;
+                        break;
+                    }
+                }
+                self.budget = self.budget.saturating_sub(sent.max(1));
+                if write_out {
+                    return Some(Served::WriteOut(key));
+                }
+                self.next += 1;
+                self.at = 0;
+                return Some(Served::Done(key));
+            }
+            // Every subscriber has the run.
+            for d in self.published.drain(..self.run) {
+                self.sent += 1;
+                self.sent_bytes += d.size();
+            }
+            self.run = 0;
         }
     }
 
-    /// Ends the stretch sent (its publish is done once every subscriber
-    /// has it) and starts the next, while the turn's budget lasts: false
-    /// when it is spent or nothing is left.
-    fn next_stretch(&mut self, turn: &mut Turn) -> bool {
-        if let Some(Stretch { end, .. }) = self.stretch.take() {
-            // A publish with no subscriber here costs a send's worth too.
-            self.budget -= (end - self.delivered).clamp(1, self.budget);
-            if end == self.subscribers.len() {
-                if let Some(d) = self.published.pop_front() {
-                    self.sent += 1;
-                    self.sent_bytes += d.size();
-                }
-                self.delivered = 0;
-            } else {
-                self.delivered = end;
-            }
-        }
+    /// Starts the next run, while the turn's budget lasts: false when it
+    /// is spent or nothing is left.
+    fn start_run(&mut self, turn: &mut Turn) -> bool {
         if self.budget == 0 {
             return false;
         }
-        let Some(d) = self.published.front() else {
+        let Some(first) = self.published.front() else {
             return false;
         };
-        if self.delivered == 0 {
-            // The subscribers are fixed when a publish's delivery starts;
-            // one that ends meanwhile is skipped.
-            self.subscribers.clear();
-            turn.subs
-                .subscribers(&d.topic, d.seq, &mut self.subscribers);
+        let topic = &first.topic;
+        let run = self
+            .published
+            .iter()
+            .take(RUN_MAX)
+            .take_while(|d| Arc::ptr_eq(&d.topic, topic) || d.topic == *topic)
+            .count();
+        let last = self.published[run - 1].seq;
+        self.subscribers.clear();
+        turn.subs.subscribers(topic, last, &mut self.subscribers);
+        if self.subscribers.is_empty() {
+            // A publish with no subscriber here costs a delivery's worth.
+            self.budget = self.budget.saturating_sub(run);
         }
-        self.stretch = Some(Stretch {
-            next: self.delivered,
-            end: self.subscribers.len().min(self.delivered + self.budget),
-            except: d.except.map(|(_, t)| t),
-        });
+        self.run = run;
+        self.next = 0;
+        self.at = 0;
         true
     }
 
@@ -185,11 +229,11 @@ fn missed_publishes<T>(
         missed.clear();
         return closed;
     }
-    let mut keys = Vec::new();
+    let mut subscribers = Vec::new();
     for (topic, last) in missed.drain(..) {
-        keys.clear();
-        turn.subs.subscribers(&topic, last, &mut keys);
-        for &key in &keys {
+        subscribers.clear();
+        turn.subs.subscribers(&topic, last, &mut subscribers);
+        for &Subscriber { key, .. } in &subscribers {
             let Some(slot) = slots.get_mut(key) else {
                 continue;
             };

@@ -39,7 +39,7 @@ use crate::hub::commands::{self, COMMANDS_PER_TURN, Then};
 use crate::hub::config::HubConfig;
 use crate::hub::conn::{Slot, Stage};
 #[cfg(feature = "topics")]
-use crate::hub::deliver::Deliveries;
+use crate::hub::deliver::{Deliveries, Served};
 use crate::hub::event::{Closed, LAST_GENERATION, MAX_SLOTS};
 use crate::hub::handle::{Command, HubHandle};
 use crate::hub::handler::Handler;
@@ -409,10 +409,17 @@ impl<H: Handler> Engine<H> {
         for key in self.deliveries.begin(&mut self.slots, &mut self.turn) {
             self.settle(key);
         }
-        while let Some(key) = self
+        while let Some(served) = self
             .deliveries
             .deliver_next(&mut self.slots, &mut self.turn)
         {
+            let key = match served {
+                Served::Done(key) => key,
+                Served::WriteOut(key) => {
+                    flush_corked(&mut self.slots, key.slot, &mut self.handler, &mut self.turn);
+                    key
+                }
+            };
             self.settle(key);
         }
         self.deliveries.end(&mut self.turn)

@@ -128,16 +128,27 @@ impl Subs {
 
     /// The subscribers of `topic` that publish `seq` is for (those that
     /// subscribed before it), appended to `into`.
-    pub(crate) fn subscribers(&self, topic: &str, seq: u64, into: &mut Vec<Key>) {
+    pub(crate) fn subscribers(&self, topic: &str, seq: u64, into: &mut Vec<Subscriber>) {
         if let Some(subs) = self.by_topic.get(topic) {
             into.extend(
                 subs.slots
                     .iter()
                     .filter(|(_, (_, since))| *since <= seq)
-                    .map(|(&slot, &(generation, _))| Key { slot, generation }),
+                    .map(|(&slot, &(generation, since))| Subscriber {
+                        key: Key { slot, generation },
+                        since,
+                    }),
             );
         }
     }
+}
+
+/// A subscriber of a topic: its connection, and the place of the first
+/// publish its subscription gets ([`Delivery::seq`](crate::topics::Delivery)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Subscriber {
+    pub(crate) key: Key,
+    pub(crate) since: u64,
 }
 
 impl Drop for Subs {
@@ -179,6 +190,7 @@ mod tests {
         assert_eq!(subs.of(key(2)).len(), 2);
         let mut got = Vec::new();
         subs.subscribers("a", u64::MAX, &mut got);
+        let mut got: Vec<Key> = got.iter().map(|s| s.key).collect();
         got.sort_by_key(|k| k.slot);
         assert_eq!(got, [key(1), key(2)]);
         assert!(subs.unsubscribe(key(1), "a"));
@@ -188,7 +200,7 @@ mod tests {
         assert_eq!(topics.subscribers("a"), 0);
         assert!(topics.names().is_empty());
         assert!(subs.of(key(2)).is_empty());
-        got.clear();
+        let mut got = Vec::new();
         subs.subscribers("a", u64::MAX, &mut got);
         assert!(got.is_empty());
     }
@@ -247,10 +259,11 @@ mod tests {
         subs.subscribe(k, "a");
         let mut got = Vec::new();
         subs.subscribers("a", u64::MAX, &mut got);
-        assert_eq!(got, [k]);
+        let since = got[0].since;
+        assert_eq!(got, [Subscriber { key: k, since }]);
         // Appended: what was there stays.
         subs.subscribers("a", u64::MAX, &mut got);
-        assert_eq!(got, [k, k]);
+        assert_eq!(got.len(), 2);
     }
 
     #[test]
@@ -269,13 +282,20 @@ mod tests {
         subs.mailbox.take(&mut got, &mut Vec::new());
         let (first, second) = (got[0].seq, got[1].seq);
         assert!(first < second);
-        let mut keys = Vec::new();
-        subs.subscribers("a", first, &mut keys);
-        assert_eq!(keys, [key(1)]);
-        keys.clear();
-        subs.subscribers("a", second, &mut keys);
-        keys.sort_by_key(|k| k.slot);
-        assert_eq!(keys, [key(1), key(2)]);
+        let mut found = Vec::new();
+        subs.subscribers("a", first, &mut found);
+        assert_eq!(found.iter().map(|s| s.key).collect::<Vec<_>>(), [key(1)]);
+        found.clear();
+        subs.subscribers("a", second, &mut found);
+        found.sort_by_key(|s| s.key.slot);
+        assert_eq!(
+            found.iter().map(|s| s.key).collect::<Vec<_>>(),
+            [key(1), key(2)]
+        );
+        // Each with the place it subscribed at: the second after the first
+        // publish, up to the second.
+        assert!(found[0].since <= first);
+        assert!(first < found[1].since && found[1].since <= second);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -24,7 +25,7 @@ use wavesock::http::{Request, Response};
 use wavesock::hub::HttpResponse;
 use wavesock::hub::{
     BackpressurePolicy, Closed, ConnId, HandleError, Handler, Hub, HubConfig, HubHandle,
-    HubMessage, Ws,
+    HubMessage, Readiness, Ws,
 };
 use wavesock::topics::{Topics, TopicsConfig};
 use wavesock::{Error, Message, PreparedMessage, WebSocketStream};
@@ -1308,4 +1309,139 @@ async fn the_global_registry_is_the_default() {
     assert_eq!(Topics::new().publish(topic, &prepared("lost")).local, 0);
     Topics::global().publish(topic, &prepared("again"));
     assert_eq!(next_text(&mut ws).await, "again");
+}
+
+// ---------------------------------------------------------------------------
+// What a burst costs.
+
+/// A hub on one engine whose subscribers to "burst" are loopback
+/// connections it adopted, their server ends counting writes.
+struct Burst {
+    handle: HubHandle,
+    task: JoinHandle<wavesock::Result<()>>,
+    clients: Vec<(TcpStream, BytesMut)>,
+    writes: Vec<Arc<AtomicUsize>>,
+}
+
+impl Burst {
+    async fn start(config: HubConfig, subscribers: usize) -> Burst {
+        let topics = Topics::new();
+        let (handler, mut events) = Commands::new();
+        let hub = Hub::new(handler, config.engines(Some(1)).topics(topics.clone())).unwrap();
+        let (handle, adopter) = (hub.handle(), hub.adopter());
+        let task = tokio::spawn(hub.serve(TcpListener::bind("127.0.0.1:0").await.unwrap()));
+        let side = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut clients = Vec::new();
+        let mut writes = Vec::new();
+        for _ in 0..subscribers {
+            let client = TcpStream::connect(side.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (server, _) = side.accept().await.unwrap();
+            let (io, count) = crate::support::CountingIo::new(server);
+            adopter.adopt(io, ()).await.unwrap();
+            let id = events.opened().await;
+            handle.subscribe(id, "burst").await.unwrap();
+            clients.push((client, BytesMut::new()));
+            writes.push(count);
+        }
+        // A handle's subscribe is a command the engine carries out later.
+        within("the subscriptions", async {
+            while topics.subscribers("burst") < subscribers {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        Burst {
+            handle,
+            task,
+            clients,
+            writes,
+        }
+    }
+
+    fn writes(&self) -> usize {
+        self.writes.iter().map(|c| c.load(Ordering::SeqCst)).sum()
+    }
+
+    /// Publishes `count` messages of `size` bytes before the engine's next
+    /// turn: the test's runtime has one thread, and publishing does not
+    /// yield.
+    fn publish(&self, count: usize, size: usize) {
+        for i in 0..count {
+            self.handle
+                .publish("burst", &prepared(&format!("{i:0size$}")));
+        }
+    }
+
+    /// Reads the burst on every connection at once; each must get all of
+    /// it, in order.
+    async fn read_all(&mut self, count: usize, size: usize) {
+        let reads = self
+            .clients
+            .iter_mut()
+            .enumerate()
+            .map(|(c, (client, buf))| async move {
+                for i in 0..count {
+                    let frame = read_frame(client, buf)
+                        .await
+                        .unwrap_or_else(|| panic!("subscriber {c} got {i} of {count}"));
+                    assert_eq!(
+                        frame,
+                        (0x81, format!("{i:0size$}").into_bytes()),
+                        "subscriber {c}"
+                    );
+                }
+            });
+        futures_util::future::join_all(reads).await;
+    }
+
+    async fn stop(self) {
+        // Gone first: the shutdown need not wait for their close replies.
+        drop(self.clients);
+        self.handle.shutdown().await.unwrap();
+        within("the hub's end", self.task).await.unwrap().unwrap();
+    }
+}
+
+/// A burst of publishes to many subscribers goes out as about one write
+/// to each: a subscriber's share of the burst is corked and written
+/// together, however many turns the engine takes to deliver the burst
+/// (it caps a turn's deliveries, here 40 000 of them).
+#[tokio::test]
+async fn a_burst_to_many_subscribers_is_one_write_each() {
+    const SUBSCRIBERS: usize = 200;
+    const BURST: usize = 200;
+    for readiness in [Readiness::Owned, Readiness::Tokio] {
+        let mut hub = Burst::start(HubConfig::default().readiness(readiness), SUBSCRIBERS).await;
+        let before = hub.writes();
+        hub.publish(BURST, 4);
+        hub.read_all(BURST, 4).await;
+        let made = hub.writes() - before;
+        assert!(
+            made <= SUBSCRIBERS + SUBSCRIBERS / 10,
+            "{readiness:?}: {made} writes for a burst of {BURST} to {SUBSCRIBERS} subscribers"
+        );
+        hub.stop().await;
+    }
+}
+
+/// A burst larger than the backpressure limit reaches subscribers that
+/// read: their share is written out as it grows, before the rest is
+/// corked, so none meets the Close policy for the size of a burst.
+#[tokio::test]
+async fn a_burst_larger_than_the_backpressure_limit_reaches_readers_whole() {
+    const SUBSCRIBERS: usize = 20;
+    const BURST: usize = 64;
+    for readiness in [Readiness::Owned, Readiness::Tokio] {
+        let config = HubConfig::default()
+            .readiness(readiness)
+            .backpressure_policy(BackpressurePolicy::Close)
+            .config(Config::default().max_backpressure(16 << 10));
+        let mut hub = Burst::start(config, SUBSCRIBERS).await;
+        // 64 KiB for each, four times the limit.
+        hub.publish(BURST, 1024);
+        hub.read_all(BURST, 1024).await;
+        hub.stop().await;
+    }
 }

@@ -194,6 +194,22 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CountingIo<T> {
         }
         r
     }
+    // Forwarded, so that a vectored write counts once, as it is one
+    // system call on a socket.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(_))) {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+        }
+        r
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
     }
