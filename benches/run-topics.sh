@@ -13,7 +13,7 @@
 # usage: benches/run-topics.sh [--subscribers N] [--messages K] [--rounds R]
 #                              [--modes "hub stream stream-loop"] [--size S]
 #                              [--port P] [--out DIR] [--no-build]
-#                              [--policy POLICY]
+#                              [--policy POLICY] [--no-deflate]
 #   --subscribers N  connections, each subscribed to the one topic (default 10000)
 #   --messages K     publishes one at a time, then K in one burst (default 50)
 #   --rounds R       rounds; the table shows medians over them (default 3)
@@ -24,6 +24,7 @@
 #   --no-build       use the binaries already built
 #   --policy POLICY  the deflate rows' DeflatePolicy (default takeover; shared,
 #                    dedicated:4k, ...)
+#   --no-deflate     plain rows only (the deflate rows take most of a round)
 set -euo pipefail
 
 subscribers=10000
@@ -35,6 +36,7 @@ port=19600
 out=
 build=1
 policy=takeover
+deflate=1
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --subscribers) subscribers=$2; shift 2 ;;
@@ -46,7 +48,8 @@ while [[ $# -gt 0 ]]; do
         --out) out=$2; shift 2 ;;
         --no-build) build=0; shift ;;
         --policy) policy=$2; shift 2 ;;
-        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+        --no-deflate) deflate=0; shift ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -126,7 +129,7 @@ for r in $(seq 1 "$rounds"); do
         run "$mode" "$mode"
     done
     for mode in $modes; do
-        [[ $mode == uws ]] && continue
+        [[ $deflate == 1 && $mode != uws ]] || continue
         run "$mode" "$mode-deflate" --deflate
     done
 done
