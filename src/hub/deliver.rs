@@ -44,8 +44,9 @@ pub(crate) struct Deliveries {
     /// The run being delivered: the first `run` of `published`, all to
     /// one topic; 0 when none is.
     run: usize,
-    /// The run's subscribers, fixed when it starts: one that ends
-    /// meanwhile is skipped, one that comes gets the next run.
+    /// The run's subscribers, fixed when it starts: one that ends or
+    /// unsubscribes meanwhile gets no more of it, one that comes gets the
+    /// next run.
     subscribers: Vec<Subscriber>,
     /// The subscriber being served, and the publish of the run it is at
     /// (past 0 only when its run was written out half way).
@@ -113,7 +114,7 @@ impl Deliveries {
                     return None;
                 }
                 let slot = match slots.get_mut(key) {
-                    Some(slot) if slot.stage == Stage::Open => slot,
+                    Some(slot) if slot.stage == Stage::Open && !turn.subs.left_run(key) => slot,
                     _ => {
                         self.next += 1;
                         self.at = 0;
@@ -165,6 +166,7 @@ impl Deliveries {
                 self.sent_bytes += d.size();
             }
             self.run = 0;
+            turn.subs.watch_run(None);
         }
     }
 
@@ -187,6 +189,8 @@ impl Deliveries {
         let last = self.published[run - 1].seq;
         self.subscribers.clear();
         turn.subs.subscribers(topic, last, &mut self.subscribers);
+        // Who unsubscribes before the run is through gets no more of it.
+        turn.subs.watch_run(Some(topic.clone()));
         if self.subscribers.is_empty() {
             // A publish with no subscriber here costs a delivery's worth.
             self.budget = self.budget.saturating_sub(run);

@@ -7,7 +7,7 @@
 //! the registry's lock is taken only when an engine's first subscriber to
 //! a topic comes or its last goes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -26,6 +26,11 @@ pub(crate) struct Subs {
     /// not in the connection: a connection that subscribes to nothing pays
     /// nothing for topics.
     by_slot: HashMap<u32, Vec<Arc<str>>>,
+    /// The topic of the run of publishes being delivered, whose
+    /// subscribers were fixed when it started, and those of them that
+    /// unsubscribed since: the rest of the run must not reach them.
+    run: Option<Arc<str>>,
+    left: HashSet<Key>,
 }
 
 /// An engine's subscribers to one topic: slot to generation and the place
@@ -46,6 +51,8 @@ impl Subs {
             mailbox,
             by_topic: HashMap::new(),
             by_slot: HashMap::new(),
+            run: None,
+            left: HashSet::new(),
         }
     }
 
@@ -96,8 +103,11 @@ impl Subs {
         let Some(subs) = self.by_topic.get_mut(topic) else {
             return;
         };
-        if subs.slots.remove(&slot).is_none() {
+        let Some((generation, _)) = subs.slots.remove(&slot) else {
             return;
+        };
+        if self.run.as_deref() == Some(topic) {
+            self.left.insert(Key { slot, generation });
         }
         subs.count.fetch_sub(1, Ordering::Relaxed);
         if subs.slots.is_empty() {
@@ -124,6 +134,21 @@ impl Subs {
     /// The topics `key` subscribes to.
     pub(crate) fn of(&self, key: Key) -> &[Arc<str>] {
         self.by_slot.get(&key.slot).map_or(&[], |v| v.as_slice())
+    }
+
+    /// A run of publishes to `topic` starts being delivered (`None`: none
+    /// is): from now until the next call, [`left_run`](Self::left_run)
+    /// tells who unsubscribed from it.
+    pub(crate) fn watch_run(&mut self, topic: Option<Arc<str>>) {
+        self.run = topic;
+        self.left.clear();
+    }
+
+    /// Whether `key` unsubscribed from the topic of the run being
+    /// delivered since it started.
+    #[inline]
+    pub(crate) fn left_run(&self, key: Key) -> bool {
+        !self.left.is_empty() && self.left.contains(&key)
     }
 
     /// The subscribers of `topic` that publish `seq` is for (those that
@@ -296,6 +321,41 @@ mod tests {
         // publish, up to the second.
         assert!(found[0].since <= first);
         assert!(first < found[1].since && found[1].since <= second);
+    }
+
+    #[test]
+    fn who_leaves_the_run_being_delivered_is_told() {
+        let topics = Topics::new();
+        let mut subs = Subs::new(topics);
+        subs.subscribe(key(1), "a");
+        subs.subscribe(key(2), "a");
+        subs.subscribe(key(2), "b");
+        subs.subscribe(key(3), "a");
+        // No run: nothing is kept.
+        subs.unsubscribe(key(3), "a");
+        assert!(!subs.left_run(key(3)));
+        subs.watch_run(Some("a".into()));
+        subs.unsubscribe(key(2), "b");
+        assert!(!subs.left_run(key(2)), "another topic");
+        subs.unsubscribe(key(2), "a");
+        subs.end(1);
+        assert!(subs.left_run(key(2)) && subs.left_run(key(1)));
+        assert!(
+            !subs.left_run(Key {
+                slot: 1,
+                generation: 2
+            }),
+            "the slot's next connection"
+        );
+        subs.watch_run(Some("a".into()));
+        assert!(
+            !subs.left_run(key(1)),
+            "a new run starts from its own subscribers"
+        );
+        subs.subscribe(key(4), "a");
+        subs.unsubscribe(key(4), "a");
+        subs.watch_run(None);
+        assert!(!subs.left_run(key(4)));
     }
 
     #[test]

@@ -1320,7 +1320,11 @@ struct Burst {
     handle: HubHandle,
     task: JoinHandle<wavesock::Result<()>>,
     clients: Vec<(TcpStream, BytesMut)>,
+    ids: Vec<ConnId>,
     writes: Vec<Arc<AtomicUsize>>,
+    adopter: wavesock::hub::Adopter<()>,
+    events: Events,
+    side: TcpListener,
 }
 
 impl Burst {
@@ -1332,6 +1336,7 @@ impl Burst {
         let task = tokio::spawn(hub.serve(TcpListener::bind("127.0.0.1:0").await.unwrap()));
         let side = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mut clients = Vec::new();
+        let mut ids = Vec::new();
         let mut writes = Vec::new();
         for _ in 0..subscribers {
             let client = TcpStream::connect(side.local_addr().unwrap())
@@ -1343,6 +1348,7 @@ impl Burst {
             let id = events.opened().await;
             handle.subscribe(id, "burst").await.unwrap();
             clients.push((client, BytesMut::new()));
+            ids.push(id);
             writes.push(count);
         }
         // A handle's subscribe is a command the engine carries out later.
@@ -1356,8 +1362,30 @@ impl Burst {
             handle,
             task,
             clients,
+            ids,
             writes,
+            adopter,
+            events,
+            side,
         }
+    }
+
+    /// One more connection, not subscribed, that publishes `count`
+    /// messages of 4 digits to "burst" in one write: the engine reads and
+    /// publishes them all in one turn (`Ws::publish`).
+    async fn publish_from_a_connection(&mut self, count: usize) -> TcpStream {
+        let mut client = TcpStream::connect(self.side.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = self.side.accept().await.unwrap();
+        self.adopter.adopt(server, ()).await.unwrap();
+        self.events.opened().await;
+        let mut wire = Vec::new();
+        for i in 0..count {
+            wire.extend(masked_text(&format!("pub burst {i:04}")));
+        }
+        client.write_all(&wire).await.unwrap();
+        client
     }
 
     fn writes(&self) -> usize {
@@ -1442,6 +1470,61 @@ async fn a_burst_larger_than_the_backpressure_limit_reaches_readers_whole() {
         // 64 KiB for each, four times the limit.
         hub.publish(BURST, 1024);
         hub.read_all(BURST, 1024).await;
+        hub.stop().await;
+    }
+}
+
+/// Subscribers unsubscribed while a burst is being delivered (many
+/// turns: 100 000 deliveries) get none of it after: each gets a prefix,
+/// and those not yet reached when the engine took the unsubscribes get
+/// less than all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsubscribing_during_a_burst_stops_its_deliveries() {
+    const SUBSCRIBERS: usize = 400;
+    const BURST: usize = 256;
+    for readiness in [Readiness::Owned, Readiness::Tokio] {
+        let mut hub = Burst::start(HubConfig::default().readiness(readiness), SUBSCRIBERS).await;
+        let publisher = hub.publish_from_a_connection(BURST).await;
+        // Once the engine has reached someone, every subscriber leaves.
+        let readable = hub
+            .clients
+            .iter()
+            .map(|(client, _)| Box::pin(client.readable()));
+        within(
+            "a first delivery",
+            futures_util::future::select_all(readable),
+        )
+        .await
+        .0
+        .unwrap();
+        for id in &hub.ids {
+            hub.handle.unsubscribe(*id, "burst").await.unwrap();
+        }
+        let reads = hub.clients.iter_mut().map(|(client, buf)| async move {
+            let mut got = 0;
+            while let Ok(frame) =
+                tokio::time::timeout(Duration::from_millis(300), read_frame(client, buf)).await
+            {
+                let frame = frame.expect("open");
+                assert_eq!(frame, (0x81, format!("{got:04}").into_bytes()), "a prefix");
+                got += 1;
+            }
+            got
+        });
+        let got = futures_util::future::join_all(reads).await;
+        let mut counts = std::collections::BTreeMap::new();
+        for n in &got {
+            *counts.entry(*n).or_insert(0) += 1;
+        }
+        assert!(
+            got.iter().any(|&n| n > 0),
+            "{readiness:?}: no one was reached before the unsubscribes: {counts:?}"
+        );
+        assert!(
+            got.iter().any(|&n| n < BURST),
+            "{readiness:?}: every subscriber got the whole burst, after unsubscribing too"
+        );
+        drop(publisher);
         hub.stop().await;
     }
 }
