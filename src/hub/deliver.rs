@@ -27,9 +27,14 @@ const DELIVERIES_PER_TURN: usize = 16 << 10;
 /// delivered subscriber by subscriber, so that each subscriber's share is
 /// corked together and goes out in one write however many turns the run
 /// takes (publish by publish, the turn's cap would have every subscriber
-/// written once a turn). A run leaves the mailbox's room only once every
-/// subscriber has it: the bound keeps that a small part of the mailbox.
+/// written once a turn). A run gives its room in the mailbox back only
+/// once every subscriber has it, so it also holds no more than
+/// [`RUN_SHARE`] of the mailbox's bounds (publishes and bytes): the rest
+/// stays free for what is published meanwhile.
 const RUN_MAX: usize = 256;
+
+/// The part of the mailbox's bounds one run may hold (see [`RUN_MAX`]).
+const RUN_SHARE: usize = 4;
 
 /// Bytes corked for one subscriber at which its run is written out before
 /// the rest is corked (and at most half of `max_backpressure`): a fast
@@ -116,6 +121,9 @@ impl Deliveries {
                 let slot = match slots.get_mut(key) {
                     Some(slot) if slot.stage == Stage::Open && !turn.subs.left_run(key) => slot,
                     _ => {
+                        // Passing one over is work too: a run of closing
+                        // subscribers must not make a turn unbounded.
+                        self.budget -= 1;
                         self.next += 1;
                         self.at = 0;
                         continue;
@@ -180,12 +188,19 @@ impl Deliveries {
             return false;
         };
         let topic = &first.topic;
-        let run = self
-            .published
-            .iter()
-            .take(RUN_MAX)
-            .take_while(|d| Arc::ptr_eq(&d.topic, topic) || d.topic == *topic)
-            .count();
+        let config = turn.subs.topics.config();
+        let most = RUN_MAX.min(config.inbox_capacity / RUN_SHARE).max(1);
+        let most_bytes = config.inbox_bytes / RUN_SHARE;
+        let (mut run, mut bytes) = (0, 0);
+        for d in self.published.iter().take(most) {
+            if !(Arc::ptr_eq(&d.topic, topic) || d.topic == *topic)
+                || (run > 0 && bytes + d.size() > most_bytes)
+            {
+                break;
+            }
+            run += 1;
+            bytes += d.size();
+        }
         let last = self.published[run - 1].seq;
         self.subscribers.clear();
         turn.subs.subscribers(topic, last, &mut self.subscribers);

@@ -27,6 +27,7 @@ mod model;
 mod read_path;
 mod read_path_pool;
 mod soundness;
+mod topic_runs;
 mod topics;
 mod topics_cluster;
 mod topics_interest;
