@@ -1,5 +1,6 @@
 // The uWebSockets contestant of benches/run-echo.sh: `uws-echo PORT
-// [COMPRESSION]`, an echo server on one thread listening on 127.0.0.1,
+// [COMPRESSION]`, an echo server on one thread listening on 127.0.0.1
+// (PORT may be given as 127.0.0.1:PORT, as benches/run-callgrind.sh does),
 // without compression unless COMPRESSION names uWebSockets' option:
 // `shared` (SHARED_COMPRESSOR) or `dedicated:Nk` (DEDICATED_COMPRESSOR_NKB,
 // N one of 3 4 8 16 32 64 128 256), each with the shared decompressor, the
@@ -36,7 +37,10 @@ static uWS::CompressOptions compression(const char *name) {
 }
 
 int main(int argc, char **argv) {
-    const int port = argc > 1 ? std::atoi(argv[1]) : 9001;
+    // PORT, or an address whose port follows its last colon.
+    const char *given = argc > 1 ? argv[1] : "9001";
+    const char *colon = std::strrchr(given, ':');
+    const int port = std::atoi(colon ? colon + 1 : given);
     static const uWS::CompressOptions option = compression(argc > 2 ? argv[2] : "off");
     struct Conn {};
     uWS::App()
