@@ -100,6 +100,11 @@ impl Acceptor {
         let io = Transport::Other(adopted.io, adopted.addresses);
         let key = self.admit(io, slots, turn, timers, config)?;
         let slot = slots.get_mut(key)?;
+        // Upgraded already: an open connection's core (its keepalive, no
+        // handshake deadline), as after the hub's own upgrade. The
+        // handshake's timer entry left behind misses it (settling keeps
+        // the connection's own).
+        *slot.conn.core_mut() = Connection::new(Role::Server, config.config.timers(), turn.now());
         slot.stage = Stage::Open;
         slot.timer_at = None;
         let data = slot.data.insert(adopted.data);

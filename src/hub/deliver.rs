@@ -73,8 +73,9 @@ pub(crate) struct Deliveries {
 pub(crate) enum Served {
     /// It got its share of the run: settle it.
     Done(Key),
-    /// Its share passed [`WRITE_AT`]: write it out and settle it before
-    /// the rest of the share is corked (the next call).
+    /// What it has corked passed [`WRITE_AT`]: write it out and settle it
+    /// before anything more is corked for it (the rest of its share, if
+    /// any, is the next call's).
     WriteOut(Key),
 }
 
@@ -150,23 +151,26 @@ impl Deliveries {
                             break;
                         }
                     }
-                    // A peer that does not take what it has is written to
-                    // when it reads again, not once a publish.
-                    if self.at < self.run
-                        && !slot.conn.write_blocked
-                        && slot.conn.buffered() >= write_at
-                    {
+                    // Written out as it grows, within a run and across
+                    // runs (short ones: a topic that alternates with
+                    // another, a small mailbox); a peer that does not
+                    // take what it has is written to when it reads again,
+                    // not once a publish.
+                    if !slot.conn.write_blocked && slot.conn.buffered() >= write_at {
                         write_out = true;
                         break;
                     }
                 }
                 self.budget = self.budget.saturating_sub(sent.max(1));
-                if write_out {
-                    return Some(Served::WriteOut(key));
+                if self.at >= self.run {
+                    self.next += 1;
+                    self.at = 0;
                 }
-                self.next += 1;
-                self.at = 0;
-                return Some(Served::Done(key));
+                return Some(if write_out {
+                    Served::WriteOut(key)
+                } else {
+                    Served::Done(key)
+                });
             }
             // Every subscriber has the run.
             for d in self.published.drain(..self.run) {

@@ -15,7 +15,8 @@
 //!
 //! Covered: subscriptions ending, starting and starting again mid-run;
 //! the mailbox's bounds while a run is delivered; subscribers no longer
-//! open counting against a turn's cap; order across topics; slot reuse
+//! open counting against a turn's cap; writing out as shares grow, across
+//! short runs too; adopted connections; order across topics; slot reuse
 //! mid-run; the publisher's own connection; `drain` mid-run; shutdown
 //! mid-run; many topics; large publishes; an echo during a
 //! 10 000-subscriber burst. Waiting is on events; timeouts only turn a
@@ -1438,4 +1439,545 @@ async fn closed_subscribers_cost_nothing(readiness: Readiness) {
 variants!(closed_subscribers_cost_nothing:
     owned => (Owned),
     tokio => (Tokio),
+);
+
+// ---------------------------------------------------------------------------
+// 5. Who left the run, mailbox shares, passing over (second round).
+
+/// 100 subscribers to "t" and "u"; a burst of 256 to "t" (two turns). In
+/// the burst's turn a handler queues, for every subscriber, an
+/// unsubscribe from "u" (another topic: must change nothing of the run),
+/// and for the odd ones an unsubscribe from "t" and a subscribe to "t"
+/// again. One turn later (mid-run) 100 more are published to "t": the
+/// next run(s). The even ones get all 356; the odd ones a prefix of the
+/// first 256, then all of the next 100.
+async fn other_topic_and_resubscribe_mid_run(readiness: Readiness) {
+    let rig = rig(cfg(readiness, 1, Close).handle_capacity(4096)).await;
+    let mut subs = Vec::new();
+    for _ in 0..100 {
+        subs.push(rig.subscriber(&["t", "u"]).await);
+    }
+    let ids: Vec<ConnId> = subs.iter().map(|s| s.id).collect();
+    let mut trigger = rig.conn().await;
+    rig.script(vec![
+        step(move |ws| {
+            for n in 0..256 {
+                ws.registry().publish("t", &numbered("t", n, 8));
+            }
+            for (i, id) in ids.iter().enumerate() {
+                ws.handle().try_unsubscribe(*id, "u").unwrap();
+                if i % 2 == 1 {
+                    ws.handle().try_unsubscribe(*id, "t").unwrap();
+                    ws.handle().try_subscribe(*id, "t").unwrap();
+                }
+            }
+        }),
+        step(|ws| {
+            for n in 256..356 {
+                ws.registry().publish("t", &numbered("t", n, 8));
+            }
+        }),
+    ]);
+    trigger.send("go").await;
+    rig.script_done(2).await;
+    let reads = subs.iter_mut().map(|s| async move {
+        read_seen(&mut s.tcp, &mut s.buf, Duration::from_millis(500), |seen| {
+            seen.texts.last().is_some_and(|t| t.starts_with("t:000355"))
+        })
+        .await
+    });
+    let seen = futures_util::future::join_all(reads).await;
+    for (i, seen) in seen.iter().enumerate() {
+        assert_eq!(seen.close, None, "subscriber {i} closed");
+        let got = numbers(&seen.texts, "t");
+        if i % 2 == 0 {
+            assert_eq!(
+                got,
+                (0..356).collect::<Vec<_>>(),
+                "subscriber {i} (unsubscribed from u only)"
+            );
+        } else {
+            let first: Vec<_> = got.iter().copied().filter(|&n| n < 256).collect();
+            let next: Vec<_> = got.iter().copied().filter(|&n| n >= 256).collect();
+            assert_eq!(
+                first,
+                (0..first.len()).collect::<Vec<_>>(),
+                "subscriber {i}: a prefix"
+            );
+            assert_eq!(
+                next,
+                (256..356).collect::<Vec<_>>(),
+                "subscriber {i}: the next run, whole"
+            );
+        }
+    }
+    drop((subs, trigger));
+    rig.stop().await;
+}
+
+variants!(other_topic_and_resubscribe_mid_run:
+    owned => (Owned),
+    tokio => (Tokio),
+);
+
+/// A subscriber ends mid-run (1 000 adopted subscribers, 256 publishes:
+/// many turns); a new connection takes its slot and subscribes in its
+/// `open` while the run is still delivered; then 10 more are published
+/// (the next run, while the old one may still be going). The tenant gets
+/// none of the old run and all of the next; the others get everything.
+async fn slot_reused_then_next_run(readiness: Readiness) {
+    let rig = rig(cfg(readiness, 1, Close)).await;
+    let mut far = rig.adopted(1000, "t", 64 << 10).await;
+    let (victim_io, victim_far) = tokio::io::duplex(16 << 10);
+    rig.adopter
+        .adopt(victim_io, Tag::Subscriber("t"))
+        .await
+        .unwrap();
+    within("the victim's subscription", async {
+        while rig.topics.subscribers("t") < 1001 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    let victim = *rig.opened().last().unwrap();
+    let (tenant_io, mut tenant_far) = tokio::io::duplex(64 << 10);
+    rig.shared.lock().unwrap().on_close = Some((victim, tenant_io, Tag::Subscriber("t")));
+    let victim_far = Arc::new(Mutex::new(Some(victim_far)));
+    let mut trigger = rig.conn().await;
+    let drop_far = victim_far.clone();
+    rig.script(vec![step(move |ws| {
+        for n in 0..256 {
+            ws.registry().publish("t", &numbered("t", n, 0));
+        }
+        drop(drop_far.lock().unwrap().take());
+    })]);
+    trigger.send("go").await;
+    let slot = |id: &ConnId| (id.as_u64() >> 16) & 0xFF_FFFF;
+    within("the new tenant", async {
+        loop {
+            if rig
+                .opened()
+                .into_iter()
+                .any(|id| id != victim && slot(&id) == slot(&victim))
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+    for n in 256..266 {
+        rig.handle.publish("t", &numbered("t", n, 0));
+    }
+    let reads = far.iter_mut().map(|f| async move {
+        let mut buf = BytesMut::new();
+        read_seen(f, &mut buf, Duration::from_millis(500), |s| {
+            s.texts.len() == 266
+        })
+        .await
+    });
+    for (i, seen) in futures_util::future::join_all(reads)
+        .await
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(
+            numbers(&seen.texts, "t"),
+            (0..266).collect::<Vec<_>>(),
+            "subscriber {i}"
+        );
+    }
+    let mut buf = BytesMut::new();
+    let seen = read_seen(&mut tenant_far, &mut buf, Duration::from_millis(500), |s| {
+        s.texts.len() >= 10
+    })
+    .await;
+    assert_eq!(
+        numbers(&seen.texts, "t"),
+        (256..266).collect::<Vec<_>>(),
+        "the new tenant of the victim's slot"
+    );
+    drop((far, trigger, tenant_far));
+    rig.stop().await;
+}
+
+variants!(slot_reused_then_next_run:
+    owned => (Owned),
+    tokio => (Tokio),
+);
+
+// ---------------------------------------------------------------------------
+// 2. RUN_SHARE.
+
+/// Inboxes of 1 to 5 publishes (runs of one): 20 subscribers that keep
+/// up, bursts of `capacity` publishes from a handle, each read by all
+/// before the next: no publish missed, order kept, nobody closed.
+async fn tiny_inboxes(readiness: Readiness) {
+    for capacity in 1..=5usize {
+        let topics = Topics::with_config(TopicsConfig::default().inbox_capacity(capacity));
+        let rig = rig(cfg(readiness, 1, Close).topics(topics.clone())).await;
+        let mut subs = Vec::new();
+        for _ in 0..20 {
+            subs.push(rig.subscriber(&["t"]).await);
+        }
+        let mut n = 0;
+        for _ in 0..20 {
+            for _ in 0..capacity {
+                rig.handle.publish("t", &numbered("t", n, 8));
+                n += 1;
+            }
+            let want = n;
+            let reads = subs.iter_mut().map(|s| async move {
+                read_seen(
+                    &mut s.tcp,
+                    &mut s.buf,
+                    Duration::from_millis(2000),
+                    |seen| numbers(&seen.texts, "t").last() == Some(&(want - 1)),
+                )
+                .await
+            });
+            for (i, seen) in futures_util::future::join_all(reads)
+                .await
+                .iter()
+                .enumerate()
+            {
+                assert_eq!(
+                    (seen.close, numbers(&seen.texts, "t")),
+                    (None, (want - capacity..want).collect::<Vec<_>>()),
+                    "capacity {capacity}, subscriber {i} (dropped {})",
+                    topics.stats().inbox_dropped
+                );
+            }
+        }
+        assert_eq!(topics.stats().inbox_dropped, 0, "capacity {capacity}");
+        drop(subs);
+        rig.stop().await;
+    }
+}
+
+variants!(tiny_inboxes:
+    owned => (Owned),
+    tokio => (Tokio),
+);
+
+/// Byte bounds: an inbox smaller than one publish (each still fits alone:
+/// runs of one), and one a publish is a third of (a quarter is less than
+/// one: runs of one, two fit at a time). 10 subscribers that keep up,
+/// bursts that fit, each read before the next.
+async fn publishes_past_a_quarter_of_the_bytes(readiness: Readiness) {
+    const PAD: usize = 3000;
+    let size = numbered("t", 0, PAD).payload().len() + 1;
+    for (inbox, burst) in [(100, 1), (3 * size, 2), (4 * size - 1, 3)] {
+        let topics = Topics::with_config(TopicsConfig::default().inbox_bytes(inbox));
+        // (Under a 4 KiB backpressure limit this meets the policy: see
+        // `runs_of_one_meet_backpressure`.)
+        let config = cfg(readiness, 1, Close).topics(topics.clone());
+        let rig = rig(config).await;
+        let mut subs = Vec::new();
+        for _ in 0..10 {
+            subs.push(rig.subscriber(&["t"]).await);
+        }
+        let mut n = 0;
+        for _ in 0..15 {
+            for _ in 0..burst {
+                rig.handle.publish("t", &numbered("t", n, PAD));
+                n += 1;
+            }
+            let want = n;
+            let reads = subs.iter_mut().map(|s| async move {
+                read_seen(
+                    &mut s.tcp,
+                    &mut s.buf,
+                    Duration::from_millis(2000),
+                    |seen| numbers(&seen.texts, "t").last() == Some(&(want - 1)),
+                )
+                .await
+            });
+            for (i, seen) in futures_util::future::join_all(reads)
+                .await
+                .iter()
+                .enumerate()
+            {
+                assert_eq!(
+                    (seen.close, numbers(&seen.texts, "t")),
+                    (None, (want - burst..want).collect::<Vec<_>>()),
+                    "inbox of {inbox} bytes, subscriber {i} (dropped {})",
+                    topics.stats().inbox_dropped
+                );
+            }
+        }
+        assert_eq!(topics.stats().inbox_dropped, 0, "inbox of {inbox} bytes");
+        drop(subs);
+        rig.stop().await;
+    }
+}
+
+variants!(publishes_past_a_quarter_of_the_bytes:
+    owned => (Owned),
+    tokio => (Tokio),
+);
+
+/// A burst of five 300 KiB publishes to one topic (1.5 MiB: past the
+/// default 1 MiB backpressure limit), published in one go, to 20 loopback
+/// subscribers that read as it comes, under `Close`; an inbox whose
+/// quarter is under one publish (7 publishes, or 5 publishes' bytes), so
+/// that `RUN_SHARE` makes the burst five runs of one. The five fit in the
+/// inbox (nothing is missed) and every reader keeps up: each must get
+/// all five, not the 1013 of the backpressure policy: what a subscriber
+/// has corked is written out as it grows, across runs too.
+async fn runs_of_one_get_written_out(readiness: Readiness, bound: Bound) {
+    const PAD: usize = 300 << 10;
+    let size = numbered("t", 0, PAD).payload().len() + 1;
+    let topics = Topics::with_config(match bound {
+        Bound::Count => TopicsConfig::default().inbox_capacity(7),
+        Bound::Bytes => TopicsConfig::default().inbox_bytes(5 * size),
+    });
+    let rig = rig(cfg(readiness, 1, Close).topics(topics.clone())).await;
+    let mut subs = Vec::new();
+    for _ in 0..20 {
+        subs.push(rig.subscriber(&["t"]).await);
+    }
+    let mut trigger = rig.conn().await;
+    let reads: Vec<_> = subs
+        .into_iter()
+        .map(|mut s| {
+            tokio::spawn(async move {
+                let seen = read_seen(&mut s.tcp, &mut s.buf, Duration::from_secs(2), |seen| {
+                    seen.texts.len() == 5
+                })
+                .await;
+                (seen, s)
+            })
+        })
+        .collect();
+    // Published in one handler call: taken in that turn, all five.
+    let burst: Vec<_> = (0..5).map(|n| numbered("t", n, PAD)).collect();
+    rig.script(vec![step(move |ws| {
+        for msg in &burst {
+            ws.registry().publish("t", msg);
+        }
+    })]);
+    trigger.send("go").await;
+    let mut keep = Vec::new();
+    let mut failed = Vec::new();
+    for (i, r) in reads.into_iter().enumerate() {
+        let (seen, s) = r.await.unwrap();
+        let got = numbers(&seen.texts, "t");
+        if (seen.close, &got[..]) != (None, &[0, 1, 2, 3, 4][..]) {
+            failed.push((i, seen.close, got, rig.closed_error(s.id)));
+        }
+        keep.push(s);
+    }
+    assert_eq!(
+        topics.stats().inbox_dropped,
+        0,
+        "the inbox missed publishes"
+    );
+    assert!(
+        failed.is_empty(),
+        "{bound:?} bound: {} of 20 readers that keep up did not get the five publishes \
+         (reader, close code, numbers got, its error): {:?}",
+        failed.len(),
+        &failed[..failed.len().min(4)]
+    );
+    drop((keep, trigger));
+    rig.stop().await;
+}
+
+variants!(runs_of_one_get_written_out:
+    count_owned => (Owned, Bound::Count),
+    count_tokio => (Tokio, Bound::Count),
+    bytes_owned => (Owned, Bound::Bytes),
+    bytes_tokio => (Tokio, Bound::Bytes),
+);
+
+/// The same burst of five 300 KiB publishes, alternating between two
+/// topics that each reader subscribes to, with the default inbox: runs of
+/// one whatever the inbox's bounds (each run ends where the topic
+/// changes), so not the share's doing; kept to tell the two apart.
+async fn alternating_topics_get_written_out(readiness: Readiness) {
+    const PAD: usize = 300 << 10;
+    let rig = rig(cfg(readiness, 1, Close)).await;
+    let mut subs = Vec::new();
+    for _ in 0..20 {
+        subs.push(rig.subscriber(&["a", "b"]).await);
+    }
+    let mut trigger = rig.conn().await;
+    let reads: Vec<_> = subs
+        .into_iter()
+        .map(|mut s| {
+            tokio::spawn(async move {
+                let seen = read_seen(&mut s.tcp, &mut s.buf, Duration::from_secs(2), |seen| {
+                    seen.texts.len() == 5
+                })
+                .await;
+                (seen, s)
+            })
+        })
+        .collect();
+    let burst: Vec<_> = (0..5)
+        .map(|n| {
+            let topic = if n % 2 == 0 { "a" } else { "b" };
+            (topic, numbered(topic, n, PAD))
+        })
+        .collect();
+    rig.script(vec![step(move |ws| {
+        for (topic, msg) in &burst {
+            ws.registry().publish(topic, msg);
+        }
+    })]);
+    trigger.send("go").await;
+    let mut keep = Vec::new();
+    let mut failed = Vec::new();
+    for (i, r) in reads.into_iter().enumerate() {
+        let (seen, s) = r.await.unwrap();
+        if seen.close.is_some() || seen.texts.len() != 5 {
+            failed.push((i, seen.close, seen.texts.len()));
+        }
+        keep.push(s);
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of 20 readers that keep up did not get the five publishes \
+         (reader, close code, publishes got): {:?}",
+        failed.len(),
+        &failed[..failed.len().min(4)]
+    );
+    drop((keep, trigger));
+    rig.stop().await;
+}
+
+variants!(alternating_topics_get_written_out:
+    owned => (Owned),
+    tokio => (Tokio),
+);
+
+// ---------------------------------------------------------------------------
+// 3. Budget.
+
+/// A run (256 publishes) all of whose 3 000 subscribers unsubscribe
+/// mid-run (commands over three turns): it finishes and gives its room
+/// back. An inbox of 1 200: after it, a probe gets 900 publishes to
+/// another topic, published in one go, and none is missed; an echo is
+/// answered meanwhile.
+async fn run_everyone_left(readiness: Readiness) {
+    let topics = Topics::with_config(TopicsConfig::default().inbox_capacity(1200));
+    let rig = rig(cfg(readiness, 1, Close)
+        .topics(topics.clone())
+        .handle_capacity(4096))
+    .await;
+    const SUBS: usize = 3000;
+    let mut far = rig.adopted(SUBS, "t", 64 << 10).await;
+    let ids: Vec<ConnId> = rig.opened()[..SUBS].to_vec();
+    let mut probe = rig.subscriber(&["p"]).await;
+    let mut echo = rig.conn().await;
+    let mut trigger = rig.conn().await;
+    rig.script(vec![step(move |ws| {
+        for n in 0..256 {
+            ws.registry().publish("t", &numbered("t", n, 0));
+        }
+        for id in &ids {
+            ws.handle().try_unsubscribe(*id, "t").unwrap();
+        }
+    })]);
+    trigger.send("go").await;
+    echo.say("echo:during", "during").await;
+    within("everyone left", async {
+        while rig.topics.subscribers("t") > 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    // Drain what the subscribers got (a prefix each).
+    let reads = far.iter_mut().map(|f| async move {
+        let mut buf = BytesMut::new();
+        read_seen(f, &mut buf, Duration::from_millis(300), |_| false).await
+    });
+    for (i, s) in futures_util::future::join_all(reads)
+        .await
+        .iter()
+        .enumerate()
+    {
+        let got = numbers(&s.texts, "t");
+        assert_eq!(got, (0..got.len()).collect::<Vec<_>>(), "subscriber {i}");
+    }
+    echo.say("echo:after", "after").await;
+    for n in 0..900 {
+        rig.handle.publish("p", &numbered("p", n, 0));
+    }
+    let seen = read_seen(
+        &mut probe.tcp,
+        &mut probe.buf,
+        Duration::from_millis(2000),
+        |s| s.texts.len() == 900,
+    )
+    .await;
+    assert_eq!(
+        (seen.close, numbers(&seen.texts, "p")),
+        (None, (0..900).collect::<Vec<_>>()),
+        "the probe (dropped {})",
+        topics.stats().inbox_dropped
+    );
+    assert_eq!(topics.stats().inbox_dropped, 0);
+    drop((far, probe, echo, trigger));
+    rig.stop().await;
+}
+
+variants!(run_everyone_left:
+    owned => (Owned),
+    tokio => (Tokio),
+);
+
+// ---------------------------------------------------------------------------
+// Adopted connections: open from the start, no handshake deadline.
+
+/// Three connections handed over already upgraded (`Adopter::adopt`,
+/// "open from the start"), subscribed in their `open`, idle past the
+/// handshake timeout (1 s here, 10 s by default): still open, and they
+/// get a publish.
+async fn adopted_outlive_the_handshake_timeout(readiness: Readiness, churn: bool) {
+    let config = cfg(readiness, 1, Close).config(
+        Config::default()
+            .ping_interval(None)
+            .handshake_timeout(Some(Duration::from_secs(1))),
+    );
+    let rig = rig(config).await;
+    let mut far = rig.adopted(3, "t", 64 << 10).await;
+    let ids: Vec<ConnId> = rig.opened()[..3].to_vec();
+    if churn {
+        for id in &ids {
+            rig.handle.unsubscribe(*id, "t").await.unwrap();
+            rig.handle.subscribe(*id, "t").await.unwrap();
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let closed: Vec<_> = rig
+        .shared
+        .lock()
+        .unwrap()
+        .closed
+        .iter()
+        .map(|c| format!("{:?}", c.error))
+        .collect();
+    assert!(
+        closed.is_empty(),
+        "adopted connections closed while idle: {closed:?}"
+    );
+    rig.handle.publish("t", &numbered("t", 0, 0));
+    for f in far.iter_mut() {
+        let mut buf = BytesMut::new();
+        let s = read_seen(f, &mut buf, Duration::from_millis(500), |s| {
+            !s.texts.is_empty()
+        })
+        .await;
+        assert_eq!(numbers(&s.texts, "t"), [0]);
+    }
+    drop(far);
+    rig.stop().await;
+}
+
+variants!(adopted_outlive_the_handshake_timeout:
+    owned => (Owned, false),
+    tokio => (Tokio, false),
+    churn_owned => (Owned, true),
 );
