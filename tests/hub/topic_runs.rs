@@ -644,31 +644,37 @@ variants!(subscribed_mid_run:
     tokio => (Tokio),
 );
 
-/// A subscriber ends mid-run and a new connection takes its slot while
-/// the run (1 000 adopted subscribers, 256 publishes: about 16 turns) is
-/// still being delivered: the new tenant, subscribed in its `open`, gets
-/// none of the old tenant's run (published before it came), then what is
-/// published later. Turns pinned: the victim's far end is dropped in the
-/// burst's turn, the victim reads its end in a later one, and its `close`
-/// hands the new tenant over, taken in at the start of the turn after
-/// (into the slot just freed: slots are reused oldest first).
-async fn slot_reused_mid_run(readiness: Readiness) {
-    let rig = rig(cfg(readiness, 1, Close)).await;
-    let mut far = rig.adopted(1000, "t", 16 << 10).await;
-    // The victim: subscribed as the others, its far end dropped mid-run.
+/// A subscriber whose connection ended mid-run, and the connection that
+/// took its slot while the run was still delivered.
+struct SlotReused {
+    victim: ConnId,
+    tenant: ConnId,
+    tenant_far: DuplexStream,
+    trigger: Raw,
+}
+
+/// With `rig`'s subscribers to "t" adopted already: one more (the
+/// victim), a run of 256 published in one handler call, in whose turn the
+/// victim's far end is dropped; the victim reads its end in a later turn,
+/// and its `close` hands the new tenant over (subscribed to "t" in its
+/// `open`), taken in at the start of the turn after, into the slot just
+/// freed (slots are reused oldest first). Returns once the tenant opened
+/// in the victim's slot.
+async fn reuse_a_slot_mid_run(rig: &Rig, buffer: usize) -> SlotReused {
+    let before = rig.topics.subscribers("t");
     let (victim_io, victim_far) = tokio::io::duplex(16 << 10);
     rig.adopter
         .adopt(victim_io, Tag::Subscriber("t"))
         .await
         .unwrap();
     within("the victim's subscription", async {
-        while rig.topics.subscribers("t") < 1001 {
+        while rig.topics.subscribers("t") <= before {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
     .await;
     let victim = *rig.opened().last().unwrap();
-    let (tenant_io, mut tenant_far) = tokio::io::duplex(16 << 10);
+    let (tenant_io, tenant_far) = tokio::io::duplex(buffer);
     rig.shared.lock().unwrap().on_close = Some((victim, tenant_io, Tag::Subscriber("t")));
     let victim_far = Arc::new(Mutex::new(Some(victim_far)));
     let mut trigger = rig.conn().await;
@@ -680,7 +686,6 @@ async fn slot_reused_mid_run(readiness: Readiness) {
         drop(drop_far.lock().unwrap().take());
     })]);
     trigger.send("go").await;
-    // The new tenant opened, in the victim's slot.
     let slot = |id: &ConnId| (id.as_u64() >> 16) & 0xFF_FFFF;
     let tenant = within("the new tenant", async {
         loop {
@@ -695,6 +700,31 @@ async fn slot_reused_mid_run(readiness: Readiness) {
         }
     })
     .await;
+    SlotReused {
+        victim,
+        tenant,
+        tenant_far,
+        trigger,
+    }
+}
+
+/// A subscriber ends mid-run and a new connection takes its slot while
+/// the run (1 000 adopted subscribers, 256 publishes: about 16 turns) is
+/// still being delivered: the new tenant, subscribed in its `open`, gets
+/// none of the old tenant's run (published before it came), then what is
+/// published later. Turns pinned: the victim's far end is dropped in the
+/// burst's turn, the victim reads its end in a later one, and its `close`
+/// hands the new tenant over, taken in at the start of the turn after
+/// (into the slot just freed: slots are reused oldest first).
+async fn slot_reused_mid_run(readiness: Readiness) {
+    let rig = rig(cfg(readiness, 1, Close)).await;
+    let mut far = rig.adopted(1000, "t", 16 << 10).await;
+    let SlotReused {
+        victim,
+        tenant,
+        mut tenant_far,
+        trigger,
+    } = reuse_a_slot_mid_run(&rig, 16 << 10).await;
     assert!(rig.closed_error(victim).is_some(), "the victim ended");
     // Every other subscriber gets the whole run.
     let reads = far.iter_mut().map(|f| async move {
@@ -1528,44 +1558,11 @@ variants!(other_topic_and_resubscribe_mid_run:
 async fn slot_reused_then_next_run(readiness: Readiness) {
     let rig = rig(cfg(readiness, 1, Close)).await;
     let mut far = rig.adopted(1000, "t", 64 << 10).await;
-    let (victim_io, victim_far) = tokio::io::duplex(16 << 10);
-    rig.adopter
-        .adopt(victim_io, Tag::Subscriber("t"))
-        .await
-        .unwrap();
-    within("the victim's subscription", async {
-        while rig.topics.subscribers("t") < 1001 {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
-    let victim = *rig.opened().last().unwrap();
-    let (tenant_io, mut tenant_far) = tokio::io::duplex(64 << 10);
-    rig.shared.lock().unwrap().on_close = Some((victim, tenant_io, Tag::Subscriber("t")));
-    let victim_far = Arc::new(Mutex::new(Some(victim_far)));
-    let mut trigger = rig.conn().await;
-    let drop_far = victim_far.clone();
-    rig.script(vec![step(move |ws| {
-        for n in 0..256 {
-            ws.registry().publish("t", &numbered("t", n, 0));
-        }
-        drop(drop_far.lock().unwrap().take());
-    })]);
-    trigger.send("go").await;
-    let slot = |id: &ConnId| (id.as_u64() >> 16) & 0xFF_FFFF;
-    within("the new tenant", async {
-        loop {
-            if rig
-                .opened()
-                .into_iter()
-                .any(|id| id != victim && slot(&id) == slot(&victim))
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    })
-    .await;
+    let SlotReused {
+        mut tenant_far,
+        trigger,
+        ..
+    } = reuse_a_slot_mid_run(&rig, 64 << 10).await;
     for n in 256..266 {
         rig.handle.publish("t", &numbered("t", n, 0));
     }
