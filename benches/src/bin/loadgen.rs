@@ -61,6 +61,9 @@
 //! `server_util` is the server's CPU time over the window's wall time: near
 //! 1.0 the server is the bottleneck; well below, the load generator or the
 //! machine is, and only `server_cpu_ns_per_msg` remains comparable.
+//! `rtt_p50_us` and `rtt_p99_us` (`pingpong` and `throughput`; `null`
+//! otherwise) are the median and 99th percentile of the round trips timed
+//! in the window, from a message's send to its echo's last byte.
 //!
 //! `loadgen table FILE` reads such JSON lines and prints a markdown table
 //! with one column per label and ratios to the baseline (default
@@ -503,12 +506,17 @@ struct Window {
     cpu_ns: Option<u64>,
     user_ns: Option<u64>,
     own_cpu_ns: Option<u64>,
+    /// Round trips (send to the echo's last byte) timed in the window:
+    /// p50 and p99 in nanoseconds. One message in flight per connection
+    /// only: in a pipeline a message's time is mostly its queue's.
+    rtt: Option<(u64, u64)>,
 }
 
 /// Lets the load run for the warm-up, then measures `counter` and the
 /// server's CPU time over the window.
-async fn measure(opts: &Opts, counter: &AtomicU64) -> Window {
+async fn measure(opts: &Opts, counter: &AtomicU64, recording: &AtomicBool) -> Window {
     tokio::time::sleep(Duration::from_secs_f64(opts.warmup)).await;
+    recording.store(true, Ordering::Relaxed);
     let (m0, c0, u0, o0, t0) = (
         counter.load(Ordering::Relaxed),
         opts.pid.and_then(wavesock_benches::server_cpu_ns),
@@ -524,6 +532,7 @@ async fn measure(opts: &Opts, counter: &AtomicU64) -> Window {
         own_cpu_ns(),
         t0.elapsed().as_secs_f64(),
     );
+    recording.store(false, Ordering::Relaxed);
     let diff = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| b.saturating_sub(a));
     Window {
         messages: m1 - m0,
@@ -531,6 +540,7 @@ async fn measure(opts: &Opts, counter: &AtomicU64) -> Window {
         cpu_ns: diff(c0, c1),
         user_ns: diff(u0, u1),
         own_cpu_ns: diff(o0, o1),
+        rtt: None,
     }
 }
 
@@ -569,7 +579,7 @@ fn report(opts: &Opts, w: &Window, errors: u64) {
     println!(
         "{{\"label\":\"{}\",\"mode\":\"{}\",\"conns\":{},\"size\":{},\"inflight\":{},\
          \"secs\":{:.3},\"messages\":{},\"msgs_per_s\":{:.1},\"bytes_per_s\":{:.0},\
-         \"gib_per_s\":{:.4},\"server_cpu_ns_per_msg\":{},\"server_user_ns_per_msg\":{},\"server_util\":{},\"client_util\":{},\"client_cpu_ns_per_msg\":{},\"errors\":{}}}",
+         \"gib_per_s\":{:.4},\"server_cpu_ns_per_msg\":{},\"server_user_ns_per_msg\":{},\"server_util\":{},\"client_util\":{},\"client_cpu_ns_per_msg\":{},\"rtt_p50_us\":{},\"rtt_p99_us\":{},\"errors\":{}}}",
         opts.label,
         mode_name(opts.mode),
         opts.conns,
@@ -585,10 +595,12 @@ fn report(opts: &Opts, w: &Window, errors: u64) {
         num(util),
         num(client_util),
         num(client_per_msg),
+        num(w.rtt.map(|r| r.0 as f64 / 1000.0)),
+        num(w.rtt.map(|r| r.1 as f64 / 1000.0)),
         errors,
     );
     println!(
-        "# {} {} {}x{}B{}: {:.0} msg/s, {:.3} GiB/s, server {} CPU/msg ({} user), {} busy (loadgen {}, {} CPU/msg){}",
+        "# {} {} {}x{}B{}: {:.0} msg/s, {:.3} GiB/s, server {} CPU/msg ({} user), {} busy (loadgen {}, {} CPU/msg){}{}",
         opts.label,
         mode_name(opts.mode),
         opts.conns,
@@ -605,6 +617,11 @@ fn report(opts: &Opts, w: &Window, errors: u64) {
         util.map_or("?".into(), |u| format!("{:.0}%", u * 100.0)),
         client_util.map_or("?".into(), |u| format!("{:.0}%", u * 100.0)),
         client_per_msg.map_or("?".into(), |c| format!("{:.2} µs", c / 1000.0)),
+        w.rtt.map_or(String::new(), |(p50, p99)| format!(
+            ", round trip p50 {:.1} µs p99 {:.1} µs",
+            p50 as f64 / 1000.0,
+            p99 as f64 / 1000.0
+        )),
         if errors > 0 {
             format!(", {errors} connection errors")
         } else {
@@ -639,21 +656,33 @@ async fn connect_all(opts: &Opts) -> io::Result<Vec<(TcpStream, FrameReader)>> {
         .collect()
 }
 
-/// `pingpong` and `throughput`: one message in flight per connection.
+/// `pingpong` and `throughput`: one message in flight per connection,
+/// each round trip timed while the window is open.
 async fn round_trips(opts: &Opts) -> io::Result<()> {
     let frame: Arc<[u8]> = masked_frame(opts.size).into();
     let counter = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
+    let recording = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for (mut tcp, mut reader) in connect_all(opts).await? {
-        let (frame, counter, errors, stop) =
-            (frame.clone(), counter.clone(), errors.clone(), stop.clone());
+        let (frame, counter, errors, stop, recording) = (
+            frame.clone(),
+            counter.clone(),
+            errors.clone(),
+            stop.clone(),
+            recording.clone(),
+        );
         tasks.push(tokio::spawn(async move {
+            let mut rtts = Vec::new();
             let run = async {
                 while !stop.load(Ordering::Relaxed) {
+                    let sent = Instant::now();
                     tcp.write_all(&frame).await?;
                     reader.read_messages(&mut tcp, 1).await?;
+                    if recording.load(Ordering::Relaxed) {
+                        rtts.push(sent.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64);
+                    }
                     counter.fetch_add(1, Ordering::Relaxed);
                 }
                 io::Result::Ok(())
@@ -662,13 +691,35 @@ async fn round_trips(opts: &Opts) -> io::Result<()> {
                 errors.fetch_add(1, Ordering::Relaxed);
                 eprintln!("connection: {e}");
             }
+            rtts
         }));
     }
-    let window = measure(opts, &counter).await;
+    let mut window = measure(opts, &counter, &recording).await;
     stop.store(true, Ordering::Relaxed);
+    // Each connection finishes the round trip it is in; one that never
+    // does (its server stopped answering) is left out after a while.
+    let mut rtts = Vec::new();
+    for task in &mut tasks {
+        if let Ok(Ok(mut r)) = tokio::time::timeout(Duration::from_secs(2), task).await {
+            rtts.append(&mut r);
+        }
+    }
+    window.rtt = percentiles(&mut rtts);
     report(opts, &window, errors.load(Ordering::Relaxed));
     tasks.iter().for_each(|t| t.abort());
     Ok(())
+}
+
+/// The median and the 99th percentile of `samples` (nearest rank), if
+/// there are any.
+fn percentiles(samples: &mut [u64]) -> Option<(u64, u64)> {
+    if samples.is_empty() {
+        return None;
+    }
+    samples.sort_unstable();
+    let at =
+        |q: f64| samples[((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1];
+    Some((at(0.50), at(0.99)))
 }
 
 /// `pipelined`: `inflight` messages outstanding per connection at all times.
@@ -700,7 +751,7 @@ async fn pipelined(opts: &Opts) -> io::Result<()> {
             eprintln!("connection (write): {err}");
         }));
     }
-    let window = measure(opts, &counter).await;
+    let window = measure(opts, &counter, &AtomicBool::new(false)).await;
     report(opts, &window, errors.load(Ordering::Relaxed));
     tasks.iter().for_each(|t| t.abort());
     Ok(())
@@ -988,6 +1039,11 @@ fn table(args: &[String]) -> Result<(), String> {
                 if better(best, "server_user_ns_per_msg", false) {
                     take(best, &["server_user_ns_per_msg"]);
                 }
+                // Round-trip times: the lowest too; p50 and p99 from one
+                // round, so that the pair was measured together.
+                if better(best, "rtt_p99_us", false) {
+                    take(best, &["rtt_p50_us", "rtt_p99_us"]);
+                }
                 if better(best, "bytes_per_conn", false) {
                     take(best, &["bytes_per_conn"]);
                 }
@@ -1044,7 +1100,12 @@ fn table(args: &[String]) -> Result<(), String> {
                     });
                     let util = num(row, "server_util")
                         .map_or(String::new(), |u| format!(", {:.0}% busy", u * 100.0));
-                    format!("**{ratio}** ({amount}{cpu}{user}{util})")
+                    let rtt = num(row, "rtt_p50_us")
+                        .zip(num(row, "rtt_p99_us"))
+                        .map_or(String::new(), |(p50, p99)| {
+                            format!(", round trip p50 {p50:.0} µs p99 {p99:.0} µs")
+                        });
+                    format!("**{ratio}** ({amount}{cpu}{user}{util}{rtt})")
                 }
             };
             line.push_str(&format!(" {cell} |"));
@@ -1054,7 +1115,9 @@ fn table(args: &[String]) -> Result<(), String> {
     println!(
         "\nRatios: messages per second relative to {baseline} (higher is better); CPU/msg is \
          the server's CPU time per echoed message and its ratio to {baseline} (lower is better), \
-         user/msg its user-space part (utime, 10 ms ticks); \
+         user/msg its user-space part (utime, 10 ms ticks); round trip: a message's \
+         time from its send to its echo's last byte, one in flight per connection (lower is \
+         better); \
          idle: growth of the server's VmRSS per open connection. Best of {rounds} round(s) \
          per figure."
     );
@@ -1079,5 +1142,22 @@ fn workload_name(mode: &str, conns: &str, size: &str, inflight: &str) -> String 
         "pipelined" => format!("{conns} {conns_word}, {inflight} × {size} in flight"),
         "idle" => format!("idle memory per connection ({conns} connections)"),
         _ => format!("{conns} {conns_word}, {size}, {mode}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percentiles;
+
+    /// Nearest rank: of 1..=100, the median is 50 and the 99th percentile
+    /// 99, whatever order the samples came in; one sample is both.
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let mut s: Vec<u64> = (1..=100).rev().collect();
+        assert_eq!(percentiles(&mut s), Some((50, 99)));
+        assert_eq!(percentiles(&mut [7]), Some((7, 7)));
+        let mut s: Vec<u64> = (1..=1000).collect();
+        assert_eq!(percentiles(&mut s), Some((500, 990)));
+        assert_eq!(percentiles(&mut []), None);
     }
 }
