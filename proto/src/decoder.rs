@@ -52,13 +52,63 @@ pub struct Borrowed<'a> {
 }
 
 /// A frame [`MessageDecoder::borrowable`] found: its header, parsed.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Borrowable {
     header: FrameHeader,
     header_len: usize,
 }
 
 impl Borrowable {
+    /// A whole one-frame text or binary message at the front of `src`, by
+    /// its header alone (what the decoder's state allows is checked by
+    /// [`MessageDecoder::borrowable`]).
+    #[inline]
+    fn at_front(src: &[u8]) -> Option<Borrowable> {
+        // The usual message, a frame of under 126 bytes: its header read
+        // in a few operations, as `parse` reads it.
+        if let [b0 @ (0x81 | 0x82), b1, ..] = *src {
+            let len = usize::from(b1 & 0x7F);
+            if len < 126 {
+                let masked = b1 & 0x80 != 0;
+                let header_len = if masked { 6 } else { 2 };
+                if src.len() < header_len + len {
+                    return None;
+                }
+                let header = FrameHeader {
+                    fin: true,
+                    rsv: 0,
+                    opcode: if b0 == 0x81 {
+                        OpCode::Text
+                    } else {
+                        OpCode::Binary
+                    },
+                    mask: masked.then(|| [src[2], src[3], src[4], src[5]]),
+                    payload_len: len as u64,
+                };
+                return Some(Borrowable { header, header_len });
+            }
+        }
+        Self::parsed(src)
+    }
+
+    /// [`at_front`](Self::at_front) through the full parse.
+    #[inline]
+    fn parsed(src: &[u8]) -> Option<Borrowable> {
+        let (header, header_len) = match FrameHeader::parse(src) {
+            Ok(Some(h)) => h,
+            // Not all here yet, or broken: `decode` finds out and says so.
+            Ok(None) | Err(_) => return None,
+        };
+        if !header.fin
+            || header.rsv != 0
+            || !matches!(header.opcode, OpCode::Text | OpCode::Binary)
+            || header.payload_len > (src.len() - header_len) as u64
+        {
+            return None;
+        }
+        Some(Borrowable { header, header_len })
+    }
+
     /// The bytes the frame takes, header included.
     #[inline]
     pub(crate) fn len(&self) -> usize {
@@ -579,19 +629,7 @@ impl MessageDecoder {
         {
             return None;
         }
-        let (header, header_len) = match FrameHeader::parse(src) {
-            Ok(Some(h)) => h,
-            // Not all here yet, or broken: `decode` finds out and says so.
-            Ok(None) | Err(_) => return None,
-        };
-        if !header.fin
-            || header.rsv != 0
-            || !matches!(header.opcode, OpCode::Text | OpCode::Binary)
-            || header.payload_len > (src.len() - header_len) as u64
-        {
-            return None;
-        }
-        Some(Borrowable { header, header_len })
+        Borrowable::at_front(src)
     }
 
     /// Unmasks and checks the frame [`borrowable`](Self::borrowable)

@@ -137,3 +137,38 @@ fn a_payload_that_fills_the_buffer_leaves_it_no_share() {
         );
     }
 }
+
+/// The short way to a small frame's header finds what the full parse
+/// finds, whatever the bytes: every first and second byte (each opcode,
+/// FIN, RSV, mask bit and length form), cut at every length around the
+/// header and a small payload.
+#[test]
+fn the_small_frame_header_reads_as_the_full_parse() {
+    let mut src = [0u8; 160];
+    for (i, b) in src.iter_mut().enumerate().skip(2) {
+        *b = (i * 37 + 11) as u8;
+    }
+    for b0 in 0..=255u8 {
+        for b1 in 0..=255u8 {
+            src[0] = b0;
+            src[1] = b1;
+            let lens = (0..16).chain((b1 & 0x7F) as usize..(b1 & 0x7F) as usize + 16);
+            for len in lens.filter(|&l| l <= src.len()) {
+                let src = &src[..len];
+                assert_eq!(
+                    Borrowable::at_front(src),
+                    Borrowable::parsed(src),
+                    "{b0:#04x} {b1:#04x}, {len} bytes"
+                );
+            }
+        }
+    }
+}
+
+proptest::proptest! {
+    /// Any bytes at all: the same answer both ways.
+    #[test]
+    fn any_bytes_find_the_same_frame_both_ways(src in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+        proptest::prop_assert_eq!(Borrowable::at_front(&src), Borrowable::parsed(&src));
+    }
+}

@@ -7,7 +7,12 @@
 /// XORs `buf` with `key`, as if `buf` started `offset` bytes into the payload.
 #[inline]
 pub fn apply_mask(buf: &mut [u8], key: [u8; 4], offset: usize) {
-    let key = rotate(key, offset);
+    // A whole payload, the usual case, starts at phase 0.
+    let key = if offset % 4 == 0 {
+        key
+    } else {
+        rotate(key, offset)
+    };
     #[cfg(all(feature = "simd", target_arch = "x86_64"))]
     if wide::try_mask(buf, key) {
         return;
@@ -118,9 +123,14 @@ mod wide {
 
     /// Masks `buf` (key phase 0) and returns true, or returns false without
     /// touching it when the buffer is short or the CPU lacks AVX2.
-    #[inline]
+    #[inline(always)]
     pub(super) fn try_mask(buf: &mut [u8], key: [u8; 4]) -> bool {
-        if buf.len() < MIN_LEN || !std::arch::is_x86_feature_detected!("avx2") {
+        buf.len() >= MIN_LEN && try_mask_long(buf, key)
+    }
+
+    #[inline(never)]
+    fn try_mask_long(buf: &mut [u8], key: [u8; 4]) -> bool {
+        if !std::arch::is_x86_feature_detected!("avx2") {
             return false;
         }
         // Unaligned 32-byte stores that straddle cache lines cost more than

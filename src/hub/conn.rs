@@ -9,11 +9,11 @@ use std::time::Instant;
 use crate::error::Error;
 use crate::hub::slots::Key;
 use crate::hub::transport::Transport;
-use crate::hub::turn::{Schedule, Turn};
+use crate::hub::turn::{NOT_READING, Schedule, Turn};
 use crate::hub::wake::ConnWaker;
 use crate::proto::Role;
 use crate::proto::close::CloseFrame;
-use crate::proto::conn::Connection;
+use crate::proto::conn::{Connection, Phase};
 use crate::proto::deflate::Inflater;
 use crate::proto::driver::Driver;
 use crate::proto::encoder::FrameEncoder;
@@ -140,7 +140,8 @@ pub(crate) struct Conn {
     /// the peer does not take stays there (its backpressure).
     pub(crate) driver: Driver,
     pub(crate) ending: Option<Box<Ending>>,
-    /// In the turn's list of connections to write out.
+    /// Bytes were corked this turn: the connection is in the turn's list
+    /// to write out, or being read (whose flush writes them).
     pub(crate) dirty: bool,
     /// The transport refused bytes: reading pauses until it takes them.
     pub(crate) write_blocked: bool,
@@ -187,15 +188,49 @@ impl Conn {
     }
 
     /// Bytes waiting to be written.
+    #[inline]
     pub(crate) fn buffered(&self) -> usize {
         self.driver.buffered()
     }
 
-    /// Puts the connection on the turn's list to write.
+    /// Puts the connection on the turn's list to write; the connection
+    /// being read only once its read ends ([`Conn::end_read`]).
     #[inline]
     pub(crate) fn mark(&mut self, turn: &mut Turn) {
         if !self.dirty {
             self.dirty = true;
+            if turn.writes.reading == self.key.slot {
+                turn.writes.reading_corked = true;
+            } else {
+                turn.writes.dirty.push(self.key.slot);
+            }
+        }
+    }
+
+    /// The read of this connection begins: what its handler sends it is
+    /// written by the read's flush.
+    #[inline]
+    pub(crate) fn begin_read(&self, turn: &mut Turn) {
+        turn.writes.reading = self.key.slot;
+    }
+
+    /// The read ends: if it corked bytes, the connection joins the turn's
+    /// list to write, unless the read's flush left nothing for the end of
+    /// the turn to do (as [`flush_corked`](crate::hub::write::flush_corked)
+    /// would find: all written, open, no drain owed).
+    #[inline]
+    pub(crate) fn end_read(&mut self, turn: &mut Turn) {
+        turn.writes.reading = NOT_READING;
+        if !std::mem::take(&mut turn.writes.reading_corked) {
+            return;
+        }
+        let done = self.buffered() == 0
+            && !self.wants_drain
+            && !self.abandoned
+            && self.core().phase() == Phase::Open;
+        if done {
+            self.dirty = false;
+        } else {
             turn.writes.dirty.push(self.key.slot);
         }
     }

@@ -232,7 +232,10 @@ impl<H: Handler> Engine<H> {
             Stage::Ending => flush(slot, &mut cx, handler, turn),
             Stage::Lingering => linger(slot, &mut cx, turn),
         }
-        self.settle(key);
+        // Settled here, the slot in hand (not looked up again).
+        if !settle_slot(slot, key, &mut self.timers, &mut self.turn) {
+            self.end(key);
+        }
     }
 
     /// After anything happened to a connection: ends it if it is over,
@@ -241,30 +244,8 @@ impl<H: Handler> Engine<H> {
         let Some(slot) = self.slots.get_mut(key) else {
             return;
         };
-        if slot.conn.abandoned {
+        if !settle_slot(slot, key, &mut self.timers, &mut self.turn) {
             self.end(key);
-            return;
-        }
-        match slot.conn.core().phase() {
-            Phase::TimedOut => {
-                self.end(key);
-                return;
-            }
-            Phase::Closed | Phase::Failing if slot.stage == Stage::Open => {
-                slot.stage = Stage::Ending;
-                if !slot.conn.dirty {
-                    // Nothing corked to write: finish now.
-                    slot.requeue(&mut self.turn.schedule);
-                }
-            }
-            _ => {}
-        }
-        let want = slot.conn.core().poll_timeout();
-        if want != slot.timer_at {
-            slot.timer_at = want;
-            if let Some(at) = want {
-                self.timers.push(at, key);
-            }
         }
     }
 
@@ -455,6 +436,34 @@ impl<H: Handler> Engine<H> {
         dirty.clear();
         keep_dirty(dirty, &mut self.slots, &mut self.turn);
     }
+}
+
+/// [`Engine::settle`] on the slot of `key`: `false` if the connection is
+/// over (the engine ends it).
+#[inline]
+fn settle_slot<T>(slot: &mut Slot<T>, key: Key, timers: &mut Timers, turn: &mut Turn) -> bool {
+    if slot.conn.abandoned {
+        return false;
+    }
+    match slot.conn.core().phase() {
+        Phase::TimedOut => return false,
+        Phase::Closed | Phase::Failing if slot.stage == Stage::Open => {
+            slot.stage = Stage::Ending;
+            if !slot.conn.dirty {
+                // Nothing corked to write: finish now.
+                slot.requeue(&mut turn.schedule);
+            }
+        }
+        _ => {}
+    }
+    let want = slot.conn.core().poll_timeout();
+    if want != slot.timer_at {
+        slot.timer_at = want;
+        if let Some(at) = want {
+            timers.push(at, key);
+        }
+    }
+    true
 }
 
 impl<H: Handler> Future for Engine<H> {

@@ -275,19 +275,32 @@ impl Polled {
 
     /// Writes from `bufs`; `Pending` while the socket is full.
     pub(crate) fn poll_write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        let want = bufs.iter().map(|b| b.len()).sum();
+        self.poll_write_with(want, |mut io| match bufs {
+            [one] => io.write(one),
+            _ => io.write_vectored(bufs),
+        })
+    }
+
+    /// Writes from `buf` (an echo's reply, most often); `Pending` while the
+    /// socket is full.
+    #[inline]
+    pub(crate) fn poll_write(&mut self, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.poll_write_with(buf.len(), |mut io| io.write(buf))
+    }
+
+    /// One write of `want` bytes, as `write` makes it.
+    #[inline]
+    fn poll_write_with(
+        &mut self,
+        want: usize,
+        write: impl Fn(&mio::net::TcpStream) -> io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
         if !self.writable {
             return Poll::Pending;
         }
-        let want = match bufs {
-            [one] => one.len(),
-            _ => bufs.iter().map(|b| b.len()).sum(),
-        };
         loop {
-            let r = match bufs {
-                [one] => (&self.io).write(one),
-                _ => (&self.io).write_vectored(bufs),
-            };
-            match r {
+            match write(&self.io) {
                 Ok(n) => {
                     if n < want {
                         // Full, unless closed: the next write finds out.

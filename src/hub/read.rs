@@ -94,6 +94,7 @@ pub(crate) fn read_frames<H: Handler>(
     if slot.data.is_none() {
         return;
     }
+    slot.conn.begin_read(turn);
     let mut rx = slot.receiver.take().unwrap_or_else(|| {
         let mut rx = receivers.lend(config);
         if let Some(inflater) = slot.idle_inflater.take() {
@@ -263,6 +264,7 @@ pub(crate) fn read_frames<H: Handler>(
     // the next one's.
     rx.quit_scratch(shared);
     debug_assert!(shared.is_empty());
+    slot.conn.end_read(turn);
     // What a connection keeps between reads: nothing once its bytes are
     // decoded (after a large message too), and no more than in proportion
     // to an unfinished frame while it waits for the rest.

@@ -243,6 +243,41 @@ mod tests {
         assert_eq!(c.buffered(), big.frame().len() + small.frame().len());
     }
 
+    /// What the connection being read sends it joins the turn's list to
+    /// write only if the read leaves some unwritten; another connection's
+    /// sends join it at once.
+    #[test]
+    fn a_read_that_writes_its_replies_leaves_nothing_for_the_turn() {
+        let mut turn = turn();
+        let mut c = conn();
+        c.begin_read(&mut turn);
+        assert_eq!(
+            c.send_data(&mut turn, OpCode::Binary, b"reply").unwrap(),
+            SendStatus::Sent
+        );
+        assert!(c.dirty, "corked: the read's flush writes it");
+        assert!(turn.writes.dirty.is_empty(), "not listed while read");
+        // The read's flush wrote it all.
+        let n = c.buffered();
+        assert!(c.driver.written(n, &mut turn.writes.pool));
+        c.end_read(&mut turn);
+        assert!(!c.dirty);
+        assert!(turn.writes.dirty.is_empty());
+
+        // A reply the read could not write out is the turn's to write.
+        c.begin_read(&mut turn);
+        c.send_data(&mut turn, OpCode::Binary, b"reply").unwrap();
+        c.end_read(&mut turn);
+        assert!(c.dirty);
+        assert_eq!(turn.writes.dirty, [0]);
+
+        // Between reads, a send is listed at once.
+        let mut other = conn();
+        other.key.slot = 1;
+        other.send_data(&mut turn, OpCode::Binary, b"x").unwrap();
+        assert_eq!(turn.writes.dirty, [0, 1]);
+    }
+
     #[test]
     fn a_shared_frame_past_the_limit_says_backpressure() {
         let mut turn = turn();

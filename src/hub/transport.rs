@@ -94,7 +94,7 @@ impl AsyncWrite for Transport {
         match self.get_mut() {
             Transport::Tcp(t) => Pin::new(t).poll_write(cx, buf),
             #[cfg(unix)]
-            Transport::Polled(t) => t.poll_write_vectored(&[IoSlice::new(buf)]),
+            Transport::Polled(t) => t.poll_write(buf),
             Transport::Other(t, _) => Pin::new(&mut Retrying(t)).poll_write(cx, buf),
         }
     }

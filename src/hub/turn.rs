@@ -59,6 +59,13 @@ pub(crate) struct Writes {
     pub(crate) pool: QueuePool,
     /// Slots with bytes corked this turn, written at its end.
     pub(crate) dirty: Vec<u32>,
+    /// The slot being read ([`NOT_READING`] between reads): what its
+    /// handler sends it goes out with the read's own flush, and joins
+    /// `dirty` only if some is left when the read ends
+    /// ([`Writes::end_read`]); an echo then costs no entry.
+    pub(crate) reading: u32,
+    /// `reading` was corked to and not listed in `dirty`.
+    pub(crate) reading_corked: bool,
     /// Connections whose close frame is to go out at the end of the turn.
     pub(crate) closing: Vec<Key>,
     /// The payload of the message being handled, when it is large and the
@@ -94,6 +101,8 @@ impl Turn {
             writes: Writes {
                 pool: QueuePool::new(POOL_LIMITS),
                 dirty: Vec::new(),
+                reading: NOT_READING,
+                reading_corked: false,
                 closing: Vec::new(),
                 current: None,
                 max_backpressure: config.backpressure(),
@@ -125,6 +134,9 @@ impl Turn {
         }
     }
 }
+
+/// [`Writes::reading`] between reads.
+pub(crate) const NOT_READING: u32 = u32::MAX;
 
 /// The engine's write queues: a buffer is kept up to 256 KiB, 8 MiB of
 /// them in all, and at most 4 096 queues (those holding only shared frames

@@ -86,7 +86,9 @@ impl Conn {
                     return Poll::Pending;
                 }
             };
-            self.driver.written(n, pool);
+            if self.driver.written(n, pool) {
+                return Poll::Ready(Ok(()));
+            }
         }
     }
 }
