@@ -26,6 +26,7 @@ mod lifecycle;
 mod model;
 mod read_path;
 mod read_path_pool;
+mod read_writes;
 mod soundness;
 mod topic_runs;
 mod topics;
