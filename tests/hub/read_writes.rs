@@ -875,7 +875,9 @@ async fn drain_inside_a_read(r: Readiness) {
     hub.s().drain_reply = true;
     let (tcp, mut buf) = upgrade(hub.addr, Some(4096)).await;
     let (mut rd, mut wr) = tcp.into_split();
-    let n = 100u64;
+    // 9 MB of replies: more than the kernel's send buffer takes at most
+    // (4 MiB by default), so the hub's queue backs up past its limit.
+    let n = 300u64;
     let mut w = Vec::new();
     for i in 0..n {
         w.extend(txt(&format!("big:30000:{i}")));
@@ -887,6 +889,13 @@ async fn drain_inside_a_read(r: Readiness) {
         || "handled".into(),
     )
     .await;
+    let dropped = hub
+        .s()
+        .statuses
+        .iter()
+        .filter(|s| **s == SendStatus::Dropped)
+        .count();
+    assert!(dropped > 0, "the limit was met");
     // Keep sending small messages while reading everything.
     let writer = tokio::spawn(async move {
         for i in 0..200 {
