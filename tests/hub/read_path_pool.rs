@@ -487,10 +487,18 @@ async fn churn_with(
         wants.push((label, want));
         keep.push((w, d));
     }
+    // Every long-lived connection heard in full, and every short-lived
+    // one ended: on a loaded machine the last resets are handled after
+    // the long-lived connections are done.
     let done = || {
-        wants
+        let heard_all = wants
             .iter()
-            .all(|(l, w)| heard(&server, l).len() >= w.len())
+            .all(|(l, w)| heard(&server, l).len() >= w.len());
+        let closed = server.closed.lock().unwrap().clone();
+        heard_all
+            && short_wants
+                .iter()
+                .all(|(label, _)| closed.iter().any(|(l, _)| l == label))
     };
     let _ = tokio::time::timeout(Duration::from_secs(20), async {
         while !done() {
