@@ -211,22 +211,6 @@ async fn small_rcvbuf_upgrade(addr: SocketAddr) -> (TcpStream, BytesMut) {
     (tcp, rest)
 }
 
-macro_rules! both_modes {
-    ($name:ident) => {
-        mod $name {
-            use super::*;
-            #[tokio::test]
-            async fn owned() {
-                super::$name(Readiness::Owned).await
-            }
-            #[tokio::test]
-            async fn tokio() {
-                super::$name(Readiness::Tokio).await
-            }
-        }
-    };
-}
-
 // ---------------------------------------------------------------------------
 // Stale ids.
 

@@ -13,6 +13,24 @@ mod support;
 #[global_allocator]
 static GLOBAL: support::counting::Counting = support::counting::Counting;
 
+/// `both_modes!(f)`: tests `f::owned` and `f::tokio` running `f` under
+/// each readiness mode (`f` takes a `Readiness`; `Readiness` in scope).
+macro_rules! both_modes {
+    ($name:ident) => {
+        mod $name {
+            use super::*;
+            #[tokio::test]
+            async fn owned() {
+                super::$name(Readiness::Owned).await
+            }
+            #[tokio::test]
+            async fn tokio() {
+                super::$name(Readiness::Tokio).await
+            }
+        }
+    };
+}
+
 mod backpressure_close;
 mod engines;
 mod hub;

@@ -200,22 +200,6 @@ async fn wait_for(secs: u64, mut f: impl FnMut() -> bool, what: impl Fn() -> Str
     }
 }
 
-macro_rules! both_modes {
-    ($name:ident) => {
-        mod $name {
-            use super::*;
-            #[tokio::test]
-            async fn owned() {
-                super::$name(Readiness::Owned).await
-            }
-            #[tokio::test]
-            async fn tokio() {
-                super::$name(Readiness::Tokio).await
-            }
-        }
-    };
-}
-
 // ---------------------------------------------------------------------------
 // 1. A pipelined burst of small frames with pings among them, in one write:
 // every echo and every pong, in the order sent.
