@@ -140,8 +140,14 @@
 //! - Each connection holds up to an
 //!   [allowance](crate::MemoryBudget::allowance) (128 KiB) without touching
 //!   the budget, so small messages cost nothing extra; beyond it, memory is
-//!   asked of the budget before it is allocated (growing a buffer asks for
-//!   the old and the new one, as both live while it is copied).
+//!   asked of the budget before it is allocated. Growing a buffer asks for
+//!   the old and the new one, as both live while it is copied, and grows by
+//!   at least half of itself: short of room it waits rather than copy
+//!   itself in small steps. A message that fits the budget but not beside
+//!   its own copy still grows: for that moment the budget is passed by the
+//!   buffer being copied (inflated output: by at most two-thirds of the
+//!   budget, half when its growth doubles up to it; a compressed message
+//!   whose last growth would pass it by more is refused with 1009).
 //! - When the budget is exhausted, a connection that needs more stops
 //!   reading (its peer feels TCP backpressure) and is woken when others give
 //!   some back.

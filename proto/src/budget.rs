@@ -282,6 +282,25 @@ impl Held {
     }
 }
 
+/// A buffer's growth, asked of a budget with
+/// [`BudgetAccount::try_grow`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Growth {
+    /// The old buffer's size: it lives on while its bytes are copied.
+    pub old: usize,
+    /// The bytes to move into the new buffer.
+    pub len: usize,
+    /// How much larger than `len` the new buffer should be.
+    pub step: usize,
+    /// The smallest step worth taking when the budget has less room.
+    pub min_step: usize,
+    /// The buffer's final size is unknown (output being inflated).
+    pub open_ended: bool,
+    /// Bytes the connection will need of other kinds beyond what it holds
+    /// now (the rest of a frame that must be held whole): left for them.
+    pub beside: usize,
+}
+
 /// The answer to a request for more memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Grant {
@@ -464,6 +483,91 @@ impl BudgetAccount {
         c.charged = charge;
         c.held[kind.index()] = bytes;
         Grant::Granted
+    }
+
+    /// Asks to grow a buffer of `kind` as `growth` says: `Ok` with the
+    /// step granted, `kind` then held as the old buffer and the new one
+    /// together until the caller records what is left after the copy.
+    ///
+    /// - A step is never smaller than half of what the buffer holds (nor
+    ///   than [`Growth::min_step`]) unless that is all the buffer could
+    ///   still take: a budget short of room makes the growth wait rather
+    ///   than crawl, as each step copies the whole buffer (steps of 16 KiB
+    ///   up to 32 MiB copied 24 GB and stalled the connection's thread for
+    ///   16 s).
+    /// - The old buffer is counted unless the step could then never fit: a
+    ///   message that fits the budget alone is not refused (1009) for the
+    ///   moment its bytes move, which then passes the budget by the old
+    ///   buffer. An open-ended buffer does so only for a step of at least
+    ///   half of itself, so at most by two-thirds of the budget (by half
+    ///   when it grows by doubling); a smaller last step whose copy does not
+    ///   fit is refused.
+    /// - `Err(Never)` when the buffer holds all it ever could beside
+    ///   [`Growth::beside`], or (open-ended) by the rule above.
+    pub fn try_grow(&mut self, kind: Held, growth: Growth) -> Result<usize, Grant> {
+        let Growth {
+            old,
+            len,
+            step,
+            min_step,
+            open_ended,
+            beside,
+        } = growth;
+        let Some(c) = &self.counts else {
+            return Ok(step);
+        };
+        let limit = c.budget.limit();
+        let others = c
+            .held
+            .iter()
+            .fold(0usize, |sum, &n| sum.saturating_add(n))
+            .saturating_sub(c.held[kind.index()])
+            .saturating_add(beside);
+        // The most `kind` could hold with the budget to itself.
+        let most = limit
+            .saturating_add(c.budget.allowance)
+            .saturating_sub(others);
+        let full = step.min(most.saturating_sub(len));
+        let geometric = (len / 2).max(min_step);
+        let uncounted = old.saturating_add(len).saturating_add(full) > most;
+        let counted = if uncounted { 0 } else { old };
+        if full == 0 || (open_ended && uncounted && full < geometric.min(step)) {
+            return Err(Grant::Never {
+                charge: c.charge_with(kind, len.saturating_add(step.max(1))),
+                limit,
+            });
+        }
+        let least = full.min(geometric);
+        // What the step could be now, beside `copied` bytes of old buffer.
+        let now = |copied: usize| {
+            c.budget
+                .available()
+                .saturating_add(c.charged)
+                .saturating_add(c.budget.allowance)
+                .saturating_sub(others - beside)
+                .saturating_sub(copied.saturating_add(len))
+        };
+        let (granted, counted) = if now(counted) >= full {
+            (full, counted)
+        } else {
+            // Less than the whole step, beside the copy counted.
+            let partial = now(old).min(most.saturating_sub(old.saturating_add(len)));
+            if partial < least {
+                let held = if old.saturating_add(len + least) <= most {
+                    old + len + least
+                } else {
+                    counted + len + full
+                };
+                let wanted = c.charge_with(kind, held).saturating_sub(c.charged);
+                return Err(Grant::Wait { wanted });
+            }
+            (partial, old)
+        };
+        match self.try_set(kind, counted + len + granted) {
+            Grant::Granted => Ok(granted),
+            // Others took what was available meanwhile.
+            refused => Err(refused),
+        }
     }
 
     /// Records that `bytes` of `kind` are held, budget or not: for memory

@@ -62,6 +62,138 @@ fn exhausted_says_wait_and_alone_too_big_says_never() {
     assert_eq!(budget.in_use(), 10_010);
 }
 
+fn growth(old: usize, len: usize, step: usize, open_ended: bool) -> Growth {
+    Growth {
+        old,
+        len,
+        step,
+        min_step: 16 << 10,
+        open_ended,
+        beside: 0,
+    }
+}
+
+/// Growth short of room waits for a step of half what is held rather than
+/// crawl: every step copies the whole buffer.
+#[test]
+fn growth_waits_for_half_of_what_is_held_rather_than_crawl() {
+    let budget = MemoryBudget::new(4 << 20).allowance(0);
+    let mut hog = BudgetAccount::new(Some(budget.clone()));
+    let mut a = BudgetAccount::new(Some(budget.clone()));
+    let mib = 1 << 20;
+    assert_eq!(a.try_set(Held::ReadBuffer, mib), Grant::Granted);
+    // 1 MiB held, 1 MiB more wanted beside the 1 MiB copied from; 1 MiB
+    // free: no step at all beside the copy.
+    assert_eq!(hog.try_set(Held::Fragments, 2 * mib), Grant::Granted);
+    let wanted = match a.try_grow(Held::ReadBuffer, growth(mib, mib, mib, false)) {
+        Err(Grant::Wait { wanted }) => wanted,
+        other => panic!("{other:?}"),
+    };
+    // It waits for the copy and half a MiB more, not a crawl's 16 KiB.
+    assert_eq!(wanted, mib + mib / 2);
+    assert_eq!(a.held(Held::ReadBuffer), mib, "refusal changes nothing");
+    // 256 KiB more: still short of half.
+    assert_eq!(
+        hog.try_set(Held::Fragments, 2 * mib - mib / 4),
+        Grant::Granted
+    );
+    assert!(
+        a.try_grow(Held::ReadBuffer, growth(mib, mib, mib, false))
+            .is_err()
+    );
+    // 768 KiB free beside the copy: a step of 768 KiB.
+    assert_eq!(hog.try_set(Held::Fragments, mib + mib / 4), Grant::Granted);
+    assert_eq!(
+        a.try_grow(Held::ReadBuffer, growth(mib, mib, mib, false)),
+        Ok(3 * mib / 4)
+    );
+    assert_eq!(a.held(Held::ReadBuffer), 2 * mib + 3 * mib / 4);
+    assert_eq!(budget.in_use(), 4 * mib);
+}
+
+/// Where the copy could never be counted, the buffer grows without it:
+/// a message that fits the budget alone is not refused for the moment its
+/// bytes move. An open-ended buffer does so only for a step of at least
+/// half of itself; a smaller last step is refused.
+#[test]
+fn the_copy_goes_uncounted_only_for_a_geometric_step() {
+    let budget = MemoryBudget::new(1 << 20).allowance(0);
+    let kib = 1 << 10;
+    let mut a = BudgetAccount::new(Some(budget.clone()));
+    assert_eq!(a.try_set(Held::Inflated, 400 * kib), Grant::Granted);
+    // 400 + 400 + 400 > 1024: grows to 800 KiB, the copy uncounted.
+    assert_eq!(
+        a.try_grow(
+            Held::Inflated,
+            growth(400 * kib, 400 * kib, 400 * kib, true)
+        ),
+        Ok(400 * kib)
+    );
+    assert_eq!(a.held(Held::Inflated), 800 * kib);
+    // 224 KiB left: less than half of 800, and its copy cannot fit.
+    assert_eq!(
+        a.try_grow(
+            Held::Inflated,
+            growth(800 * kib, 800 * kib, 800 * kib, true)
+        ),
+        Err(Grant::Never {
+            charge: 1600 * kib,
+            limit: 1024 * kib
+        })
+    );
+    // Of known size, the last step is taken (the buffer then ends).
+    let mut b = BudgetAccount::new(Some(budget.clone()));
+    a.release_all();
+    assert_eq!(b.try_set(Held::ReadBuffer, 800 * kib), Grant::Granted);
+    assert_eq!(
+        b.try_grow(
+            Held::ReadBuffer,
+            growth(800 * kib, 800 * kib, 100 * kib, false)
+        ),
+        Ok(100 * kib)
+    );
+    assert_eq!(b.held(Held::ReadBuffer), 900 * kib, "the copy uncounted");
+    // With the copy counted where it fits.
+    b.release_all();
+    assert_eq!(b.try_set(Held::ReadBuffer, 300 * kib), Grant::Granted);
+    assert_eq!(
+        b.try_grow(
+            Held::ReadBuffer,
+            growth(300 * kib, 300 * kib, 300 * kib, false)
+        ),
+        Ok(300 * kib)
+    );
+    assert_eq!(b.held(Held::ReadBuffer), 900 * kib, "the copy counted");
+    // Refused for good once the buffer holds all it could.
+    b.release_all();
+    assert_eq!(b.try_set(Held::ReadBuffer, 1024 * kib), Grant::Granted);
+    assert!(matches!(
+        b.try_grow(Held::ReadBuffer, growth(0, 1024 * kib, 1, false)),
+        Err(Grant::Never { .. })
+    ));
+    // Without a budget: the step asked for.
+    let mut free = BudgetAccount::new(None);
+    assert_eq!(free.try_grow(Held::Inflated, growth(5, 5, 7, true)), Ok(7));
+}
+
+/// Growth leaves what the connection will still need beside it (the rest
+/// of a frame it must hold whole): a buffer that grew into it would make
+/// that frame refused, though the message fits.
+#[test]
+fn growth_leaves_room_for_what_is_needed_beside_it() {
+    let budget = MemoryBudget::new(1 << 20).allowance(0);
+    let kib = 1 << 10;
+    let mut a = BudgetAccount::new(Some(budget.clone()));
+    assert_eq!(a.try_set(Held::Inflated, 600 * kib), Grant::Granted);
+    let beside = Growth {
+        beside: 100 * kib,
+        ..growth(600 * kib, 600 * kib, 600 * kib, true)
+    };
+    assert_eq!(a.try_grow(Held::Inflated, beside), Ok(324 * kib));
+    assert_eq!(a.held(Held::Inflated), 924 * kib);
+    assert_eq!(a.try_set(Held::ReadBuffer, 100 * kib), Grant::Granted);
+}
+
 #[test]
 fn dropping_an_account_gives_everything_back() {
     let budget = MemoryBudget::new(1 << 20).allowance(10);
@@ -312,6 +444,44 @@ mod bombs {
         assert_eq!(e.close_code().map(|c| c.0), Some(1009));
         assert!(budget.peak() <= 2 << 20, "{}", budget.peak());
         assert_eq!(d.account().held(Held::Inflated), 0);
+    }
+
+    /// A bomb beside another connection that gives its budget back a
+    /// little at a time: the output grows a few times, each by at least
+    /// half of itself, and is refused once it holds the whole budget,
+    /// rather than grow (and copy itself) at every 16 KiB given back.
+    #[test]
+    fn a_bomb_grows_by_halves_as_budget_trickles_back() {
+        let budget = MemoryBudget::new(8 << 20).allowance(0);
+        let mut hog = BudgetAccount::new(Some(budget.clone()));
+        let mut hogged = 6 << 20;
+        assert_eq!(hog.try_set(Held::Fragments, hogged), Grant::Granted);
+        let mut d = inflating(&budget);
+        let wire = zeros(32 << 20);
+        let mut buf = BytesMut::from(&frame(true, true, 2, &wire)[..]);
+        let mut sizes = vec![];
+        let refused = loop {
+            match decode(&mut d, &mut buf) {
+                Ok(None) => {
+                    assert!(d.budget_wait().is_some());
+                    assert!(budget.in_use() <= budget.limit());
+                    let held = d.account().held(Held::Inflated);
+                    if sizes.last() != Some(&held) {
+                        sizes.push(held);
+                    }
+                    assert!(hogged > 0, "waits with the budget to itself: {sizes:?}");
+                    hogged = hogged.saturating_sub(16 << 10);
+                    hog.set(Held::Fragments, hogged);
+                }
+                Ok(Some(_)) => panic!("a 32 MiB message within 8 MiB"),
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(refused, Error::OverBudget { .. }), "{refused}");
+        for pair in sizes.windows(2) {
+            assert!(pair[1] >= pair[0] + pair[0] / 2, "{sizes:?}");
+        }
+        assert!(sizes.len() < 12, "{sizes:?}");
     }
 
     #[test]

@@ -30,7 +30,7 @@ use std::task::Waker;
 use bytes::buf::Limit;
 use bytes::{BufMut, BytesMut};
 
-use crate::budget::{Grant, Held};
+use crate::budget::{Grant, Growth, Held};
 use crate::buffer::{READ_CHUNK, growth, keeps};
 use crate::decoder::MessageDecoder;
 use crate::error::Error;
@@ -650,7 +650,8 @@ impl Inbox {
     /// [`reserve`](Self::reserve) under a memory budget: the same sizing,
     /// asked of the budget before anything is allocated, into a buffer of
     /// exactly the size granted; if the budget has less room, as much as it
-    /// has (at least what the next read needs). `Err` when refused.
+    /// has by its rules (at least what the next read needs, and half what
+    /// is held). `Err` when refused.
     fn reserve_budgeted(
         &mut self,
         frame_left: Option<usize>,
@@ -664,32 +665,23 @@ impl Inbox {
         }
         let len = self.buf.len();
         let spare = self.buf.capacity() - len;
-        let Some(mut additional) = growth(len, spare, frame_left) else {
+        let Some(additional) = growth(len, spare, frame_left) else {
             return Ok(());
         };
         let min_spare = frame_left.unwrap_or(READ_CHUNK).clamp(1, READ_CHUNK);
-        // The old buffer lives on while its bytes are copied: ask for both.
+        // The old buffer lives on while its bytes are copied: asked for
+        // beside the new one, by the budget's growth rules.
         let old_cap = self.buf.capacity();
-        let account = self.decoder.account_mut();
-        let mut grant = account.try_set(Held::ReadBuffer, old_cap + len + additional);
-        if grant != Grant::Granted {
-            let smaller = additional.min(account.room().saturating_sub(len).max(min_spare));
-            if smaller < additional {
-                additional = smaller;
-                grant = account.try_set(Held::ReadBuffer, old_cap + len + additional);
-            }
-        }
-        if let Grant::Never { .. } = grant {
-            // Only the copy does not fit: the old buffer and the new one
-            // live together for the length of one copy, and a frame that
-            // fits the budget once must not be refused for that (1009
-            // means it could never fit, on every engine). The copy's
-            // moment is not counted then; what is held after it is.
-            grant = account.try_set(Held::ReadBuffer, len + additional);
-        }
-        if grant != Grant::Granted {
-            return Err(grant);
-        }
+        let additional = self.decoder.account_mut().try_grow(
+            Held::ReadBuffer,
+            Growth {
+                old: old_cap,
+                len,
+                step: additional,
+                min_step: min_spare,
+                ..Growth::default()
+            },
+        )?;
         self.grow_into(len + additional, mem);
         self.sync();
         Ok(())

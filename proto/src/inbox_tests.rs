@@ -455,6 +455,28 @@ fn a_frame_over_the_whole_budget_is_refused_beside_others() {
     assert_eq!(at, wire.len());
 }
 
+/// One read of `wire` from `at` (64 KiB at most) where the inbox's plan
+/// says; the plan's refusal otherwise.
+fn read_next(inbox: &mut Inbox, mem: &mut Pool, wire: &[u8], at: &mut usize) -> Result<(), Grant> {
+    let step = (wire.len() - *at).min(64 << 10);
+    match inbox.plan(mem) {
+        Plan::Scratch { limit } => {
+            let n = step.min(limit).min(SCRATCH);
+            inbox.received(&wire[*at..*at + n], n == SCRATCH, mem);
+            *at += n;
+        }
+        Plan::Own => {
+            let mut target = inbox.target();
+            let n = step.min(target.chunk_mut().len());
+            target.put_slice(&wire[*at..*at + n]);
+            inbox.read_done(Some(n), mem);
+            *at += n;
+        }
+        Plan::Refused(grant) => return Err(grant),
+    }
+    Ok(())
+}
+
 /// A frame that fits in the budget is never refused for good (`Never`,
 /// 1009): not while its buffer grows (the old buffer and the new one
 /// live together while bytes are copied), and not beside what another
@@ -480,26 +502,14 @@ fn a_frame_that_fits_the_empty_budget_is_never_refused_for_good() {
         let mut at = 0;
         let mut waited = false;
         while at < wire.len() {
-            let step = (wire.len() - at).min(64 << 10);
-            match inbox.plan(&mut mem) {
-                Plan::Scratch { limit } => {
-                    let n = step.min(limit).min(SCRATCH);
-                    inbox.received(&wire[at..at + n], n == SCRATCH, &mut mem);
-                    at += n;
-                }
-                Plan::Own => {
-                    let mut target = inbox.target();
-                    let n = step.min(target.chunk_mut().len());
-                    target.put_slice(&wire[at..at + n]);
-                    inbox.read_done(Some(n), &mut mem);
-                    at += n;
-                }
-                Plan::Refused(Grant::Wait { .. }) if held > 0 && !waited => {
+            match read_next(&mut inbox, &mut mem, &wire, &mut at) {
+                Ok(()) => {}
+                Err(Grant::Wait { .. }) if held > 0 && !waited => {
                     // The other connection gives its budget back.
                     waited = true;
                     other.release_all();
                 }
-                Plan::Refused(grant) => {
+                Err(grant) => {
                     panic!("{size} beside {held}, {at} read: refused {grant:?}")
                 }
             }
@@ -510,6 +520,52 @@ fn a_frame_that_fits_the_empty_budget_is_never_refused_for_good() {
         assert_eq!(msg.len(), size);
         assert!(budget.peak() <= budget.limit(), "peak {}", budget.peak());
     }
+}
+
+/// A frame's read buffer beside another connection that gives its budget
+/// back a little at a time grows a few times, each by at least half of
+/// itself, rather than grow (and copy itself) at every 16 KiB given back.
+#[test]
+fn a_read_buffer_grows_by_halves_as_budget_trickles_back() {
+    let limits = Limits::default()
+        .max_message_size(8 << 20)
+        .max_frame_size(8 << 20);
+    let budget = MemoryBudget::new(8 << 20).allowance(0);
+    let mut hog = crate::budget::BudgetAccount::new(Some(budget.clone()));
+    let mut hogged = 6 << 20;
+    assert_eq!(hog.try_set(Held::Fragments, hogged), Grant::Granted);
+    let mut inbox = inbox_with(limits.budget(budget.clone()));
+    let mut mem = Pool::default();
+    let size = 3 << 20;
+    let wire = frame(size);
+    let mut at = 0;
+    let mut caps = vec![];
+    while at < wire.len() {
+        match read_next(&mut inbox, &mut mem, &wire, &mut at) {
+            Ok(()) => {}
+            Err(Grant::Wait { .. }) => {
+                assert!(hogged > 0, "waits with the budget to itself");
+                hogged = hogged.saturating_sub(16 << 10);
+                hog.set(Held::Fragments, hogged);
+            }
+            Err(grant) => panic!("{at} read: refused {grant:?}"),
+        }
+        if at < wire.len() {
+            // As an engine does after each read: the header is parsed.
+            assert_eq!(inbox.decode().unwrap(), None);
+        }
+        let cap = inbox.buf.capacity();
+        if caps.last() != Some(&cap) {
+            caps.push(cap);
+        }
+        assert!(budget.in_use() <= budget.limit(), "{}", budget.in_use());
+    }
+    assert_eq!(
+        inbox.decode().unwrap().expect("the whole message").len(),
+        size
+    );
+    let grown: Vec<_> = caps.iter().filter(|&&c| c > SCRATCH).collect();
+    assert!(grown.len() < 16, "{caps:?}");
 }
 
 /// Under a budget, a read into scratch memory of any size sets aside no

@@ -33,7 +33,14 @@ impl MessageDecoder {
         let Some(i) = &mut self.inflater else {
             return Ok(fresh.len());
         };
-        let fed = i.feed(fresh, &mut self.utf8, &mut self.account)?;
+        // The frame is held whole in the read buffer
+        // (`frame_held_whole`): its output leaves room for that.
+        let beside = match self.state {
+            DecodeState::Payload { len, .. } => (len + crate::header::MAX_HEADER_LEN)
+                .saturating_sub(self.account.held(Held::ReadBuffer)),
+            _ => 0,
+        };
+        let fed = i.feed(fresh, &mut self.utf8, &mut self.account, beside)?;
         self.inflate_pending = fed.wait.is_some();
         self.budget_wait = fed.wait.and_then(NonZeroUsize::new);
         Ok(fed.consumed)

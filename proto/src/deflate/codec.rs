@@ -23,7 +23,7 @@ use bytes::Bytes;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
 use crate::Role;
-use crate::budget::{BudgetAccount, Grant, Held};
+use crate::budget::{BudgetAccount, Grant, Growth, Held};
 use crate::deflate::pool::{
     give_compress, give_decompress, give_scratch, lend_compress, lend_decompress, lend_scratch,
 };
@@ -43,7 +43,8 @@ pub(crate) const TAIL: [u8; 4] = [0x00, 0x00, 0xFF, 0xFF];
 const FIRST_STEP: usize = 4 << 10;
 
 /// Under a memory budget, the smallest output step worth taking when the
-/// budget has less room than the usual (geometric) step.
+/// budget has less room than the usual (geometric) step, for a small
+/// output (a large one steps by at least half its size).
 const MIN_BUDGET_STEP: usize = 16 << 10;
 
 /// What a decompressor costs, as the memory budget counts it: zlib-rs'
@@ -550,12 +551,15 @@ impl Inflater {
     /// limit and, for text, UTF-8 as output appears. Memory (zlib's state,
     /// then output) is asked of `account` before it is reserved: when the
     /// budget is exhausted, inflating stops with [`Fed::wait`] set and the
-    /// input not consumed left for the next call.
+    /// input not consumed left for the next call. `beside`: what the read
+    /// buffer still needs to hold the frame being inflated whole, which
+    /// the output leaves to it.
     pub(crate) fn feed(
         &mut self,
         input: &[u8],
         utf8: &mut Utf8Validator,
         account: &mut BudgetAccount,
+        beside: usize,
     ) -> Result<Fed, Error> {
         let max = self.max_message_size;
         let total = input.len();
@@ -594,7 +598,7 @@ impl Inflater {
                 };
                 let mut step = if step >= room - 1 { room } else { step };
                 if account.is_on() {
-                    match grow(account, m.out.len(), step)? {
+                    match grow(account, m.out.len(), step, beside)? {
                         Ok(granted) => step = granted,
                         Err(wanted) => {
                             return Ok(Fed {
@@ -650,7 +654,7 @@ impl Inflater {
         account: &mut BudgetAccount,
     ) -> Result<Result<Message, usize>, Error> {
         let done = self.msg.as_ref().map_or(0, |m| m.tail_fed);
-        let fed = self.feed(&TAIL[done..], utf8, account)?;
+        let fed = self.feed(&TAIL[done..], utf8, account, 0)?;
         if let Some(m) = self.msg.as_mut() {
             m.tail_fed += fed.consumed;
         }
@@ -692,50 +696,36 @@ impl Inflater {
     }
 }
 
-/// Asks `account` for `step` more bytes of output beyond `len`, or, if the
-/// budget has less room, for what it has (at least [`MIN_BUDGET_STEP`]).
-/// `Ok(Ok(step))` is the step granted, `Ok(Err(wanted))` says wait,
-/// `Err` refuses a message that alone would exceed the budget.
+/// Asks `account` for `step` more bytes of output beyond `len` (by the
+/// budget's growth rules, [`BudgetAccount::try_grow`]: the output's final
+/// size is unknown), leaving `beside` for the frame being read.
+/// `Ok(Ok(step))` is the step granted, `Ok(Err(wanted))`
+/// says wait, `Err` refuses a message that alone would exceed the budget.
 fn grow(
     account: &mut BudgetAccount,
     len: usize,
     step: usize,
+    beside: usize,
 ) -> Result<Result<usize, usize>, Error> {
     // Growing may move the output: the old buffer lives on while it is
-    // copied, so both are asked for.
-    let (mut granted, mut answer) = ask(account, len, len, step);
-    if let Grant::Never { .. } = answer {
-        // Only the copy does not fit: a message that fits the budget once
-        // must not be refused for that moment (1009 means it could never
-        // fit, on every engine), which is then not counted.
-        (granted, answer) = ask(account, 0, len, step);
-    }
-    match answer {
-        Grant::Granted => Ok(Ok(granted)),
-        Grant::Wait { wanted } => Ok(Err(wanted)),
-        Grant::Never { charge, limit } => Err(Error::OverBudget {
+    // copied.
+    let growth = Growth {
+        old: len,
+        len,
+        step,
+        min_step: MIN_BUDGET_STEP,
+        open_ended: true,
+        beside,
+    };
+    match account.try_grow(Held::Inflated, growth) {
+        Ok(granted) => Ok(Ok(granted)),
+        Err(Grant::Wait { wanted }) => Ok(Err(wanted)),
+        Err(Grant::Never { charge, limit }) => Err(Error::OverBudget {
             size: charge as u64,
             budget: limit,
         }),
-    }
-}
-
-/// Asks for `old` bytes (the buffer being copied from) beside `len` and
-/// `step` more, or, if the budget has less room, `len` and what it has (at
-/// least [`MIN_BUDGET_STEP`]): the step asked for, and the answer.
-fn ask(account: &mut BudgetAccount, old: usize, len: usize, step: usize) -> (usize, Grant) {
-    let first = account.try_set(Held::Inflated, old + len + step);
-    if first == Grant::Granted {
-        return (step, first);
-    }
-    let smaller = step.min(account.room().saturating_sub(len).max(MIN_BUDGET_STEP));
-    if smaller < step {
-        (
-            smaller,
-            account.try_set(Held::Inflated, old + len + smaller),
-        )
-    } else {
-        (step, first)
+        // (Never the answer of a refusal.)
+        Err(Grant::Granted) => Ok(Ok(step)),
     }
 }
 

@@ -40,7 +40,7 @@ fn inflate(i: &mut Inflater, wire: &[u8], text: bool) -> Result<Message, Error> 
     let mut utf8 = Utf8Validator::new();
     let mut acct = BudgetAccount::new(None);
     i.begin(text);
-    i.feed(wire, &mut utf8, &mut acct)?;
+    i.feed(wire, &mut utf8, &mut acct, 0)?;
     Ok(i.finish(&mut utf8, &mut acct)?.unwrap())
 }
 
@@ -198,7 +198,7 @@ fn bomb_stops_at_the_limit() {
     let mut utf8 = Utf8Validator::new();
     i.begin(false);
     let e = i
-        .feed(&wire[..1024], &mut utf8, &mut BudgetAccount::new(None))
+        .feed(&wire[..1024], &mut utf8, &mut BudgetAccount::new(None), 0)
         .unwrap_err();
     assert!(
         matches!(e, Error::MessageTooLarge { max: 65536, .. }),
@@ -218,7 +218,7 @@ fn invalid_text_fails_on_the_chunk_that_shows_it() {
     let mut utf8 = Utf8Validator::new();
     i.begin(true);
     // Inflating the message body is enough; no need for the tail.
-    let r = i.feed(&wire, &mut utf8, &mut BudgetAccount::new(None));
+    let r = i.feed(&wire, &mut utf8, &mut BudgetAccount::new(None), 0);
     assert!(matches!(r, Err(Error::InvalidUtf8)));
 }
 
@@ -244,7 +244,7 @@ fn fed_in_any_pieces() {
         i.begin(true);
         let mut acct = BudgetAccount::new(None);
         for chunk in wire.chunks(piece) {
-            i.feed(chunk, &mut utf8, &mut acct).unwrap();
+            i.feed(chunk, &mut utf8, &mut acct, 0).unwrap();
         }
         let msg = i.finish(&mut utf8, &mut acct).unwrap().unwrap();
         assert_eq!(msg, Message::text(text.clone()));
@@ -291,7 +291,7 @@ fn shared_policy_keeps_nothing_between_messages() {
     assert_eq!(pooled(), (1, 1));
     let mut utf8 = Utf8Validator::new();
     i.begin(true);
-    i.feed(&wire, &mut utf8, &mut BudgetAccount::new(None))
+    i.feed(&wire, &mut utf8, &mut BudgetAccount::new(None), 0)
         .unwrap();
     assert_eq!(pooled(), (1, 0), "lent for the message in progress");
     assert_eq!(i.holds(), INFLATE_STATE);
@@ -436,12 +436,12 @@ fn decompression_state_is_asked_of_the_budget() {
         let mut i = Inflater::under(policy, 15, policy == DeflatePolicy::Shared, 1 << 20);
         let mut utf8 = Utf8Validator::new();
         i.begin(true);
-        let fed = i.feed(&wire, &mut utf8, &mut acct).unwrap();
+        let fed = i.feed(&wire, &mut utf8, &mut acct, 0).unwrap();
         assert_eq!(fed.consumed, 0, "{policy:?}");
         assert!(fed.wait.is_some(), "{policy:?}");
         assert!(i.msg.as_ref().unwrap().lent.is_none() && i.holds() == 0);
         other.release_all();
-        let fed = i.feed(&wire, &mut utf8, &mut acct).unwrap();
+        let fed = i.feed(&wire, &mut utf8, &mut acct, 0).unwrap();
         assert_eq!((fed.consumed, fed.wait), (wire.len(), None));
         assert_eq!(acct.held(Held::Compression), INFLATE_STATE);
         i.finish(&mut utf8, &mut acct).unwrap().unwrap();

@@ -90,6 +90,7 @@ impl Inflater {
         _input: &[u8],
         _utf8: &mut Utf8Validator,
         _account: &mut BudgetAccount,
+        _beside: usize,
     ) -> Result<Fed, Error> {
         match *self {}
     }
