@@ -118,6 +118,7 @@ mod head;
 pub mod http2;
 #[cfg(feature = "hub")]
 pub mod hub;
+pub mod meter;
 mod negotiated;
 pub use wavesock_proto as proto;
 #[cfg(feature = "proxy")]

@@ -12,6 +12,8 @@ use crate::handshake::server::{
     write_response,
 };
 use crate::head::{HeadError, read_head};
+#[cfg(feature = "metrics")]
+use crate::meter::{self, EngineMeter, Refused};
 use crate::negotiated::Negotiated;
 use crate::proto::Role;
 use crate::retry::Retrying;
@@ -216,6 +218,8 @@ where
     C: AsyncCallback,
 {
     config.validate()?;
+    #[cfg(feature = "metrics")]
+    let began = std::time::Instant::now();
     let result = {
         let mut retrying = Retrying(&mut io);
         let handshake = server_handshake(&mut retrying, &config, callback);
@@ -227,6 +231,11 @@ where
     match &result {
         Ok(_) => tracing::debug!("websocket handshake accepted"),
         Err(e) => tracing::debug!(error = %e, "websocket handshake failed"),
+    }
+    #[cfg(feature = "metrics")]
+    match &result {
+        Ok(_) => EngineMeter::stream(Role::Server).handshake(began.elapsed()),
+        Err(e) => meter::refused(Refused::of(e)),
     }
     let (leftover, negotiated) = result?;
     let ws = WebSocketStream::from_partially_read(io, leftover, Role::Server, config)?;

@@ -48,9 +48,11 @@ use crate::error::Error;
 use crate::header::OpCode;
 use crate::message::Message;
 
+mod ending;
 mod state;
 mod timers;
 
+pub use ending::Ending;
 pub use state::{Phase, State};
 pub use timers::Timers;
 
@@ -90,6 +92,10 @@ pub struct Connection {
     /// Made by [`handshaking`](Self::handshaking): its deadline is the
     /// opening handshake's ([`Error::HandshakeTimeout`]).
     handshaking: bool,
+    /// How the connection began to end, once it has: kept in the padding
+    /// beside the flags, so that reporting it costs an open connection
+    /// nothing.
+    ending: ending::Began,
     // Nanoseconds (saturated at 584 years), half the size of a `Duration`:
     // every connection of a server holds these two. `NO_CLOSE_TIMEOUT`
     // for none.
@@ -194,6 +200,7 @@ impl Connection {
             state,
             fragmenting: false,
             handshaking: false,
+            ending: ending::Began::NOT,
             close_timeout: if timers.close_timeout == Duration::MAX {
                 NO_CLOSE_TIMEOUT
             } else {
@@ -229,6 +236,7 @@ impl Connection {
             state: State(0),
             fragmenting: false,
             handshaking: true,
+            ending: ending::Began::NOT,
             close_timeout: 0,
             budget_wait: NO_BUDGET_WAIT,
             outstanding: deadline.map(|d| {
@@ -329,6 +337,8 @@ impl Connection {
                 // us; otherwise the peer closed first and we echo its code
                 // (RFC 6455 §5.5.1).
                 if !self.is_close_sent() {
+                    self.ending
+                        .set(Ending::PeerClosed(frame.as_ref().map(|f| f.code)));
                     self.state.set(State::PEER_GONE | State::CLOSE_SENT, true);
                     self.owe(Message::Close(frame.clone()));
                 }
@@ -357,6 +367,7 @@ impl Connection {
         if self.phase() != Phase::Open {
             return;
         }
+        self.ending.set(Ending::Failed(err.close_code()));
         if let Some(code) = err.close_code() {
             self.owe_close(code, err.close_reason());
         }
@@ -543,6 +554,13 @@ impl Connection {
     pub fn handle_send(&mut self, msg: &Message, now: impl Clock) -> Result<Outgoing, Error> {
         if let Message::Close(frame) = msg {
             CloseFrame::encode(frame.as_ref())?;
+            return Ok(
+                if self.send_close_with(now.now(), frame.as_ref().map(|f| f.code)) {
+                    Outgoing::Send
+                } else {
+                    Outgoing::Skip
+                },
+            );
         }
         let (opcode, fin) = msg.head();
         self.handle_send_frame(opcode, fin, now)
@@ -601,12 +619,27 @@ impl Connection {
     /// is not an error.
     #[inline]
     pub fn send_close(&mut self, now: Instant) -> bool {
+        self.send_close_with(now, None)
+    }
+
+    /// [`send_close`](Self::send_close) for a close frame with `code`.
+    fn send_close_with(&mut self, now: Instant, code: Option<CloseCode>) -> bool {
         if self.is_close_sent() || self.is_peer_gone() {
             return false;
         }
+        self.ending.set(Ending::Closed(code));
         self.state.set(State::CLOSE_SENT, true);
         self.arm_close(now);
         true
+    }
+
+    /// How the connection began to end: the first of the peer's close
+    /// frame, ours, or a failure (a protocol error, a limit, the memory
+    /// budget, a timer). `None` while it is open, and when its transport
+    /// ended without any of them.
+    #[inline]
+    pub fn ending(&self) -> Option<Ending> {
+        self.ending.get()
     }
 
     fn closed_error(&self) -> Error {
@@ -771,6 +804,11 @@ impl Connection {
     /// (a protocol violation) is the one reported.
     fn time_out(&mut self, err: Error) {
         if self.phase() == Phase::Open {
+            let code = match err {
+                Error::KeepaliveTimeout => Some(CloseCode::INTERNAL_ERROR),
+                _ => err.close_code(),
+            };
+            self.ending.set(Ending::Failed(code));
             self.outstanding().error = Some(err);
         }
         self.state.set_phase(Phase::TimedOut);

@@ -704,3 +704,59 @@ fn without_a_close_timeout_no_closing_handshake_has_a_deadline() {
 /// Two connections over an in-memory wire.
 #[path = "conn_pair_tests.rs"]
 mod pair;
+
+/// How a connection began to end: the first closing event, whichever
+/// follows, with its close code; nothing while open or when the transport
+/// ended first.
+#[test]
+fn the_first_closing_event_is_how_it_ended() {
+    let t0 = Instant::now();
+    let new = || Connection::new(Role::Server, timers(), t0);
+    let close = |code: u16| Message::Close(Some(CloseFrame::new(CloseCode(code), "")));
+
+    let mut c = new();
+    assert_eq!(c.ending(), None);
+    c.handle_frame(&close(4000), t0);
+    c.handle_error(Error::InvalidUtf8, t0);
+    assert_eq!(c.ending(), Some(Ending::PeerClosed(Some(CloseCode(4000)))));
+
+    let mut c = new();
+    c.handle_frame(&Message::Close(None), t0);
+    assert_eq!(c.ending(), Some(Ending::PeerClosed(None)));
+
+    // Ours first; the peer's answer changes nothing.
+    let mut c = new();
+    assert_eq!(c.handle_send(&close(1001), t0).unwrap(), Outgoing::Send);
+    c.handle_frame(&close(1000), t0);
+    assert_eq!(c.ending(), Some(Ending::Closed(Some(CloseCode(1001)))));
+
+    // A close frame sent already encoded: no code to tell.
+    let mut c = new();
+    assert!(c.send_close(t0));
+    assert_eq!(c.ending(), Some(Ending::Closed(None)));
+
+    let mut c = new();
+    c.handle_error(Error::InvalidUtf8, t0);
+    assert_eq!(c.ending(), Some(Ending::Failed(Some(CloseCode(1007)))));
+
+    // The memory budget's wait, and a keepalive, run out.
+    let budget = Connection::new(
+        Role::Server,
+        timers().budget_wait(Some(SEC)).ping_interval(None),
+        t0,
+    );
+    let mut c = budget;
+    c.handle_budget_wait(t0);
+    c.handle_timeout(t0 + 2 * SEC);
+    assert_eq!(c.ending(), Some(Ending::Failed(Some(CloseCode(1013)))));
+    let mut c = new();
+    c.handle_timeout(t0 + 30 * SEC);
+    c.handle_timeout(t0 + 41 * SEC);
+    assert_eq!(c.phase(), Phase::TimedOut);
+    assert_eq!(c.ending(), Some(Ending::Failed(Some(CloseCode(1011)))));
+
+    // The transport ended first: no closing event.
+    let mut c = new();
+    c.handle_transport_end();
+    assert_eq!(c.ending(), None);
+}

@@ -24,6 +24,7 @@ use crate::hub::transport::Transport;
 use crate::hub::turn::{Schedule, Turn};
 use crate::hub::wake::ConnWaker;
 use crate::hub::ws::Ws;
+use crate::meter::{self, Refused};
 use crate::proto::Role;
 use crate::proto::conn::{Connection, later};
 
@@ -138,7 +139,7 @@ impl Acceptor {
         // `None` when every slot an id can name is taken (or retired), or
         // the kernel has no room for the socket: refused, the transport
         // dropped.
-        let (key, slot) = slots.insert_with(|key| {
+        let inserted = slots.insert_with(|key| {
             let mut io = io;
             let waker = match &mut io {
                 #[cfg(unix)]
@@ -166,7 +167,12 @@ impl Acceptor {
                 // answer's if the request is refused.
                 conn: Conn::new(key, Connection::handshaking(Role::Server, deadline)),
             }))
-        })?;
+        });
+        let Some((key, slot)) = inserted else {
+            // No slot, or the kernel had no room to watch the socket.
+            meter::refused(Refused::Overloaded);
+            return None;
+        };
         // Served at once: the request may be there already, and the first
         // read registers the waker.
         slot.requeue(&mut turn.schedule);

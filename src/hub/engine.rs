@@ -49,6 +49,7 @@ use crate::hub::timers::Timers;
 use crate::hub::turn::Turn;
 use crate::hub::upgrade::read_handshake;
 use crate::hub::write::{flush, flush_corked, keep_dirty};
+use crate::meter::{self, ClosedBy, Refused};
 use crate::proto::close::Leaving;
 use crate::proto::conn::{Phase, later};
 
@@ -164,6 +165,7 @@ impl<H: Handler> Engine<H> {
         let deliveries_left = false;
         self.send_closes();
         self.flush_dirty();
+        self.turn.tally.record();
         if let Some(deadline) = self.shutdown {
             if self.slots.len() == 0 {
                 return Poll::Ready(());
@@ -264,6 +266,17 @@ impl<H: Handler> Engine<H> {
             Some(e) => (e.peer_close, e.error),
             None => (None, None),
         };
+        if slot.data.is_some() {
+            let (by, code) = ClosedBy::of(slot.conn.core().ending());
+            self.turn.meter.closed(by, code);
+        } else if slot.stage == Stage::Handshake {
+            // Never answered: the peer left, or its deadline passed.
+            meter::refused(if slot.conn.abandoned {
+                Refused::Closed
+            } else {
+                Refused::Timeout
+            });
+        }
         let closed = Closed {
             id: self.turn.id(key),
             frame,

@@ -18,6 +18,7 @@ use crate::hub::transport::Transport;
 use crate::hub::turn::Turn;
 use crate::hub::write::flush;
 use crate::hub::ws::Ws;
+use crate::meter::Kind;
 use crate::proto::Role;
 use crate::proto::conn::{Connection, State};
 use crate::proto::decoder::{BorrowedData, MessageDecoder};
@@ -129,13 +130,22 @@ pub(crate) fn read_frames<H: Handler>(
                     turn,
                 };
                 match data {
-                    BorrowedData::Text(t) => handler.message(&mut ws, HubMessage::Text(t)),
-                    BorrowedData::Binary(b) => handler.message(&mut ws, HubMessage::Binary(b)),
+                    BorrowedData::Text(t) => {
+                        ws.turn.tally.received(Kind::Text, t.len());
+                        handler.message(&mut ws, HubMessage::Text(t))
+                    }
+                    BorrowedData::Binary(b) => {
+                        ws.turn.tally.received(Kind::Binary, b.len());
+                        handler.message(&mut ws, HubMessage::Binary(b))
+                    }
                 }
                 ws.conn.transmit_owed(ws.turn);
                 Input::Start
             }
             Stepped::Step(Step::Message(msg)) => {
+                if let Some((kind, len)) = Kind::counted(msg.head().0, msg.len()) {
+                    turn.tally.received(kind, len);
+                }
                 if let Message::Close(frame) = msg {
                     slot.conn.peer_closed(frame);
                     Input::Start

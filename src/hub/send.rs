@@ -10,6 +10,7 @@ use crate::hub::config::BackpressurePolicy;
 use crate::hub::conn::Conn;
 use crate::hub::event::SendStatus;
 use crate::hub::turn::Turn;
+use crate::meter::Kind;
 use crate::proto::close::{CloseCode, CloseFrame};
 use crate::proto::conn::Outgoing;
 use crate::proto::driver::Driver;
@@ -50,6 +51,7 @@ impl Conn {
         &mut self,
         turn: &mut Turn,
         published: bool,
+        sent: Option<(Kind, usize)>,
         send: impl FnOnce(
             &mut Driver,
             Instant,
@@ -85,7 +87,12 @@ impl Conn {
         // The hub reports a send after a close as `SendStatus::Closed`
         // where the Stream returns the core's error.
         match send(&mut self.driver, now, &mut turn.writes.pool) {
-            Ok(Outgoing::Send) => self.mark(turn),
+            Ok(Outgoing::Send) => {
+                if let Some((kind, len)) = sent {
+                    turn.tally.sent(kind, len);
+                }
+                self.mark(turn)
+            }
             Ok(Outgoing::Skip)
             | Err(crate::proto::Error::AlreadyClosed | crate::proto::Error::ConnectionClosed) => {
                 return Ok(SendStatus::Closed);
@@ -101,7 +108,10 @@ impl Conn {
     }
 
     pub(crate) fn send_message(&mut self, turn: &mut Turn, msg: &Message) -> Result<SendStatus> {
-        self.send_with(turn, false, |d, now, pool| d.send(msg.clone(), now, pool))
+        let sent = Kind::counted(msg.head().0, msg.len());
+        self.send_with(turn, false, sent, |d, now, pool| {
+            d.send(msg.clone(), now, pool)
+        })
     }
 
     pub(crate) fn send_data(
@@ -110,6 +120,7 @@ impl Conn {
         opcode: OpCode,
         payload: &[u8],
     ) -> Result<SendStatus> {
+        let sent = Kind::counted(opcode, payload.len());
         // The message being handled, sent on as it is (an echo, a relay):
         // the driver queues its payload where it was read when nothing
         // transforms it.
@@ -119,11 +130,11 @@ impl Conn {
             .as_ref()
             .filter(|c| c.as_ptr() == payload.as_ptr() && c.len() == payload.len());
         if let Some(current) = same.cloned() {
-            return self.send_with(turn, false, |d, now, pool| {
+            return self.send_with(turn, false, sent, |d, now, pool| {
                 d.send_data_shared(opcode, current, now, pool)
             });
         }
-        self.send_with(turn, false, |d, now, pool| {
+        self.send_with(turn, false, sent, |d, now, pool| {
             d.send_data(opcode, payload, now, pool)
         })
     }
@@ -135,14 +146,20 @@ impl Conn {
     ) -> Result<SendStatus> {
         // A publish to thousands: each connection queues a reference to
         // the one frame (compressed once per window size), not a copy.
-        self.send_with(turn, false, |d, now, pool| d.send_prepared(msg, now, pool))
+        let sent = Kind::counted(msg.opcode(), msg.payload().len());
+        self.send_with(turn, false, sent, |d, now, pool| {
+            d.send_prepared(msg, now, pool)
+        })
     }
 
     #[cfg(feature = "topics")]
     /// Sends what was published to a topic the connection subscribes to,
     /// as [`send_prepared`](Self::send_prepared), closing or not.
     pub(crate) fn deliver(&mut self, turn: &mut Turn, msg: &PreparedMessage) -> Result<SendStatus> {
-        self.send_with(turn, true, |d, now, pool| d.send_prepared(msg, now, pool))
+        let sent = Kind::counted(msg.opcode(), msg.payload().len());
+        self.send_with(turn, true, sent, |d, now, pool| {
+            d.send_prepared(msg, now, pool)
+        })
     }
 
     pub(crate) fn close(&mut self, turn: &mut Turn, code: CloseCode, reason: &str) -> Result<()> {

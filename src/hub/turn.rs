@@ -20,6 +20,7 @@ use crate::hub::slots::Key;
 #[cfg(feature = "topics")]
 use crate::hub::subs::Subs;
 use crate::hub::wake::ReadyQueue;
+use crate::meter::{EngineMeter, Tally};
 use crate::proto::outbox::{PoolLimits, QueuePool};
 
 /// What a turn shares with the connections it serves: sends, handlers
@@ -37,6 +38,11 @@ pub(crate) struct Turn {
     /// The engine's subscriptions to topics.
     #[cfg(feature = "topics")]
     pub(crate) subs: Subs,
+    /// The engine's connection metrics (nothing without the `metrics`
+    /// feature).
+    pub(crate) meter: EngineMeter,
+    /// Messages and bytes in and out this turn, recorded at its end.
+    pub(crate) tally: Tally,
 }
 
 /// Who the engine is: what names its connections, and the handle its
@@ -115,6 +121,8 @@ impl Turn {
             },
             #[cfg(feature = "topics")]
             subs: Subs::new(config.topics.clone()),
+            meter: EngineMeter::hub(engine),
+            tally: Tally::default(),
         }
     }
 

@@ -16,6 +16,7 @@ use crate::hub::handler::Handler;
 use crate::hub::read::ReceiverPool;
 use crate::hub::turn::Turn;
 use crate::hub::ws::Ws;
+use crate::meter::{self, Refused};
 use crate::proto::Role;
 use crate::proto::conn::Connection;
 use crate::proto::inbox::OwnMemory;
@@ -76,6 +77,7 @@ pub(crate) fn read_handshake<H: Handler>(
 
 /// Answers a request that is not a valid upgrade, then ends.
 fn refuse<T>(slot: &mut Slot<T>, turn: &mut Turn, err: &HandshakeError) {
+    meter::refused(Refused::of_handshake(err));
     match error_response(err) {
         Some(resp) => write_http(slot, turn, &resp, resp.body()),
         None => slot.conn.abandoned = true,
@@ -104,6 +106,7 @@ fn answer<H: Handler>(
         Ok(a) => a,
         Err(e) => {
             if let Some(resp) = handler.request(&request) {
+                meter::refused(Refused::of_status(resp.status()));
                 return write_http(slot, turn, &resp, resp.body());
             }
             return refuse(slot, turn, &e);
@@ -113,7 +116,10 @@ fn answer<H: Handler>(
     let mut response = accepting.required().clone();
     let data = match handler.upgrade(&request, &mut response) {
         Ok(data) => data,
-        Err(refusal) => return write_http(slot, turn, &refusal, refusal.body()),
+        Err(refusal) => {
+            meter::refused(Refused::of_status(refusal.status()));
+            return write_http(slot, turn, &refusal, refusal.body());
+        }
     };
     accepting.respond(&mut response);
     if let Some((params, deflate)) = accepting.into_deflate() {
@@ -131,7 +137,18 @@ fn answer<H: Handler>(
     // What followed the request waits in memory of its size.
     r.inbox_mut().wait(&mut OwnMemory);
     slot.receiver = Some(r);
+    #[cfg(feature = "metrics")]
+    if let (Some(deadline), Some(timeout)) = (
+        slot.conn.core().close_deadline(),
+        config.config.handshake.timeout,
+    ) {
+        // The handshake's deadline ran from its first byte.
+        let began = deadline.checked_sub(timeout).unwrap_or(deadline);
+        let took = turn.now().saturating_duration_since(began);
+        turn.meter.handshake(took);
+    }
     *slot.conn.core_mut() = Connection::new(Role::Server, config.config.timers(), turn.now());
+    turn.meter.opened(true);
     slot.stage = Stage::Open;
     let data = slot.data.insert(data);
     handler.open(&mut Ws {

@@ -15,6 +15,7 @@ use tokio::io::AsyncWrite;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::meter::{self, EngineMeter};
 use crate::proto::Role;
 use crate::proto::close::{CloseFrame, Leaving};
 use crate::proto::conn::{Connection, Outgoing};
@@ -38,6 +39,7 @@ pub(crate) struct Core {
 
 impl Core {
     pub(crate) fn new(role: Role, config: &Config) -> Self {
+        EngineMeter::stream(role).opened(role == Role::Server);
         Core {
             d: Driver::new(
                 Connection::new(role, config.timers(), now()),
@@ -87,8 +89,14 @@ impl Core {
     #[inline]
     pub(crate) fn start_send(&mut self, msg: Message) -> Result<()> {
         let close = msg.is_close();
-        if self.d.send(msg, now, &mut ThreadQueues)? == Outgoing::Send && close {
-            trace::debug_event!("close frame sent");
+        let counted = meter::Kind::counted(msg.head().0, msg.len());
+        if self.d.send(msg, now, &mut ThreadQueues)? == Outgoing::Send {
+            if let Some((kind, len)) = counted {
+                meter::sent(kind, len);
+            }
+            if close {
+                trace::debug_event!("close frame sent");
+            }
         }
         Ok(())
     }
@@ -108,6 +116,9 @@ impl Core {
 
     pub(crate) fn start_send_prepared(&mut self, p: &PreparedMessage) -> Result<()> {
         self.d.send_prepared(p, now, &mut ThreadQueues)?;
+        if let Some((kind, len)) = meter::Kind::counted(p.opcode(), p.payload().len()) {
+            meter::sent(kind, len);
+        }
         Ok(())
     }
 
@@ -276,4 +287,15 @@ where
     }
     let _ = ready!(w.poll_flush_io(io, cx, Task::Receiving));
     Poll::Ready(())
+}
+
+/// A connection ended: the Stream's metrics learn how (the core knows
+/// whatever task held it last).
+#[cfg(feature = "metrics")]
+impl Drop for Core {
+    fn drop(&mut self) {
+        let conn = self.d.conn();
+        let (by, code) = meter::ClosedBy::of(conn.ending());
+        EngineMeter::stream(conn.role()).closed(by, code);
+    }
 }

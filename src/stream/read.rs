@@ -18,6 +18,7 @@ use tokio_util::io::poll_read_buf;
 use crate::config::Config;
 use crate::discard::discard;
 use crate::error::Result;
+use crate::meter;
 use crate::proto::Role;
 use crate::proto::conn::{Connection, State};
 use crate::proto::decoder::MessageDecoder;
@@ -287,7 +288,12 @@ impl ReadState {
                 &now,
             );
             input = match step {
-                Step::Message(msg) => return Poll::Ready(Some(Ok(msg))),
+                Step::Message(msg) => {
+                    if let Some((kind, len)) = meter::Kind::counted(msg.head().0, msg.len()) {
+                        meter::received(kind, len);
+                    }
+                    return Poll::Ready(Some(Ok(msg)));
+                }
                 Step::Read(plan) => ready!(self.poll_read_input(link, cx, plan)),
                 Step::FlushRead(plan) => match link.with_core(|c, io| c.poll_write_owed(io, cx)) {
                     Poll::Ready(Ok(false)) => ready!(self.poll_read_input(link, cx, plan)),

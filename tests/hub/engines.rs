@@ -1078,3 +1078,188 @@ async fn an_idle_connection_holds_no_buffer_after_a_large_message() {
     }
     assert!(held.is_empty(), "{held:#?}");
 }
+
+/// With the `metrics` feature, every engine tells the same story of the
+/// same connections: four accepted and four ended (the peer's close, a
+/// protocol error, our close, a hang-up) with their close codes' classes,
+/// messages and bytes in and out by kind, two refused upgrades, and a
+/// handshake time each. The recorder is the process's, so this runs alone
+/// in a child process and compares each engine's figures with those
+/// before it ran.
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_tell_the_same_story_on_every_engine() {
+    use crate::support::metered::{self, Metrics};
+    use wavesock::meter;
+
+    if !child::alone() {
+        return;
+    }
+    let m = metered::install();
+    /// The figures a scenario moves.
+    fn figures(m: &Metrics, engine: &str) -> Vec<(String, f64)> {
+        let e = ("engine", engine);
+        let mut out = vec![
+            (
+                "accepted".into(),
+                m.counter(meter::CONNECTIONS_ACCEPTED, &[e]) as f64,
+            ),
+            ("open".into(), m.gauge(meter::CONNECTIONS_OPEN, &[e])),
+            (
+                "handshakes".into(),
+                m.histogram(meter::HANDSHAKE_DURATION, &[e]).len() as f64,
+            ),
+        ];
+        for (by, code) in [
+            ("peer", "normal"),
+            ("error", "protocol"),
+            ("local", "application"),
+            ("gone", "none"),
+        ] {
+            let n = m.counter(meter::CONNECTIONS_CLOSED, &[e, ("by", by), ("code", code)]);
+            out.push((format!("closed by {by} with {code}"), n as f64));
+        }
+        for kind in ["text", "binary", "control"] {
+            let k = [("kind", kind)];
+            for (what, name) in [
+                ("messages in", meter::MESSAGES_RECEIVED),
+                ("bytes in", meter::RECEIVED_BYTES),
+                ("messages out", meter::MESSAGES_SENT),
+                ("bytes out", meter::SENT_BYTES),
+            ] {
+                out.push((format!("{kind} {what}"), m.counter(name, &k) as f64));
+            }
+        }
+        for reason in ["request", "version"] {
+            let n = m.counter(meter::UPGRADES_REFUSED, &[("reason", reason)]);
+            out.push((format!("refused: {reason}"), n as f64));
+        }
+        out
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut stories = Vec::new();
+    for case in ENGINES.into_iter().filter(|c| !c.faults) {
+        let engine = match case.engine {
+            Engine::Stream | Engine::Split => "stream",
+            Engine::Hub | Engine::HubTokio => "hub-0",
+        };
+        let before = figures(m, engine);
+        rt.block_on(async {
+            let mut server = start(case, Config::default()).await;
+            // The peer's close, after a text, a binary and a ping.
+            let mut a = upgrade_raw(server.addr).await;
+            a.write_all(&frame(true, OpCode::Text, b"hello".to_vec()))
+                .await
+                .unwrap();
+            a.write_all(&frame(true, OpCode::Binary, vec![1, 2, 3]))
+                .await
+                .unwrap();
+            a.write_all(&frame(true, OpCode::Ping, b"p".to_vec()))
+                .await
+                .unwrap();
+            let mut got = Vec::new();
+            while got.len() < 3 {
+                got.push(read_frame(&mut a).await.0);
+            }
+            got.sort();
+            assert_eq!(got, [0x1, 0x2, 0xA], "{case:?}");
+            let close = [&1000u16.to_be_bytes()[..], b""].concat();
+            a.write_all(&frame(true, OpCode::Close, close))
+                .await
+                .unwrap();
+            assert_eq!(close_code(&mut a).await, 1000);
+            assert_eq!(server.ended().await, None, "{case:?}");
+            // A protocol error: text that is not UTF-8.
+            let mut b = upgrade_raw(server.addr).await;
+            b.write_all(&frame(true, OpCode::Text, vec![0xFF]))
+                .await
+                .unwrap();
+            assert_eq!(close_code(&mut b).await, 1007, "{case:?}");
+            assert!(server.ended().await.is_some(), "{case:?}");
+            // Our close (4000), answered.
+            let mut c = upgrade_raw(server.addr).await;
+            c.write_all(&frame(true, OpCode::Text, b"close".to_vec()))
+                .await
+                .unwrap();
+            assert_eq!(close_code(&mut c).await, 4000, "{case:?}");
+            let close = [&4000u16.to_be_bytes()[..], b""].concat();
+            c.write_all(&frame(true, OpCode::Close, close))
+                .await
+                .unwrap();
+            assert_eq!(server.ended().await, None, "{case:?}");
+            // A hang-up.
+            drop(upgrade_raw(server.addr).await);
+            assert!(server.ended().await.is_some(), "{case:?}");
+            // Two refusals: not an upgrade, and an old version.
+            for request in [
+                "GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+                "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                 Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 8\r\n\r\n",
+            ] {
+                let mut r = TcpStream::connect(server.addr).await.unwrap();
+                r.write_all(request.as_bytes()).await.unwrap();
+                let mut answer = String::new();
+                within(10, r.read_to_string(&mut answer)).await.unwrap();
+                assert!(answer.starts_with("HTTP/1.1 4"), "{case:?}: {answer}");
+            }
+            // Everything recorded: the Stream's when it is dropped, the
+            // hub's as the engine ends each connection and its turn.
+            until(|| {
+                let now = figures(m, engine);
+                now[1].1 == before[1].1 && now[0].1 == before[0].1 + 4.0
+            })
+            .await;
+        });
+        let after = figures(m, engine);
+        let moved: Vec<(String, f64)> = after
+            .into_iter()
+            .zip(before)
+            .map(|((name, now), (_, was))| (name, now - was))
+            .collect();
+        stories.push((case, moved));
+    }
+    let (first, expected) = &stories[0];
+    let want = |name: &str| expected.iter().find(|(n, _)| n == name).unwrap().1;
+    assert_eq!(want("accepted"), 4.0, "{first:?}: {expected:?}");
+    assert_eq!(want("handshakes"), 4.0, "{first:?}: {expected:?}");
+    assert_eq!(want("open"), 0.0);
+    for by in [
+        "peer with normal",
+        "error with protocol",
+        "local with application",
+        "gone with none",
+    ] {
+        assert_eq!(
+            want(&format!("closed by {by}")),
+            1.0,
+            "{first:?}: {expected:?}"
+        );
+    }
+    assert_eq!(want("text messages in"), 2.0, "{expected:?}");
+    assert_eq!(want("text bytes in"), 10.0, "{expected:?}");
+    assert_eq!(want("binary messages in"), 1.0, "{expected:?}");
+    assert_eq!(want("binary bytes in"), 3.0, "{expected:?}");
+    assert_eq!(want("text messages out"), 1.0, "{expected:?}");
+    assert_eq!(want("text bytes out"), 5.0, "{expected:?}");
+    assert_eq!(want("binary messages out"), 1.0, "{expected:?}");
+    assert_eq!(want("binary bytes out"), 3.0, "{expected:?}");
+    // The ping; close frames are counted as connections closed.
+    assert_eq!(want("control messages in"), 1.0, "{expected:?}");
+    assert_eq!(want("control bytes in"), 1.0, "{expected:?}");
+    assert_eq!(want("control messages out"), 0.0, "{expected:?}");
+    assert_eq!(want("refused: request"), 1.0, "{expected:?}");
+    assert_eq!(want("refused: version"), 1.0, "{expected:?}");
+    for (case, moved) in &stories[1..] {
+        assert_eq!(moved, expected, "{case:?} against {first:?}");
+    }
+    // Each accepted connection's handshake timed, on each engine.
+    for engine in ["stream", "hub-0"] {
+        let times = m.histogram(meter::HANDSHAKE_DURATION, &[("engine", engine)]);
+        assert_eq!(times.len(), 8, "{engine}");
+        assert!(times.iter().all(|t| (0.0..10.0).contains(t)), "{times:?}");
+    }
+    assert!(m.description(meter::CONNECTIONS_OPEN).is_some());
+}

@@ -21,6 +21,7 @@ mod handles;
 mod handshake;
 mod http2;
 mod interleavings;
+mod metrics;
 mod migration;
 mod no_time_driver;
 mod regressions;

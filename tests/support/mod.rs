@@ -10,6 +10,8 @@ pub mod counting;
 pub mod faulty;
 pub mod hub;
 pub mod interleave;
+#[cfg(feature = "metrics")]
+pub mod metered;
 pub mod model;
 pub mod proxy;
 pub mod raw;

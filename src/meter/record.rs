@@ -1,0 +1,156 @@
+//! Connections' metrics: one engine's handles, taken once (a lookup in the
+//! recorder per connection would hash labels on every accept), and the
+//! refusals counted where the handshake refuses.
+
+#[cfg(feature = "metrics")]
+use std::sync::OnceLock;
+use std::time::Duration;
+
+#[cfg(feature = "metrics")]
+use metrics::{Counter, Gauge, Histogram, SharedString, Unit};
+
+use super::ClosedBy;
+#[cfg(any(feature = "metrics", feature = "hub"))]
+use super::Refused;
+use crate::Role;
+
+/// One engine's connection metrics (the hub's engine N, or every Stream of
+/// one role), labelled with its name. Without the feature: nothing.
+#[derive(Debug)]
+pub(crate) struct EngineMeter {
+    #[cfg(feature = "metrics")]
+    name: SharedString,
+    #[cfg(feature = "metrics")]
+    accepted: Counter,
+    #[cfg(feature = "metrics")]
+    open: Gauge,
+    #[cfg(feature = "metrics")]
+    handshake: Histogram,
+}
+
+impl EngineMeter {
+    #[cfg(feature = "metrics")]
+    fn named(name: SharedString) -> Self {
+        let label = [("engine", name.clone())];
+        EngineMeter {
+            accepted: metrics::counter!(super::CONNECTIONS_ACCEPTED, &label),
+            open: metrics::gauge!(super::CONNECTIONS_OPEN, &label),
+            handshake: metrics::histogram!(super::HANDSHAKE_DURATION, &label),
+            name,
+        }
+    }
+
+    /// The hub's engine `index`.
+    #[cfg_attr(not(feature = "hub"), allow(dead_code))]
+    #[allow(unused_variables)]
+    pub(crate) fn hub(index: u32) -> Self {
+        #[cfg(feature = "metrics")]
+        return Self::named(SharedString::from(format!("hub-{index}")));
+        #[cfg(not(feature = "metrics"))]
+        EngineMeter {}
+    }
+
+    /// Every Stream of `role` (server-side ones are labelled `stream`).
+    #[allow(unused_variables)]
+    pub(crate) fn stream(role: Role) -> &'static EngineMeter {
+        #[cfg(feature = "metrics")]
+        {
+            static SERVER: OnceLock<EngineMeter> = OnceLock::new();
+            static CLIENT: OnceLock<EngineMeter> = OnceLock::new();
+            match role {
+                Role::Server => SERVER.get_or_init(|| Self::named("stream".into())),
+                Role::Client => CLIENT.get_or_init(|| Self::named("client".into())),
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            static NONE: EngineMeter = EngineMeter {};
+            &NONE
+        }
+    }
+
+    /// A connection opened: a server's (accepted) or a client's.
+    #[inline]
+    #[allow(unused_variables)]
+    pub(crate) fn opened(&self, server: bool) {
+        #[cfg(feature = "metrics")]
+        {
+            self.open.increment(1.0);
+            if server {
+                self.accepted.increment(1);
+            }
+        }
+    }
+
+    /// A server's opening handshake took `took`, from its first byte to
+    /// its response.
+    #[inline]
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code, unused_variables))]
+    pub(crate) fn handshake(&self, took: Duration) {
+        #[cfg(feature = "metrics")]
+        self.handshake.record(took.as_secs_f64());
+    }
+
+    /// A connection [`opened`](Self::opened) ended: `by` whom, with the
+    /// close `code` sent or received, if any.
+    #[inline]
+    #[allow(unused_variables)]
+    #[cfg_attr(not(any(feature = "metrics", feature = "hub")), allow(dead_code))]
+    pub(crate) fn closed(&self, by: ClosedBy, code: Option<u16>) {
+        #[cfg(feature = "metrics")]
+        {
+            self.open.decrement(1.0);
+            let class = code.map_or("none", super::code_class);
+            metrics::counter!(
+                super::CONNECTIONS_CLOSED,
+                "engine" => self.name.clone(),
+                "by" => by.label(),
+                "code" => class,
+            )
+            .increment(1);
+        }
+    }
+}
+
+/// A server refused an opening handshake (`None`: it did not).
+#[cfg(any(feature = "metrics", feature = "hub"))]
+#[inline]
+#[allow(unused_variables)]
+pub(crate) fn refused(reason: impl Into<Option<Refused>>) {
+    #[cfg(feature = "metrics")]
+    if let Some(reason) = reason.into() {
+        metrics::counter!(super::UPGRADES_REFUSED, "reason" => reason.label()).increment(1);
+    }
+}
+
+/// Gives every metric its help text and unit.
+#[cfg(feature = "metrics")]
+pub(super) fn describe_all() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        super::CONNECTIONS_ACCEPTED,
+        Unit::Count,
+        "Server connections whose opening handshake succeeded."
+    );
+    describe_gauge!(
+        super::CONNECTIONS_OPEN,
+        Unit::Count,
+        "Connections open now."
+    );
+    describe_counter!(
+        super::CONNECTIONS_CLOSED,
+        Unit::Count,
+        "Connections ended, by who closed first and the close code's class."
+    );
+    describe_counter!(
+        super::UPGRADES_REFUSED,
+        Unit::Count,
+        "Opening handshakes a server refused, by reason."
+    );
+    describe_histogram!(
+        super::HANDSHAKE_DURATION,
+        Unit::Seconds,
+        "From a server connection's first byte to its handshake's response."
+    );
+    super::traffic::describe_all();
+}

@@ -1,0 +1,160 @@
+//! With the `metrics` feature: why a Stream server refused each upgrade,
+//! and a client's connections counted apart from a server's. The recorder
+//! is the process's, so each test runs alone in a child process.
+#![cfg(feature = "metrics")]
+// The callback shape users know from tokio-tungstenite.
+#![allow(clippy::result_large_err)]
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use wavesock::http::{Request, Response, StatusCode};
+use wavesock::meter;
+use wavesock::{Config, Message};
+
+use crate::support::{self, child, metered};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Each refusal counted under its reason: not an upgrade, an old
+/// version, a head over the limit, a peer gone mid-request, a request that
+/// never finished in time, the callback's 404 and 403.
+#[test]
+fn each_refused_upgrade_is_counted_by_its_reason() {
+    if !child::alone() {
+        return;
+    }
+    let m = metered::install();
+    runtime().block_on(async {
+        let (listener, addr) = support::listener().await;
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let config = Config::default()
+                        .max_handshake_size(1024)
+                        .handshake_timeout(Some(Duration::from_millis(200)));
+                    let callback = |req: &Request<()>, resp: Response<()>| {
+                        let status = match req.uri().path() {
+                            "/missing" => StatusCode::NOT_FOUND,
+                            "/private" => StatusCode::FORBIDDEN,
+                            _ => return Ok(resp),
+                        };
+                        let mut refusal = Response::new(None);
+                        *refusal.status_mut() = status;
+                        Err(refusal)
+                    };
+                    let _ = wavesock::accept_hdr_async_with_config(tcp, callback, config).await;
+                });
+            }
+        });
+        let upgrade = |path: &str, version: u8| {
+            format!(
+                "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                 Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: {version}\r\n\r\n"
+            )
+        };
+        let answered = [
+            ("GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_owned(), "400"),
+            (upgrade("/", 8), "426"),
+            (format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "x".repeat(2000)), "431"),
+            (upgrade("/missing", 13), "404"),
+            (upgrade("/private", 13), "403"),
+        ];
+        for (request, status) in answered {
+            let mut tcp = TcpStream::connect(addr).await.unwrap();
+            tcp.write_all(request.as_bytes()).await.unwrap();
+            let mut answer = String::new();
+            tcp.read_to_string(&mut answer).await.unwrap();
+            assert!(answer.starts_with(&format!("HTTP/1.1 {status}")), "{answer}");
+        }
+        // Gone mid-request, and never finished.
+        let mut gone = TcpStream::connect(addr).await.unwrap();
+        gone.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        drop(gone);
+        let mut slow = TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let mut rest = Vec::new();
+        slow.read_to_end(&mut rest).await.unwrap();
+        let reasons = [
+            "request",
+            "version",
+            "too_large",
+            "not_found",
+            "rejected",
+            "closed",
+            "timeout",
+        ];
+        let counted = |r: &str| m.counter(meter::UPGRADES_REFUSED, &[("reason", r)]);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while reasons.iter().any(|r| counted(r) != 1) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| {
+            panic!("{:?}", reasons.map(|r| (r, counted(r))));
+        });
+        assert_eq!(m.counter(meter::CONNECTIONS_ACCEPTED, &[]), 0);
+    });
+}
+
+/// A client's connection is open under `engine="client"` and counted
+/// closed there, never as accepted; the server's under `stream`.
+#[test]
+fn a_clients_connections_are_counted_apart() {
+    if !child::alone() {
+        return;
+    }
+    let m = metered::install();
+    runtime().block_on(async {
+        let (listener, addr) = support::listener().await;
+        let server = tokio::spawn(async move {
+            let mut ws = support::accept(&listener, Config::default()).await;
+            while let Some(Ok(msg)) = ws.next().await {
+                if msg.is_data() {
+                    ws.send(msg).await.unwrap();
+                }
+            }
+        });
+        let (mut client, _) = wavesock::connect_async(format!("ws://{addr}/"))
+            .await
+            .unwrap();
+        let client_open = [("engine", "client")];
+        assert_eq!(m.gauge(meter::CONNECTIONS_OPEN, &client_open), 1.0);
+        client.send(Message::text("hi")).await.unwrap();
+        assert_eq!(client.next().await.unwrap().unwrap(), Message::text("hi"));
+        client.close(None).await.unwrap();
+        drop(client);
+        server.await.unwrap();
+        assert_eq!(m.gauge(meter::CONNECTIONS_OPEN, &client_open), 0.0);
+        assert_eq!(
+            m.gauge(meter::CONNECTIONS_OPEN, &[("engine", "stream")]),
+            0.0
+        );
+        assert_eq!(m.counter(meter::CONNECTIONS_ACCEPTED, &client_open), 0);
+        assert_eq!(
+            m.counter(meter::CONNECTIONS_ACCEPTED, &[("engine", "stream")]),
+            1
+        );
+        let closed = |engine, by| {
+            m.counter(
+                meter::CONNECTIONS_CLOSED,
+                &[("engine", engine), ("by", by), ("code", "none")],
+            )
+        };
+        // An empty close frame from the client, answered by the server.
+        assert_eq!(closed("client", "local"), 1);
+        assert_eq!(closed("stream", "peer"), 1);
+        // Both ends' text, once each way.
+        assert_eq!(m.counter(meter::MESSAGES_SENT, &[("kind", "text")]), 2);
+        assert_eq!(m.counter(meter::MESSAGES_RECEIVED, &[("kind", "text")]), 2);
+    });
+}
