@@ -44,6 +44,10 @@ struct Shared {
     /// Wakers parked in `wakers`; read without the lock on every release.
     waiting: AtomicUsize,
     wakers: Mutex<Vec<Waker>>,
+    /// `in_use` as last reported ([`MemoryBudget::report`]), and whether
+    /// the limit was.
+    reported: AtomicUsize,
+    limit_reported: std::sync::atomic::AtomicBool,
 }
 
 /// A memory budget shared by many connections: create it once, put a clone
@@ -170,6 +174,33 @@ impl MemoryBudget {
     /// The most that was ever in use at once (the high-water mark).
     pub fn peak(&self) -> usize {
         self.shared.peak.load(Ordering::Acquire)
+    }
+
+    /// For a metric that adds up every budget: the change in bytes in use
+    /// since the last report, and the limit the first time (else 0).
+    /// Reports from several tasks add up to the change in all.
+    ///
+    /// ```
+    /// use wavesock_proto::MemoryBudget;
+    /// use wavesock_proto::budget::{BudgetAccount, Held};
+    ///
+    /// let budget = MemoryBudget::new(1 << 20).allowance(0);
+    /// assert_eq!(budget.report(), (0, 1 << 20));
+    /// let mut account = BudgetAccount::new(Some(budget.clone()));
+    /// account.set(Held::Fragments, 1000);
+    /// assert_eq!(budget.report(), (1000, 0));
+    /// drop(account);
+    /// assert_eq!(budget.report(), (-1000, 0));
+    /// ```
+    pub fn report(&self) -> (i64, usize) {
+        let now = self.in_use();
+        let before = self.shared.reported.swap(now, Ordering::AcqRel);
+        let limit = if self.shared.limit_reported.swap(true, Ordering::AcqRel) {
+            0
+        } else {
+            self.limit()
+        };
+        (now as i64 - before as i64, limit)
     }
 
     /// How many wakers wait for budget to be given back.

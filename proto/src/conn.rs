@@ -52,7 +52,7 @@ mod ending;
 mod state;
 mod timers;
 
-pub use ending::Ending;
+pub use ending::{Ending, Failure};
 pub use state::{Phase, State};
 pub use timers::Timers;
 
@@ -367,7 +367,8 @@ impl Connection {
         if self.phase() != Phase::Open {
             return;
         }
-        self.ending.set(Ending::Failed(err.close_code()));
+        self.ending
+            .set(Ending::Failed(err.close_code(), Failure::of(&err)));
         if let Some(code) = err.close_code() {
             self.owe_close(code, err.close_reason());
         }
@@ -808,7 +809,7 @@ impl Connection {
                 Error::KeepaliveTimeout => Some(CloseCode::INTERNAL_ERROR),
                 _ => err.close_code(),
             };
-            self.ending.set(Ending::Failed(code));
+            self.ending.set(Ending::Failed(code, Failure::of(&err)));
             self.outstanding().error = Some(err);
         }
         self.state.set_phase(Phase::TimedOut);

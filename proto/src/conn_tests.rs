@@ -737,7 +737,10 @@ fn the_first_closing_event_is_how_it_ended() {
 
     let mut c = new();
     c.handle_error(Error::InvalidUtf8, t0);
-    assert_eq!(c.ending(), Some(Ending::Failed(Some(CloseCode(1007)))));
+    assert_eq!(
+        c.ending(),
+        Some(Ending::Failed(Some(CloseCode(1007)), Failure::Protocol))
+    );
 
     // The memory budget's wait, and a keepalive, run out.
     let budget = Connection::new(
@@ -748,12 +751,24 @@ fn the_first_closing_event_is_how_it_ended() {
     let mut c = budget;
     c.handle_budget_wait(t0);
     c.handle_timeout(t0 + 2 * SEC);
-    assert_eq!(c.ending(), Some(Ending::Failed(Some(CloseCode(1013)))));
+    assert_eq!(
+        c.ending(),
+        Some(Ending::Failed(
+            Some(CloseCode(1013)),
+            Failure::BudgetExhausted
+        ))
+    );
     let mut c = new();
     c.handle_timeout(t0 + 30 * SEC);
     c.handle_timeout(t0 + 41 * SEC);
     assert_eq!(c.phase(), Phase::TimedOut);
-    assert_eq!(c.ending(), Some(Ending::Failed(Some(CloseCode(1011)))));
+    assert_eq!(
+        c.ending(),
+        Some(Ending::Failed(
+            Some(CloseCode(1011)),
+            Failure::KeepaliveTimeout
+        ))
+    );
 
     // The transport ended first: no closing event.
     let mut c = new();

@@ -14,6 +14,7 @@ use crate::hub::event::SendStatus;
 use crate::hub::slots::{Key, Slots};
 use crate::hub::subs::{Subscriber, token};
 use crate::hub::turn::Turn;
+use crate::meter;
 use crate::proto::close::Leaving;
 use crate::topics::Delivery;
 
@@ -80,6 +81,12 @@ pub(crate) enum Served {
 }
 
 impl Deliveries {
+    /// Deliveries this turn made, about (passing over a closing subscriber
+    /// counts as one).
+    pub(crate) fn made(&self) -> usize {
+        DELIVERIES_PER_TURN.saturating_sub(self.budget)
+    }
+
     /// Starts the turn's deliveries: takes what the mailbox holds for this
     /// engine. Publishes to topics the mailbox dropped meet the
     /// slow-subscriber policy here; the subscribers closed for it, for the
@@ -144,7 +151,10 @@ impl Deliveries {
                     }
                     sent += 1;
                     match slot.conn.deliver(turn, &d.msg) {
-                        Ok(SendStatus::Sent | SendStatus::Backpressure | SendStatus::Dropped) => {}
+                        Ok(SendStatus::Sent | SendStatus::Backpressure) => {}
+                        Ok(SendStatus::Dropped) => {
+                            meter::topic_dropped(meter::TopicDrop::Backpressure, 1);
+                        }
                         // Closing or failed: nothing more goes to it.
                         Ok(SendStatus::Closed) | Err(_) => {
                             self.at = self.run;

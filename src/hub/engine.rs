@@ -49,7 +49,7 @@ use crate::hub::timers::Timers;
 use crate::hub::turn::Turn;
 use crate::hub::upgrade::read_handshake;
 use crate::hub::write::{flush, flush_corked, keep_dirty};
-use crate::meter::{self, ClosedBy, Refused};
+use crate::meter::{self, Refused};
 use crate::proto::close::Leaving;
 use crate::proto::conn::{Phase, later};
 
@@ -129,6 +129,7 @@ impl<H: Handler> Engine<H> {
     /// serves the connections queued, fires due timers, then sends what
     /// the turn left for its end (publishes, close frames, corked writes).
     fn poll_turn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let began = self.turn.turns.begin();
         self.turn.schedule.ready.register(cx.waker());
         #[cfg(feature = "topics")]
         self.turn.subs.mailbox.register(cx.waker());
@@ -152,6 +153,7 @@ impl<H: Handler> Engine<H> {
         for &key in &keys {
             self.service(key);
         }
+        let served = keys.len();
         keys.clear();
         self.serving = keys;
         self.fire_timers();
@@ -160,12 +162,18 @@ impl<H: Handler> Engine<H> {
         // cap: past it, a close does not wait for a backlog, and a
         // closing connection gets no publish after its close frame).
         #[cfg(feature = "topics")]
-        let deliveries_left = self.deliver_published();
+        let (deliveries_left, delivered) = (self.deliver_published(), self.deliveries.made());
         #[cfg(not(feature = "topics"))]
-        let deliveries_left = false;
+        let (deliveries_left, delivered) = (false, 0);
         self.send_closes();
         self.flush_dirty();
         self.turn.tally.record();
+        if let Some(budget) = &self.config.config.limits.budget {
+            meter::record_budget(budget);
+        }
+        self.turn
+            .turns
+            .end(began, served, delivered, deliveries_left);
         if let Some(deadline) = self.shutdown {
             if self.slots.len() == 0 {
                 return Poll::Ready(());
@@ -266,9 +274,11 @@ impl<H: Handler> Engine<H> {
             Some(e) => (e.peer_close, e.error),
             None => (None, None),
         };
+        if slot.conn.write_blocked {
+            self.turn.tally.write_blocked(-1);
+        }
         if slot.data.is_some() {
-            let (by, code) = ClosedBy::of(slot.conn.core().ending());
-            self.turn.meter.closed(by, code);
+            self.turn.meter.closed(slot.conn.core().ending());
         } else if slot.stage == Stage::Handshake {
             // Never answered: the peer left, or its deadline passed.
             meter::refused(if slot.conn.abandoned {

@@ -18,6 +18,8 @@ use crate::hub::transport::Transport;
 use crate::hub::turn::Turn;
 use crate::hub::write::flush;
 use crate::hub::ws::Ws;
+#[cfg(feature = "metrics")]
+use crate::meter;
 use crate::meter::Kind;
 use crate::proto::Role;
 use crate::proto::conn::{Connection, State};
@@ -25,6 +27,8 @@ use crate::proto::decoder::{BorrowedData, MessageDecoder};
 use crate::proto::encoder::SHARE_PAYLOAD_MIN;
 use crate::proto::inbox::{Inbox, OwnMemory, Plan, ReadMemory};
 use crate::proto::message::Message;
+#[cfg(feature = "metrics")]
+use crate::proto::receive::Note;
 use crate::proto::receive::{DISCARD_AT_ONCE, Ended, Input, Link, Receiver, Step, Stepped};
 
 /// Times per turn a connection whose memory budget had room at once goes
@@ -363,6 +367,13 @@ impl Link for Reach<'_> {
 
     fn abandon(&mut self) {
         self.conn.abandoned = true;
+    }
+
+    #[cfg(feature = "metrics")]
+    fn note(&mut self, note: Note<'_>) {
+        if let Note::WaitingForBudget(_) = note {
+            meter::budget_wait();
+        }
     }
 
     #[inline]

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::hub::slots::Key;
+use crate::meter;
 use crate::topics::{Mailbox, Topics};
 
 /// One engine's subscriptions.
@@ -80,6 +81,7 @@ impl Subs {
                 self.by_topic.insert(name, Subscribers { slots, count });
             }
         }
+        meter::subscriptions(1);
         true
     }
 
@@ -110,6 +112,7 @@ impl Subs {
             self.left.insert(Key { slot, generation });
         }
         subs.count.fetch_sub(1, Ordering::Relaxed);
+        meter::subscriptions(-1);
         if subs.slots.is_empty() {
             self.by_topic.remove(topic);
             self.topics.leave(&self.mailbox, topic);
@@ -180,7 +183,8 @@ impl Drop for Subs {
     /// An engine that stops (its runtime shut down, or the hub) takes its
     /// subscriptions with it: no publish queues for it any more.
     fn drop(&mut self) {
-        for (topic, _) in self.by_topic.drain() {
+        for (topic, subs) in self.by_topic.drain() {
+            meter::subscriptions(-(subs.slots.len() as i64));
             self.topics.leave(&self.mailbox, &topic);
         }
     }

@@ -20,7 +20,7 @@ use crate::hub::slots::Key;
 #[cfg(feature = "topics")]
 use crate::hub::subs::Subs;
 use crate::hub::wake::ReadyQueue;
-use crate::meter::{EngineMeter, Tally};
+use crate::meter::{EngineMeter, Tally, TurnMeter};
 use crate::proto::outbox::{PoolLimits, QueuePool};
 
 /// What a turn shares with the connections it serves: sends, handlers
@@ -43,6 +43,8 @@ pub(crate) struct Turn {
     pub(crate) meter: EngineMeter,
     /// Messages and bytes in and out this turn, recorded at its end.
     pub(crate) tally: Tally,
+    /// The engine's turn metrics.
+    pub(crate) turns: TurnMeter,
 }
 
 /// Who the engine is: what names its connections, and the handle its
@@ -123,6 +125,7 @@ impl Turn {
             subs: Subs::new(config.topics.clone()),
             meter: EngineMeter::hub(engine),
             tally: Tally::default(),
+            turns: TurnMeter::new(engine),
         }
     }
 

@@ -114,11 +114,14 @@ pub(crate) fn flush<H: Handler>(
             return;
         }
         Poll::Pending => {
-            slot.conn.write_blocked = true;
+            if !std::mem::replace(&mut slot.conn.write_blocked, true) {
+                turn.tally.write_blocked(1);
+            }
             return;
         }
     }
     if std::mem::replace(&mut slot.conn.write_blocked, false) {
+        turn.tally.write_blocked(-1);
         // Reading paused while the peer was behind: go on.
         slot.requeue(&mut turn.schedule);
     }

@@ -25,12 +25,33 @@
 //! | `wavesock_connections_accepted_total` | counter | `engine` | server connections whose opening handshake succeeded |
 //! | `wavesock_connections_open` | gauge | `engine` | connections open now |
 //! | `wavesock_connections_closed_total` | counter | `engine`, `by`, `code` | connections ended: who closed first, and the close code's class |
+//! | `wavesock_connection_errors_total` | counter | `engine`, `error` | connections that failed (`by="error"`), by why: keepalive timeouts, backpressure cuts, the memory budget's refusals among them |
 //! | `wavesock_upgrades_refused_total` | counter | `reason` | opening handshakes a server refused |
 //! | `wavesock_handshake_duration_seconds` | histogram | `engine` | from a server connection's first byte to its response |
 //! | `wavesock_messages_received_total` | counter | `kind` | messages received |
 //! | `wavesock_received_bytes_total` | counter | `kind` | their payload bytes |
 //! | `wavesock_messages_sent_total` | counter | `kind` | messages sent |
 //! | `wavesock_sent_bytes_total` | counter | `kind` | their payload bytes |
+//! | `wavesock_write_blocked_connections` | gauge | | connections waiting for their peer to read what they were sent |
+//! | `wavesock_budget_in_use_bytes` | gauge | | the memory budget's bytes in use (sampled: [`record_budget`]) |
+//! | `wavesock_budget_limit_bytes` | gauge | | the memory budget's limit |
+//! | `wavesock_budget_waits_total` | counter | | times a connection stopped reading to wait for budget |
+//! | `wavesock_hub_turn_duration_seconds` | histogram | `engine` | a hub engine's turn (feature `hub`) |
+//! | `wavesock_hub_turn_connections` | histogram | `engine` | connections a turn served |
+//! | `wavesock_hub_turn_deliveries` | histogram | `engine` | topic deliveries a turn made |
+//! | `wavesock_hub_turns_cut_total` | counter | `engine` | turns that stopped at their cap with deliveries left |
+//! | `wavesock_topics` | gauge | | topics with a subscriber in this process (feature `topics`) |
+//! | `wavesock_topic_subscriptions` | gauge | | hub connections' and receivers' subscriptions |
+//! | `wavesock_topic_publishes_total` | counter | | publishes, from this process and the link |
+//! | `wavesock_topic_deliveries_total` | counter | | publishes queued for a subscriber here |
+//! | `wavesock_topic_drops_total` | counter | `reason` | deliveries dropped |
+//! | `wavesock_redis_links_up` | gauge | | Redis links up: 1 while the process's link is (feature `redis`) |
+//! | `wavesock_redis_connects_total` | counter | | times the link came up (reconnects: this less one) |
+//! | `wavesock_redis_publishes_total` | counter | `outcome` | publishes to other servers: `sent`, `lost`, `dropped_down`, `dropped_full` |
+//! | `wavesock_redis_received_total` | counter | | publishes from other servers delivered here |
+//! | `wavesock_redis_incoming_dropped_total` | counter | `reason` | messages from Redis dropped: `incoming_full`, `malformed` |
+//! | `wavesock_redis_incoming_bytes` | gauge | | bytes from Redis waiting to be delivered |
+//! | `wavesock_redis_confirmation_seconds` | histogram | | a batch of publishes' round trip to Redis |
 //!
 //! Label values:
 //! - `engine`: `stream` (a server-side [`WebSocketStream`](crate::WebSocketStream)),
@@ -41,174 +62,77 @@
 //!   timeout), `gone` (the transport ended without a closing handshake).
 //! - `code`: the class of the close code sent or received (see
 //!   [`code_class`]): `normal`, `going_away`, `protocol`, `too_big`,
-//!   `policy`, `server_error`, `application`, `other`, `none`.
+//!   `policy`, `try_again`, `server_error`, `application`, `other`,
+//!   `none`.
+//! - `error`: why a connection failed ([`Failure::name`](crate::proto::conn::Failure::name)):
+//!   `protocol`, `too_large`, `over_budget`, `budget_exhausted`,
+//!   `backpressure`, `keepalive_timeout`, `timeout`, `compression`,
+//!   `other`.
 //! - `kind`: `text`, `binary`, `control` (pings and pongs: close frames
 //!   are counted as connections closed, and the pongs and close answers
 //!   the protocol owes are not counted as sent).
-//! - `reason`: `request` (not a valid WebSocket upgrade), `version`,
+//! - `reason` of a topic's drop: `inbox_full` (an engine too far behind
+//!   missed a publish, counted once for the engine), `backpressure` (a hub
+//!   subscriber over its limit under the `Drop` policy), `lagged` (a
+//!   receiver fell behind and skipped it).
+//! - `reason` of a refusal: `request` (not a valid WebSocket upgrade), `version`,
 //!   `too_large` (the request over the handshake's limits), `timeout`,
 //!   `rejected` (the application's callback refused it), `not_found` (no
 //!   route, or the application's callback answered 404), `overloaded`
 //!   (the hub at its connection limit), `closed` (the peer left, or the
 //!   transport failed, before the handshake was over).
 
-mod record;
+mod connections;
+mod labels;
+mod pressure;
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "topics")]
+mod topics;
 mod traffic;
+#[cfg(feature = "hub")]
+mod turns;
 
-use crate::proto::conn::Ending;
-
-pub(crate) use record::EngineMeter;
+pub(crate) use connections::EngineMeter;
 #[cfg(any(feature = "metrics", feature = "hub"))]
-pub(crate) use record::refused;
+pub(crate) use connections::refused;
+pub use connections::{
+    CONNECTION_ERRORS, CONNECTIONS_ACCEPTED, CONNECTIONS_CLOSED, CONNECTIONS_OPEN,
+    HANDSHAKE_DURATION, UPGRADES_REFUSED,
+};
+#[cfg(any(feature = "metrics", feature = "hub"))]
+pub(crate) use labels::Refused;
+pub use labels::code_class;
+#[cfg(any(feature = "tracing", feature = "metrics"))]
+pub(crate) use pressure::budget_wait;
+#[cfg(feature = "metrics")]
+pub(crate) use pressure::write_blocked;
+pub use pressure::{BUDGET_IN_USE, BUDGET_LIMIT, BUDGET_WAITS, WRITE_BLOCKED, record_budget};
+#[cfg(feature = "redis")]
+pub(crate) use redis::{
+    Incoming as RedisIncoming, Outcome as RedisOutcome, confirmed as redis_confirmed,
+    incoming_bytes as redis_incoming_bytes, incoming_dropped as redis_incoming_dropped,
+    link_up as redis_link_up, publishes as redis_publishes, received as redis_received,
+};
+#[cfg(feature = "redis")]
+pub use redis::{
+    REDIS_CONFIRM, REDIS_CONNECTS, REDIS_INCOMING_BYTES, REDIS_INCOMING_DROPPED, REDIS_PUBLISHES,
+    REDIS_RECEIVED, REDIS_UP,
+};
+#[cfg(feature = "topics")]
+pub use topics::{DELIVERIES, DROPS, PUBLISHES, SUBSCRIPTIONS, TOPICS};
+#[cfg(feature = "topics")]
+pub(crate) use topics::{
+    Drop as TopicDrop, dropped as topic_dropped, published, subscriptions, topics,
+};
 #[cfg(feature = "hub")]
 pub(crate) use traffic::Tally;
 pub(crate) use traffic::{Kind, received, sent};
 pub use traffic::{MESSAGES_RECEIVED, MESSAGES_SENT, RECEIVED_BYTES, SENT_BYTES};
-
-/// Server connections whose opening handshake succeeded (counter; label
-/// `engine`).
-pub const CONNECTIONS_ACCEPTED: &str = "wavesock_connections_accepted_total";
-/// Connections open now (gauge; label `engine`).
-pub const CONNECTIONS_OPEN: &str = "wavesock_connections_open";
-/// Connections ended (counter; labels `engine`, `by`, `code`).
-pub const CONNECTIONS_CLOSED: &str = "wavesock_connections_closed_total";
-/// Opening handshakes a server refused (counter; label `reason`).
-pub const UPGRADES_REFUSED: &str = "wavesock_upgrades_refused_total";
-/// From a server connection's first byte to its handshake's response
-/// (histogram, seconds; label `engine`).
-pub const HANDSHAKE_DURATION: &str = "wavesock_handshake_duration_seconds";
-
-/// The class of a close code, as the `code` label gives it: `normal`
-/// (1000), `going_away` (1001), `protocol` (1002, 1003, 1007), `too_big`
-/// (1009), `policy` (1008, 1010), `server_error` (1011 to 1014),
-/// `application` (3000 to 4999), `other` for the rest.
-pub fn code_class(code: u16) -> &'static str {
-    match code {
-        1000 => "normal",
-        1001 => "going_away",
-        1002 | 1003 | 1007 => "protocol",
-        1009 => "too_big",
-        1008 | 1010 => "policy",
-        1011..=1014 => "server_error",
-        3000..=4999 => "application",
-        _ => "other",
-    }
-}
-
-/// Who ended a connection, as the `by` label gives it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(any(feature = "metrics", feature = "hub")), allow(dead_code))]
-pub(crate) enum ClosedBy {
-    /// The peer's close frame came first.
-    Peer,
-    /// Ours did.
-    Local,
-    /// The connection failed.
-    Error,
-    /// The transport ended without a closing handshake.
-    Gone,
-}
-
-#[cfg_attr(not(any(feature = "metrics", feature = "hub")), allow(dead_code))]
-impl ClosedBy {
-    /// Who ended a connection that began to end as `ending` says (`None`:
-    /// its transport ended first), and the close code sent or received.
-    pub(crate) fn of(ending: Option<Ending>) -> (ClosedBy, Option<u16>) {
-        match ending {
-            Some(Ending::PeerClosed(code)) => (ClosedBy::Peer, code.map(|c| c.0)),
-            Some(Ending::Closed(code)) => (ClosedBy::Local, code.map(|c| c.0)),
-            Some(Ending::Failed(code)) => (ClosedBy::Error, code.map(|c| c.0)),
-            None => (ClosedBy::Gone, None),
-        }
-    }
-
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            ClosedBy::Peer => "peer",
-            ClosedBy::Local => "local",
-            ClosedBy::Error => "error",
-            ClosedBy::Gone => "gone",
-        }
-    }
-}
-
-/// Why a server refused an opening handshake, as the `reason` label gives
-/// it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(feature = "hub"), allow(dead_code))]
-pub(crate) enum Refused {
-    /// Not a valid WebSocket upgrade request.
-    Request,
-    /// A WebSocket version other than 13.
-    Version,
-    /// Over the handshake's size limits.
-    TooLarge,
-    /// The request did not arrive in time.
-    Timeout,
-    /// The application's callback refused it.
-    Rejected,
-    /// No route for its path.
-    NotFound,
-    /// The hub at its connection limit.
-    Overloaded,
-    /// The peer left, or the transport failed, before the handshake was
-    /// over.
-    Closed,
-}
-
-#[cfg_attr(not(any(feature = "metrics", feature = "hub")), allow(dead_code))]
-impl Refused {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            Refused::Request => "request",
-            Refused::Version => "version",
-            Refused::TooLarge => "too_large",
-            Refused::Timeout => "timeout",
-            Refused::Rejected => "rejected",
-            Refused::NotFound => "not_found",
-            Refused::Overloaded => "overloaded",
-            Refused::Closed => "closed",
-        }
-    }
-
-    /// Why a server's opening handshake failed with `err`.
-    #[allow(dead_code)]
-    pub(crate) fn of(err: &crate::Error) -> Refused {
-        match err {
-            crate::Error::Handshake(h) => Refused::of_handshake(h),
-            crate::Error::Io(_) => Refused::Closed,
-            _ => Refused::Request,
-        }
-    }
-
-    /// Why a server's opening handshake failed with `err`.
-    pub(crate) fn of_handshake(err: &crate::error::HandshakeError) -> Refused {
-        use crate::error::HandshakeError as H;
-        match err {
-            H::UnsupportedVersion => Refused::Version,
-            H::TooLarge(_) => Refused::TooLarge,
-            H::Timeout => Refused::Timeout,
-            H::Refused(status) => Refused::of_status(*status).unwrap_or(Refused::Rejected),
-            H::ConnectionClosed => Refused::Closed,
-            _ => Refused::Request,
-        }
-    }
-
-    /// An upgrade the application answered with `status` instead: no
-    /// route for a 404, refused for any other error; `None` for a success
-    /// (a plain HTTP answer, not a refusal).
-    pub(crate) fn of_status(status: http::StatusCode) -> Option<Refused> {
-        if status == http::StatusCode::NOT_FOUND {
-            Some(Refused::NotFound)
-        } else if status.is_client_error() || status.is_server_error() {
-            Some(Refused::Rejected)
-        } else {
-            None
-        }
-    }
-}
+#[cfg(feature = "hub")]
+pub(crate) use turns::TurnMeter;
+#[cfg(feature = "hub")]
+pub use turns::{TURN_CONNECTIONS, TURN_DELIVERIES, TURN_DURATION, TURNS_CUT};
 
 /// Gives every metric its help text and unit in the installed recorder
 /// (exporters show them: Prometheus' `# HELP` and `# TYPE` lines). Call it
@@ -216,33 +140,15 @@ impl Refused {
 /// does nothing.
 pub fn describe() {
     #[cfg(feature = "metrics")]
-    record::describe_all();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn close_codes_fall_in_their_classes() {
-        for (code, class) in [
-            (1000, "normal"),
-            (1001, "going_away"),
-            (1002, "protocol"),
-            (1003, "protocol"),
-            (1007, "protocol"),
-            (1008, "policy"),
-            (1009, "too_big"),
-            (1010, "policy"),
-            (1011, "server_error"),
-            (1014, "server_error"),
-            (1015, "other"),
-            (2999, "other"),
-            (3000, "application"),
-            (4999, "application"),
-            (5000, "other"),
-        ] {
-            assert_eq!(code_class(code), class, "{code}");
-        }
+    {
+        connections::describe_all();
+        traffic::describe_all();
+        pressure::describe_all();
+        #[cfg(feature = "hub")]
+        turns::describe_all();
+        #[cfg(feature = "topics")]
+        topics::describe_all();
+        #[cfg(feature = "redis")]
+        redis::describe_all();
     }
 }

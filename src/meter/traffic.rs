@@ -121,6 +121,9 @@ pub(crate) struct Tally {
     /// Received then sent, messages then bytes, by kind.
     #[cfg(feature = "metrics")]
     counts: [[[u64; 3]; 2]; 2],
+    /// Connections write-blocked since, less those unblocked.
+    #[cfg(feature = "metrics")]
+    blocked: i64,
 }
 
 #[cfg(feature = "hub")]
@@ -141,6 +144,17 @@ impl Tally {
         self.add(1, kind, len);
     }
 
+    /// Connections became write-blocked (`n > 0`), or were unblocked or
+    /// ended blocked (`n < 0`).
+    #[inline]
+    #[allow(unused_variables)]
+    pub(crate) fn write_blocked(&mut self, n: i64) {
+        #[cfg(feature = "metrics")]
+        {
+            self.blocked += n;
+        }
+    }
+
     #[cfg(feature = "metrics")]
     #[inline]
     fn add(&mut self, way: usize, kind: Kind, len: usize) {
@@ -151,6 +165,10 @@ impl Tally {
     /// Records what was counted, and starts again from zero.
     #[inline]
     pub(crate) fn record(&mut self) {
+        #[cfg(feature = "metrics")]
+        if self.blocked != 0 {
+            super::pressure::write_blocked(std::mem::take(&mut self.blocked));
+        }
         #[cfg(feature = "metrics")]
         if self.counts != [[[0; 3]; 2]; 2] {
             let t = traffic();

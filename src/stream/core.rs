@@ -295,7 +295,9 @@ where
 impl Drop for Core {
     fn drop(&mut self) {
         let conn = self.d.conn();
-        let (by, code) = meter::ClosedBy::of(conn.ending());
-        EngineMeter::stream(conn.role()).closed(by, code);
+        EngineMeter::stream(conn.role()).closed(conn.ending());
+        if self.write.blocked {
+            meter::write_blocked(-1);
+        }
     }
 }

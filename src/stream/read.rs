@@ -24,7 +24,7 @@ use crate::proto::conn::{Connection, State};
 use crate::proto::decoder::MessageDecoder;
 use crate::proto::inbox::{Inbox, Plan};
 use crate::proto::message::Message;
-#[cfg(feature = "tracing")]
+#[cfg(any(feature = "tracing", feature = "metrics"))]
 use crate::proto::receive::Note;
 use crate::proto::receive::{DISCARD_AT_ONCE, Ended, Input, Link, Receiver, Step};
 use crate::retry::Retrying;
@@ -99,6 +99,21 @@ pub(crate) struct ReadState {
     pub(crate) span: tracing::Span,
 }
 
+/// A connection's reading state goes: under a memory budget, what it
+/// held is given back now and the budget's use recorded, so that a server
+/// of Streams, which records it only when one waits, does not show it
+/// held after the connection is gone.
+#[cfg(feature = "metrics")]
+impl Drop for ReadState {
+    fn drop(&mut self) {
+        let account = self.rx.inbox_mut().decoder_mut().account_mut();
+        if let Some(budget) = account.budget().cloned() {
+            account.release_all();
+            meter::record_budget(&budget);
+        }
+    }
+}
+
 /// The core as the receive step reaches it: through the engine's link.
 struct Reach<'a, L> {
     link: &'a mut L,
@@ -135,8 +150,12 @@ impl<L: CoreLink> Link for Reach<'_, L> {
             .with_core(|c, _| c.d.discard_writes(&mut ThreadQueues));
     }
 
-    #[cfg(feature = "tracing")]
+    #[cfg(any(feature = "tracing", feature = "metrics"))]
     fn note(&mut self, note: Note<'_>) {
+        if let Note::WaitingForBudget(_) = note {
+            meter::budget_wait();
+        }
+        #[cfg(feature = "tracing")]
         match note {
             Note::CloseReceived(code) => {
                 trace::debug_event!(code = ?code, "close frame received");
@@ -311,6 +330,10 @@ impl ReadState {
                     Input::Start
                 }
                 Step::WaitForBudget(wanted) => {
+                    #[cfg(feature = "metrics")]
+                    if let Some(budget) = self.rx.inbox().decoder().account().budget() {
+                        meter::record_budget(budget);
+                    }
                     if self.rx.inbox().wait_for_budget(wanted, cx.waker()) {
                         Input::BudgetReady
                     } else {

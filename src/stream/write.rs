@@ -77,6 +77,10 @@ pub(crate) struct WriteState {
     /// Made on first need: only a split connection's halves wait on each
     /// other, and an idle connection should be small.
     wakers: Option<Box<Wakers>>,
+    /// The transport last took less than there was to write: counted
+    /// among the write-blocked connections until it takes the rest.
+    #[cfg(feature = "metrics")]
+    pub(crate) blocked: bool,
 }
 
 #[derive(Debug, Default)]
@@ -102,6 +106,8 @@ impl WriteState {
             shutdown: false,
             unflushed: false,
             wakers: None,
+            #[cfg(feature = "metrics")]
+            blocked: false,
         }
     }
 
@@ -201,12 +207,20 @@ impl WriteState {
                     // Waiting on the peer: hold memory in proportion to
                     // what is left.
                     d.write_blocked();
+                    #[cfg(feature = "metrics")]
+                    if !std::mem::replace(&mut self.blocked, true) {
+                        crate::meter::write_blocked(1);
+                    }
                     if progressed {
                         self.wake_other(task, cx);
                     }
                     return Poll::Pending;
                 }
             }
+        }
+        #[cfg(feature = "metrics")]
+        if std::mem::replace(&mut self.blocked, false) {
+            crate::meter::write_blocked(-1);
         }
         if progressed {
             self.wake_other(task, cx);

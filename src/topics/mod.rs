@@ -93,6 +93,7 @@ use std::task::Waker;
 
 use futures_util::task::AtomicWaker;
 
+use crate::meter;
 use crate::proto::message::PreparedMessage;
 use crate::topics::ring::{Read, Ring};
 
@@ -464,10 +465,19 @@ impl Topics {
         except: Option<(u64, u64)>,
     ) -> usize {
         self.inner.published.fetch_add(1, Ordering::Relaxed);
+        let reached = self.queue(topic, msg, except);
+        meter::published(reached);
+        reached
+    }
+
+    /// [`deliver`](Self::deliver)'s work, under the shard's lock: how many
+    /// subscribers it was queued for.
+    fn queue(&self, topic: &str, msg: &PreparedMessage, except: Option<(u64, u64)>) -> usize {
         let config = &self.inner.config;
         let size = msg.payload().len() + topic.len();
         let mut wake = Vec::new();
         let mut reached = 0;
+        let mut missed = 0;
         let streams;
         let shard = self.inner.shard(topic);
         let Some(entry) = shard.get(topic) else {
@@ -483,6 +493,7 @@ impl Topics {
                 || (behind > 0 && waiting.bytes + size > config.inbox_bytes);
             if full {
                 self.inner.inbox_dropped.fetch_add(1, Ordering::Relaxed);
+                missed += 1;
                 match waiting
                     .missed
                     .iter_mut()
@@ -523,6 +534,9 @@ impl Topics {
         for inbox in wake {
             inbox.waker.wake();
         }
+        if missed > 0 {
+            meter::topic_dropped(meter::TopicDrop::InboxFull, missed);
+        }
         reached
     }
 
@@ -544,7 +558,9 @@ impl Topics {
         let next = streams.ring.join();
         let name = entry.name.clone();
         drop(shard);
+        meter::subscriptions(1);
         if new {
+            meter::topics(1);
             self.inner.interest(topic);
         }
         TopicReceiver {
@@ -614,6 +630,7 @@ impl Topics {
         let since = self.inner.seq.load(Ordering::Relaxed);
         drop(shard);
         if new {
+            meter::topics(1);
             self.inner.interest(topic);
         }
         (count, since)
@@ -647,6 +664,7 @@ impl Topics {
         };
         drop(shard);
         if gone.is_some() {
+            meter::topics(-1);
             self.inner.interest(topic);
         }
         // What left the map is dropped here, with no lock held.
@@ -692,6 +710,7 @@ pub struct TopicReceiver {
 
 impl Drop for TopicReceiver {
     fn drop(&mut self) {
+        meter::subscriptions(-1);
         // Under the shard's lock, so no subscribe races the last leaving.
         let mut shard = self.registry.shard(&self.topic);
         let left = self.streams.ring.leave(self.next);
@@ -709,6 +728,7 @@ impl Drop for TopicReceiver {
         };
         drop(shard);
         if gone.is_some() {
+            meter::topics(-1);
             self.registry.interest(&self.topic);
         }
         // What left the map is dropped here, with no lock held.
@@ -737,21 +757,23 @@ impl TopicReceiver {
     ///
     /// Cancel safe: a message is taken only when it is returned.
     pub async fn recv(&mut self) -> Result<PreparedMessage, RecvError> {
-        self.streams
-            .ring
-            .recv(&mut self.next)
-            .await
-            .map_err(RecvError::Lagged)
+        self.streams.ring.recv(&mut self.next).await.map_err(lagged)
     }
 
     /// The next message if one is waiting (`Ok(None)` if not).
     pub fn try_recv(&mut self) -> Result<Option<PreparedMessage>, RecvError> {
         match self.streams.ring.read(&mut self.next) {
             Read::Message(m) => Ok(Some(m)),
-            Read::Lagged(n) => Err(RecvError::Lagged(n)),
+            Read::Lagged(n) => Err(lagged(n)),
             Read::Empty => Ok(None),
         }
     }
+}
+
+/// A receiver skipped `n` messages: counted as dropped.
+fn lagged(n: u64) -> RecvError {
+    meter::topic_dropped(meter::TopicDrop::Lagged, n);
+    RecvError::Lagged(n)
 }
 
 #[cfg(test)]

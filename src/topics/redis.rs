@@ -138,7 +138,12 @@ impl Drop for AbortOnDrop {
         for task in &self.0 {
             task.abort();
         }
-        self.1.state.store(0, Ordering::Release);
+        if self.1.state.swap(0, Ordering::AcqRel) == shared::UP {
+            crate::meter::redis_link_up(false);
+        }
+        // What Redis sent and the stopped tasks never delivered.
+        let left = lock(&self.1.incoming).bytes;
+        crate::meter::redis_incoming_bytes(-(left as i64));
         self.1.clear_live();
         self.2.send_replace(LinkState::Stopped);
     }

@@ -1263,3 +1263,106 @@ fn metrics_tell_the_same_story_on_every_engine() {
     }
     assert!(m.description(meter::CONNECTIONS_OPEN).is_some());
 }
+
+/// With the `metrics` feature, on every engine: a peer that does not read
+/// its echoes is counted write-blocked until it reads them; a connection
+/// that waits for the memory budget another holds is counted waiting,
+/// with the budget's use and limit recorded; the hub records its turns.
+/// Alone in a child process: the recorder is the process's.
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_count_pressure_on_every_engine() {
+    use crate::support::metered;
+    use wavesock::meter;
+
+    if !child::alone() {
+        return;
+    }
+    let m = metered::install();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for (case_no, case) in ENGINES.into_iter().filter(|c| !c.faults).enumerate() {
+        rt.block_on(async {
+            let budget = MemoryBudget::new(1 << 20)
+                .allowance(0)
+                .wait_timeout(Duration::from_secs(30));
+            let mut server = start(case, budget_config(&budget)).await;
+
+            // Echoes nobody reads: 8 MiB, past what the sockets buffer (the
+            // client's receive buffer kept small, not autotuned).
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.set_recv_buffer_size(64 << 10).unwrap();
+            let mut tcp = socket.connect(server.addr).await.unwrap();
+            tcp.write_all(raw::REQUEST).await.unwrap();
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                head.push(tcp.read_u8().await.unwrap());
+            }
+            assert!(head.starts_with(b"HTTP/1.1 101"));
+            let blocked = || m.gauge(meter::WRITE_BLOCKED, &[]);
+            assert_eq!(blocked(), 0.0, "{case:?}");
+            let (mut rd, mut wr) = tcp.into_split();
+            let writer = tokio::spawn(async move {
+                let chunk = frame(true, OpCode::Binary, vec![7; 256 << 10]);
+                for _ in 0..32 {
+                    wr.write_all(&chunk).await.unwrap();
+                }
+                wr
+            });
+            until(|| blocked() == 1.0).await;
+            // Read every echo: the server writes the rest, and is not
+            // blocked any more.
+            for _ in 0..32 {
+                let (op, payload) = read_frame(&mut rd).await;
+                assert_eq!((op, payload.len()), (0x2, 256 << 10), "{case:?}");
+            }
+            let wr = writer.await.unwrap();
+            until(|| blocked() == 0.0).await;
+            drop((rd, wr));
+            server.ended().await;
+
+            // A holds 768 KiB of the budget in a message it does not
+            // finish; B's 512 KiB waits for it.
+            let waits = m.counter(meter::BUDGET_WAITS, &[]);
+            let mut a = upgrade_raw(server.addr).await;
+            let head = frame(false, OpCode::Binary, vec![1; 768 << 10]);
+            a.write_all(&head).await.unwrap();
+            until(|| budget.in_use() >= 768 << 10).await;
+            let mut b = upgrade_raw(server.addr).await;
+            b.write_all(&frame(true, OpCode::Binary, vec![2; 512 << 10]))
+                .await
+                .unwrap();
+            until(|| m.counter(meter::BUDGET_WAITS, &[]) > waits).await;
+            // The other cases' budgets were given back whole.
+            let in_use = m.gauge(meter::BUDGET_IN_USE, &[]);
+            assert!(
+                in_use >= f64::from(768 << 10) && in_use <= f64::from(1 << 20),
+                "{case:?}: {in_use}"
+            );
+            assert_eq!(
+                m.gauge(meter::BUDGET_LIMIT, &[]),
+                f64::from(1 << 20) * (case_no + 1) as f64
+            );
+            // A finishes its message; both are echoed.
+            a.write_all(&frame(true, OpCode::Continuation, vec![1; 16]))
+                .await
+                .unwrap();
+            assert_eq!(read_frame(&mut a).await.1.len(), (768 << 10) + 16);
+            assert_eq!(read_frame(&mut b).await.1.len(), 512 << 10);
+            drop((a, b));
+            server.ended().await;
+            server.ended().await;
+            until(|| m.gauge(meter::BUDGET_IN_USE, &[]) == 0.0).await;
+        });
+    }
+    // The hub's turns, on its engine 0 (both readiness modes).
+    let engine = [("engine", "hub-0")];
+    let served = m.histogram(meter::TURN_CONNECTIONS, &engine);
+    assert!(!served.is_empty() && served.iter().all(|&n| n >= 0.0));
+    assert!(served.iter().any(|&n| n >= 1.0), "{served:?}");
+    let took = m.histogram(meter::TURN_DURATION, &engine);
+    assert_eq!(took.len(), served.len());
+    assert!(took.iter().all(|&t| (0.0..10.0).contains(&t)));
+}

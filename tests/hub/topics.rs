@@ -1528,3 +1528,72 @@ async fn unsubscribing_during_a_burst_stops_its_deliveries() {
         hub.stop().await;
     }
 }
+
+/// With the `metrics` feature: topics and subscriptions (hub connections'
+/// and a receiver's) as gauges that follow subscribes, unsubscribes and
+/// ends; publishes and the deliveries each queued; a receiver's skipped
+/// messages as drops. Alone in a child process: the recorder is the
+/// process's.
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_count_topics_subscriptions_publishes_and_drops() {
+    use crate::support::{child, metered};
+    use wavesock::meter;
+
+    if !child::alone() {
+        return;
+    }
+    let m = metered::install();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let topics = Topics::with_config(TopicsConfig::default().stream_capacity(2));
+        let config = HubConfig::default().engines(Some(1)).topics(topics.clone());
+        let mut server = start(config).await;
+        let (mut a, _) = server.subscriber("news").await;
+        let (mut b, _) = server.subscriber("news").await;
+        let (mut c, _) = server.subscriber("sport").await;
+        let mut rx = topics.subscribe("news");
+        let gauges = || {
+            (
+                m.gauge(meter::TOPICS, &[]),
+                m.gauge(meter::SUBSCRIPTIONS, &[]),
+            )
+        };
+        assert_eq!(gauges(), (2.0, 4.0));
+
+        assert_eq!(topics.publish("news", &prepared("one")).local, 3);
+        assert_eq!(next_text(&mut a).await, "one");
+        assert_eq!(next_text(&mut b).await, "one");
+        assert_eq!(rx.recv().await.unwrap().payload().as_ref(), b"one");
+        assert_eq!(m.counter(meter::PUBLISHES, &[]), 1);
+        assert_eq!(m.counter(meter::DELIVERIES, &[]), 3);
+
+        // The receiver falls three behind a ring of two: one skipped.
+        for text in ["two", "three", "four"] {
+            topics.publish("news", &prepared(text));
+        }
+        assert_eq!(
+            rx.try_recv().unwrap_err(),
+            wavesock::topics::RecvError::Lagged(1)
+        );
+        let lagged = [("reason", "lagged")];
+        assert_eq!(m.counter(meter::DROPS, &lagged), 1);
+        assert_eq!(m.counter(meter::PUBLISHES, &[]), 4);
+        assert_eq!(m.counter(meter::DELIVERIES, &[]), 12);
+
+        say(&mut c, "unsub sport", "ok").await;
+        assert_eq!(gauges(), (1.0, 3.0));
+        drop(rx);
+        assert_eq!(gauges(), (1.0, 2.0));
+        a.close(None).await.unwrap();
+        server.events.closed().await;
+        assert_eq!(gauges(), (1.0, 1.0));
+        b.close(None).await.unwrap();
+        server.events.closed().await;
+        assert_eq!(gauges(), (0.0, 0.0));
+        drop(c);
+    });
+}

@@ -371,3 +371,78 @@ async fn three_servers_share_topics_through_redis_across_a_restart() {
         );
     }
 }
+
+/// With the `metrics` feature: two servers' links through one Redis, each
+/// up (two links up), a publish on one confirmed by Redis and received by
+/// the other, then Redis killed: both down, and a publish dropped for it.
+/// Alone in a child process: the recorder is the process's.
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_follow_the_link() {
+    use crate::support::{child, metered};
+    use wavesock::meter;
+
+    if !child::alone() {
+        return;
+    }
+    let Some(mut redis) = redis_server::RedisServer::start() else {
+        return;
+    };
+    let m = metered::install();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let url = redis.url();
+        let (a, b) = (server(&url).await, server(&url).await);
+        let within = |what: &'static str, mut ok: Box<dyn FnMut() -> bool>| async move {
+            tokio::time::timeout(Duration::from_secs(10), async {
+                while !ok() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await
+            .unwrap_or_else(|_| panic!("{what}"));
+        };
+        within(
+            "both links up",
+            Box::new(|| a.link.is_up() && b.link.is_up()),
+        )
+        .await;
+        assert_eq!(m.gauge(meter::REDIS_UP, &[]), 2.0);
+        assert_eq!(m.counter(meter::REDIS_CONNECTS, &[]), 2);
+        let mut rx = b.topics.subscribe(TOPIC);
+        tokio::time::timeout(Duration::from_secs(10), b.link.live(TOPIC))
+            .await
+            .expect("the topic live on the second server");
+        let msg = PreparedMessage::new(&Message::binary(vec![1, 2, 3])).unwrap();
+        assert_eq!(a.topics.publish(TOPIC, &msg).remote, Remote::Queued);
+        let got = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.payload().as_ref(), [1, 2, 3]);
+        let sent = [("outcome", "sent")];
+        within(
+            "the publish confirmed",
+            Box::new(|| m.counter(meter::REDIS_PUBLISHES, &sent) == 1),
+        )
+        .await;
+        assert_eq!(m.counter(meter::REDIS_RECEIVED, &[]), 1);
+        assert!(!m.histogram(meter::REDIS_CONFIRM, &[]).is_empty());
+        assert_eq!(m.gauge(meter::REDIS_INCOMING_BYTES, &[]), 0.0);
+
+        redis.kill();
+        within(
+            "both links down",
+            Box::new(|| !a.link.is_up() && !b.link.is_up()),
+        )
+        .await;
+        assert_eq!(m.gauge(meter::REDIS_UP, &[]), 0.0);
+        assert_eq!(a.topics.publish(TOPIC, &msg).remote, Remote::Dropped);
+        let down = [("outcome", "dropped_down")];
+        assert_eq!(m.counter(meter::REDIS_PUBLISHES, &down), 1);
+        drop((a, b));
+    });
+}

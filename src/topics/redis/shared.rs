@@ -1,6 +1,7 @@
 //! What the link's tasks and its handles share: its state, counters,
 //! what waits to be published, and the registry's `Link` to it.
 
+use crate::meter;
 use crate::topics::redis::RedisLinkConfig;
 use crate::topics::redis::wire::encode;
 use std::collections::{HashSet, VecDeque};
@@ -186,20 +187,29 @@ impl Shared {
                 ) = (data.next(), data.next())
                 else {
                     self.malformed.fetch_add(1, Ordering::Relaxed);
+                    meter::redis_incoming_dropped(meter::RedisIncoming::Malformed);
                     return;
                 };
                 let size = channel.len() + payload.len();
-                {
+                let queued = {
                     let mut pending = lock(&self.incoming);
                     // Anything waiting, queued or in the delivering task's
                     // batch, leaves room for this only within the limit.
                     if pending.bytes > 0 && pending.bytes + size > self.incoming_limit {
                         self.dropped_incoming.fetch_add(1, Ordering::Relaxed);
-                        return;
+                        false
+                    } else {
+                        pending.bytes += size;
+                        pending.items.push_back((channel, payload));
+                        true
                     }
-                    pending.bytes += size;
-                    pending.items.push_back((channel, payload));
+                };
+                // Recorded with the lock let go.
+                if !queued {
+                    meter::redis_incoming_dropped(meter::RedisIncoming::Full);
+                    return;
                 }
+                meter::redis_incoming_bytes(size as i64);
                 self.incoming_ready.notify_one();
             }
             redis::PushKind::Disconnection => {
@@ -239,8 +249,12 @@ impl Shared {
         } else {
             self.state.fetch_or(part, Ordering::AcqRel)
         };
-        if self.state.load(Ordering::Acquire) == UP && before != UP {
+        let now = self.state.load(Ordering::Acquire);
+        if now == UP && before != UP {
             self.connects.fetch_add(1, Ordering::Relaxed);
+            meter::redis_link_up(true);
+        } else if now != UP && before == UP {
+            meter::redis_link_up(false);
         }
         // The status is worked out under the watch's own lock, from the
         // state and errors as they are then, so that of two parts changing
@@ -267,6 +281,7 @@ impl Link for Arc<Shared> {
     fn send(&self, topic: &str, msg: &PreparedMessage) -> Remote {
         if self.state.load(Ordering::Acquire) != UP {
             self.dropped_down.fetch_add(1, Ordering::Relaxed);
+            meter::redis_publishes(meter::RedisOutcome::DroppedDown, 1);
             return Remote::Dropped;
         }
         let Some(wire) = encode(&self.origin, topic, msg) else {
@@ -277,10 +292,12 @@ impl Link for Arc<Shared> {
             Ok(()) => Remote::Queued,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.dropped_full.fetch_add(1, Ordering::Relaxed);
+                meter::redis_publishes(meter::RedisOutcome::DroppedFull, 1);
                 Remote::Dropped
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 self.dropped_down.fetch_add(1, Ordering::Relaxed);
+                meter::redis_publishes(meter::RedisOutcome::DroppedDown, 1);
                 Remote::Dropped
             }
         }

@@ -1,5 +1,6 @@
 //! The link's tasks: connecting, publishing, subscribing, delivering.
 
+use crate::meter;
 use crate::topics::redis::RedisLinkConfig;
 use crate::topics::redis::config::{capped, next_backoff};
 use crate::topics::redis::nodes::{Target, Topology};
@@ -94,6 +95,7 @@ pub(super) async fn publish(
 pub(super) fn drop_queued(shared: &Shared, queue: &mut mpsc::Receiver<(String, Bytes)>) {
     while queue.try_recv().is_ok() {
         shared.lost.fetch_add(1, Ordering::Relaxed);
+        meter::redis_publishes(meter::RedisOutcome::Lost, 1);
     }
 }
 
@@ -138,11 +140,15 @@ pub(super) async fn carry_publishes(
                     |((pipe, n), conn)| {
                         let mut conn = conn.clone();
                         async move {
+                            let began = std::time::Instant::now();
                             let sent = tokio::time::timeout(
                                 config.timeout,
                                 pipe.query_async::<()>(&mut conn),
                             )
                             .await;
+                            if let Ok(Ok(())) = sent {
+                                meter::redis_confirmed(began.elapsed());
+                            }
                             (sent, n)
                         }
                     },
@@ -152,19 +158,23 @@ pub(super) async fn carry_publishes(
                     match sent {
                         Ok(Ok(())) => {
                             shared.sent.fetch_add(n, Ordering::Relaxed);
+                            meter::redis_publishes(meter::RedisOutcome::Sent, n);
                         }
                         Ok(Err(e)) => {
                             shared.lost.fetch_add(n, Ordering::Relaxed);
+                            meter::redis_publishes(meter::RedisOutcome::Lost, n);
                             failed.get_or_insert(e.to_string());
                         }
                         Err(_) => {
                             shared.lost.fetch_add(n, Ordering::Relaxed);
+                            meter::redis_publishes(meter::RedisOutcome::Lost, n);
                             failed.get_or_insert("a round trip to Redis timed out".to_owned());
                         }
                     }
                 }
                 if unplaced > 0 {
                     shared.lost.fetch_add(unplaced, Ordering::Relaxed);
+                    meter::redis_publishes(meter::RedisOutcome::Lost, unplaced);
                     failed.get_or_insert("a channel's slot has no master".to_owned());
                 }
                 if let Some(e) = failed {
@@ -364,12 +374,15 @@ pub(super) async fn deliver(config: Arc<RedisLinkConfig>, topics: Topics, shared
                             PreparedMessage::new(&i.msg).expect("data messages always prepare");
                         topics.deliver(&i.topic, &prepared, None);
                         shared.received.fetch_add(1, Ordering::Relaxed);
+                        meter::redis_received();
                     }
                     _ => {
                         shared.malformed.fetch_add(1, Ordering::Relaxed);
+                        meter::redis_incoming_dropped(meter::RedisIncoming::Malformed);
                     }
                 }
                 lock(&shared.incoming).bytes -= size;
+                meter::redis_incoming_bytes(-(size as i64));
             }
             tokio::task::yield_now().await;
         }

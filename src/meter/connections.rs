@@ -9,10 +9,27 @@ use std::time::Duration;
 #[cfg(feature = "metrics")]
 use metrics::{Counter, Gauge, Histogram, SharedString, Unit};
 
-use super::ClosedBy;
 #[cfg(any(feature = "metrics", feature = "hub"))]
-use super::Refused;
+use super::labels::Refused;
+#[cfg(feature = "metrics")]
+use super::labels::{ClosedBy, code_class};
 use crate::Role;
+use crate::proto::conn::Ending;
+
+/// Server connections whose opening handshake succeeded (counter; label
+/// `engine`).
+pub const CONNECTIONS_ACCEPTED: &str = "wavesock_connections_accepted_total";
+/// Connections open now (gauge; label `engine`).
+pub const CONNECTIONS_OPEN: &str = "wavesock_connections_open";
+/// Connections ended (counter; labels `engine`, `by`, `code`).
+pub const CONNECTIONS_CLOSED: &str = "wavesock_connections_closed_total";
+/// Connections that failed, by why (counter; labels `engine`, `error`).
+pub const CONNECTION_ERRORS: &str = "wavesock_connection_errors_total";
+/// Opening handshakes a server refused (counter; label `reason`).
+pub const UPGRADES_REFUSED: &str = "wavesock_upgrades_refused_total";
+/// From a server connection's first byte to its handshake's response
+/// (histogram, seconds; label `engine`).
+pub const HANDSHAKE_DURATION: &str = "wavesock_handshake_duration_seconds";
 
 /// One engine's connection metrics (the hub's engine N, or every Stream of
 /// one role), labelled with its name. Without the feature: nothing.
@@ -33,9 +50,9 @@ impl EngineMeter {
     fn named(name: SharedString) -> Self {
         let label = [("engine", name.clone())];
         EngineMeter {
-            accepted: metrics::counter!(super::CONNECTIONS_ACCEPTED, &label),
-            open: metrics::gauge!(super::CONNECTIONS_OPEN, &label),
-            handshake: metrics::histogram!(super::HANDSHAKE_DURATION, &label),
+            accepted: metrics::counter!(CONNECTIONS_ACCEPTED, &label),
+            open: metrics::gauge!(CONNECTIONS_OPEN, &label),
+            handshake: metrics::histogram!(HANDSHAKE_DURATION, &label),
             name,
         }
     }
@@ -91,23 +108,31 @@ impl EngineMeter {
         self.handshake.record(took.as_secs_f64());
     }
 
-    /// A connection [`opened`](Self::opened) ended: `by` whom, with the
-    /// close `code` sent or received, if any.
+    /// A connection [`opened`](Self::opened) ended as its core says.
     #[inline]
     #[allow(unused_variables)]
     #[cfg_attr(not(any(feature = "metrics", feature = "hub")), allow(dead_code))]
-    pub(crate) fn closed(&self, by: ClosedBy, code: Option<u16>) {
+    pub(crate) fn closed(&self, ending: Option<Ending>) {
         #[cfg(feature = "metrics")]
         {
+            let (by, code, failure) = ClosedBy::of(ending);
             self.open.decrement(1.0);
-            let class = code.map_or("none", super::code_class);
+            let class = code.map_or("none", code_class);
             metrics::counter!(
-                super::CONNECTIONS_CLOSED,
+                CONNECTIONS_CLOSED,
                 "engine" => self.name.clone(),
                 "by" => by.label(),
                 "code" => class,
             )
             .increment(1);
+            if let Some(failure) = failure {
+                metrics::counter!(
+                    CONNECTION_ERRORS,
+                    "engine" => self.name.clone(),
+                    "error" => failure.name(),
+                )
+                .increment(1);
+            }
         }
     }
 }
@@ -119,38 +144,38 @@ impl EngineMeter {
 pub(crate) fn refused(reason: impl Into<Option<Refused>>) {
     #[cfg(feature = "metrics")]
     if let Some(reason) = reason.into() {
-        metrics::counter!(super::UPGRADES_REFUSED, "reason" => reason.label()).increment(1);
+        metrics::counter!(UPGRADES_REFUSED, "reason" => reason.label()).increment(1);
     }
 }
 
-/// Gives every metric its help text and unit.
+/// Gives these metrics their help text and unit.
 #[cfg(feature = "metrics")]
 pub(super) fn describe_all() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
-        super::CONNECTIONS_ACCEPTED,
+        CONNECTIONS_ACCEPTED,
         Unit::Count,
         "Server connections whose opening handshake succeeded."
     );
-    describe_gauge!(
-        super::CONNECTIONS_OPEN,
-        Unit::Count,
-        "Connections open now."
-    );
+    describe_gauge!(CONNECTIONS_OPEN, Unit::Count, "Connections open now.");
     describe_counter!(
-        super::CONNECTIONS_CLOSED,
+        CONNECTIONS_CLOSED,
         Unit::Count,
         "Connections ended, by who closed first and the close code's class."
     );
     describe_counter!(
-        super::UPGRADES_REFUSED,
+        CONNECTION_ERRORS,
+        Unit::Count,
+        "Connections that failed, by why."
+    );
+    describe_counter!(
+        UPGRADES_REFUSED,
         Unit::Count,
         "Opening handshakes a server refused, by reason."
     );
     describe_histogram!(
-        super::HANDSHAKE_DURATION,
+        HANDSHAKE_DURATION,
         Unit::Seconds,
         "From a server connection's first byte to its handshake's response."
     );
-    super::traffic::describe_all();
 }

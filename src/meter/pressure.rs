@@ -1,0 +1,101 @@
+//! Pressure: connections whose peer does not take what it is sent, and the
+//! memory budget: its bytes in use, and the waits for it.
+
+#[cfg(feature = "metrics")]
+use std::sync::OnceLock;
+
+#[cfg(feature = "metrics")]
+use metrics::{Counter, Gauge, Unit};
+
+use crate::MemoryBudget;
+
+/// Connections whose transport took less than they had to write and waits
+/// for the peer to read (gauge).
+pub const WRITE_BLOCKED: &str = "wavesock_write_blocked_connections";
+/// Bytes in use of the memory budgets, as of the last time an engine
+/// looked (gauge; see [`record_budget`]).
+pub const BUDGET_IN_USE: &str = "wavesock_budget_in_use_bytes";
+/// The memory budgets' limits (gauge): a server's one budget's.
+pub const BUDGET_LIMIT: &str = "wavesock_budget_limit_bytes";
+/// Times a connection stopped reading to wait for memory budget (counter).
+pub const BUDGET_WAITS: &str = "wavesock_budget_waits_total";
+
+#[cfg(feature = "metrics")]
+struct Handles {
+    blocked: Gauge,
+    in_use: Gauge,
+    limit: Gauge,
+    waits: Counter,
+}
+
+#[cfg(feature = "metrics")]
+fn handles() -> &'static Handles {
+    static HANDLES: OnceLock<Handles> = OnceLock::new();
+    HANDLES.get_or_init(|| Handles {
+        blocked: metrics::gauge!(WRITE_BLOCKED),
+        in_use: metrics::gauge!(BUDGET_IN_USE),
+        limit: metrics::gauge!(BUDGET_LIMIT),
+        waits: metrics::counter!(BUDGET_WAITS),
+    })
+}
+
+/// Connections became write-blocked (`n > 0`) or were unblocked or ended
+/// blocked (`n < 0`).
+#[cfg(feature = "metrics")]
+#[inline]
+pub(crate) fn write_blocked(n: i64) {
+    if n != 0 {
+        handles().blocked.increment(n as f64);
+    }
+}
+
+/// A connection stopped reading to wait for memory budget.
+#[cfg(any(feature = "tracing", feature = "metrics"))]
+#[inline]
+pub(crate) fn budget_wait() {
+    #[cfg(feature = "metrics")]
+    handles().waits.increment(1);
+}
+
+/// Records `budget`'s bytes in use (and, the first time, its limit),
+/// added to those of any other budget. The hub's engines call it once a
+/// turn and Streams when they wait for budget; a server of Streams alone
+/// whose dashboards should follow the budget as it is given back calls it
+/// from a timer of its own. Without the `metrics` feature it does
+/// nothing.
+#[inline]
+#[allow(unused_variables)]
+pub fn record_budget(budget: &MemoryBudget) {
+    #[cfg(feature = "metrics")]
+    {
+        let (change, limit) = budget.report();
+        let h = handles();
+        if change != 0 {
+            h.in_use.increment(change as f64);
+        }
+        if limit != 0 {
+            h.limit.increment(limit as f64);
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+pub(super) fn describe_all() {
+    use metrics::{describe_counter, describe_gauge};
+    describe_gauge!(
+        WRITE_BLOCKED,
+        Unit::Count,
+        "Connections waiting for their peer to read what they were sent."
+    );
+    describe_gauge!(
+        BUDGET_IN_USE,
+        Unit::Bytes,
+        "The memory budget's bytes in use."
+    );
+    describe_gauge!(BUDGET_LIMIT, Unit::Bytes, "The memory budget's limit.");
+    describe_counter!(
+        BUDGET_WAITS,
+        Unit::Count,
+        "Times a connection stopped reading to wait for memory budget."
+    );
+}
