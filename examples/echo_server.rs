@@ -3,13 +3,15 @@
 //! ```text
 //! cargo run --release --example echo_server -- 127.0.0.1:9001
 //! cargo run --release --features deflate --example echo_server -- 127.0.0.1:9001 --deflate shared
+//! cargo run --release --features metrics --example echo_server -- 127.0.0.1:9001 --metrics 127.0.0.1:9100
 //! ```
 //!
 //! Runs on a current-thread runtime (one core), with a 64 MiB message limit.
 //! Built with `--features deflate`, it accepts permessage-deflate offers, holding
 //! compression memory as `--deflate POLICY` says: `takeover` (the default),
 //! `shared`, or `dedicated:4k` (any size from 1k to 256k; see
-//! `DeflatePolicy`).
+//! `DeflatePolicy`). Built with `--features metrics`, `--metrics ADDR` serves
+//! wavesock's metrics at `http://ADDR/metrics` for Prometheus.
 
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -17,6 +19,8 @@ use wavesock::Config;
 
 #[path = "support/echo_args.rs"]
 mod echo_args;
+#[path = "support/metrics_args.rs"]
+mod metrics_args;
 
 async fn serve(tcp: TcpStream, config: Config) -> wavesock::Result<()> {
     tcp.set_nodelay(true)?;
@@ -35,7 +39,11 @@ fn main() -> std::io::Result<()> {
         addr,
         config,
         readiness,
+        metrics,
     } = echo_args::parse()?;
+    if let Some(at) = &metrics {
+        metrics_args::serve(at)?;
+    }
     if readiness.is_some() {
         return Err(echo_args::bad("--readiness is hub_echo's"));
     }

@@ -6,6 +6,7 @@
 //! cargo run --example hub_chat -- 127.0.0.1:8080
 //! cargo run --example hub_chat -- 127.0.0.1:8081 --redis redis://127.0.0.1:6379/
 //! cargo run --example hub_chat -- 127.0.0.1:8082 --redis-cluster redis://127.0.0.1:7000,redis://127.0.0.1:7001
+//! cargo run --features metrics --example hub_chat -- 127.0.0.1:8080 --metrics 127.0.0.1:9100
 //! ```
 //!
 //! The handler serves the page (`GET /`) and upgrades `GET /ws`; every
@@ -15,7 +16,10 @@
 //! `--redis-cluster`, through a Redis Cluster's sharded pub/sub:
 //! [`Topics::link_redis_cluster`]), and
 //! the guests are told when the room splits (Redis unreachable: lines
-//! reach only this server's guests) and when it is whole again.
+//! reach only this server's guests) and when it is whole again. Built with
+//! `--features metrics`, `--metrics ADDR` serves wavesock's metrics at
+//! `http://ADDR/metrics` for Prometheus (`examples/grafana-dashboard.json`
+//! charts them).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +31,8 @@ use wavesock::hub::{Closed, Handler, HttpResponse, Hub, HubConfig, HubMessage, W
 use wavesock::topics::Topics;
 use wavesock::topics::redis::{LinkState, RedisLink, RedisLinkConfig};
 
+#[path = "support/metrics_args.rs"]
+pub mod metrics_args;
 #[path = "support/redis_args.rs"]
 pub mod redis_args;
 use redis_args::Redis;
@@ -200,13 +206,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut redis = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        if arg == "--redis" || arg == "--redis-cluster" {
+        if arg == "--metrics" {
+            let Some(at) = args.next() else {
+                eprintln!("--metrics needs an address");
+                std::process::exit(2);
+            };
+            metrics_args::serve(&at)?;
+        } else if arg == "--redis" || arg == "--redis-cluster" {
             match Redis::parse(&arg, args.next()) {
                 Ok(r) => redis = Some(r),
                 Err(e) => {
                     eprintln!("{e}");
                     eprintln!(
-                        "usage: hub_chat [ADDR] [--redis redis://HOST:PORT/ | --redis-cluster redis://HOST:PORT[,redis://HOST:PORT...]]"
+                        "usage: hub_chat [ADDR] [--redis redis://HOST:PORT/ | --redis-cluster redis://HOST:PORT[,redis://HOST:PORT...]] [--metrics ADDR]"
                     );
                     std::process::exit(2);
                 }

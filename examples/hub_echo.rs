@@ -38,13 +38,19 @@ impl Handler for Echo {
 
 #[path = "support/echo_args.rs"]
 mod echo_args;
+#[path = "support/metrics_args.rs"]
+mod metrics_args;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let echo_args::Args {
         addr,
         config,
         readiness,
+        metrics,
     } = echo_args::parse()?;
+    if let Some(at) = &metrics {
+        metrics_args::serve(at)?;
+    }
     // Room for a whole echoed 64 MiB message: a peer that reads is never
     // cut off, one that does not stops being read.
     let mut hub_config = HubConfig::default().config(config.max_backpressure(80 << 20));

@@ -1,6 +1,7 @@
 //! The command line both echo examples take:
-//! `ADDR [--deflate POLICY] [--readiness MODE]` (`--readiness`, `owned` or
-//! `tokio`, is the hub's).
+//! `ADDR [--deflate POLICY] [--readiness MODE] [--metrics ADDR]`
+//! (`--readiness`, `owned` or `tokio`, is the hub's; `--metrics` needs the
+//! `metrics` feature).
 
 use wavesock::Config;
 
@@ -14,6 +15,8 @@ pub struct Args {
     pub config: Config,
     /// `--readiness`, as given.
     pub readiness: Option<String>,
+    /// `--metrics`: where to serve the metrics.
+    pub metrics: Option<String>,
 }
 
 /// Parses the command line.
@@ -21,6 +24,7 @@ pub fn parse() -> std::io::Result<Args> {
     let mut addr = None;
     let mut policy = None;
     let mut readiness = None;
+    let mut metrics = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -30,10 +34,16 @@ pub fn parse() -> std::io::Result<Args> {
             "--readiness" => {
                 readiness = Some(args.next().ok_or_else(|| bad("--readiness needs a mode"))?)
             }
+            "--metrics" => {
+                metrics = Some(
+                    args.next()
+                        .ok_or_else(|| bad("--metrics needs an address"))?,
+                )
+            }
             _ if addr.is_none() && !arg.starts_with('-') => addr = Some(arg),
             _ => {
                 return Err(bad(&format!(
-                    "unexpected argument {arg:?}; usage: ADDR [--deflate POLICY] [--readiness MODE]"
+                    "unexpected argument {arg:?}; usage: ADDR [--deflate POLICY] [--readiness MODE] [--metrics ADDR]"
                 )));
             }
         }
@@ -65,6 +75,7 @@ pub fn parse() -> std::io::Result<Args> {
         addr: addr.unwrap_or_else(|| "127.0.0.1:9001".into()),
         config,
         readiness,
+        metrics,
     })
 }
 

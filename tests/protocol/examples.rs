@@ -349,3 +349,179 @@ async fn hub_async_keeps_a_client_that_reads_slowly_and_answers_it_in_order() {
     }
     assert_eq!(next_answer(&mut ws).await, Message::text("q: not found"));
 }
+
+/// With the `metrics` feature: `hub_chat --metrics` scraped by a real
+/// Prometheus server (Debian's `prometheus`, started here on free ports
+/// with a one-second scrape interval): three guests join and say two
+/// lines each, one upgrade is refused (no such path), and Prometheus'
+/// query API returns the open connections, the lines received, the
+/// refusal and the deliveries they made. Alone in a child process: the
+/// exporter is the process's recorder.
+#[cfg(feature = "metrics")]
+#[test]
+fn hub_chat_metrics_reach_a_real_prometheus() {
+    use crate::support::{child, services};
+
+    if !child::alone() {
+        return;
+    }
+    let found = services::on_path("prometheus");
+    if !services::available(
+        "prometheus",
+        found,
+        "prometheus on the PATH: the Debian or Ubuntu package prometheus",
+    ) {
+        return;
+    }
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    let (exporter, web) = (free(), free());
+    let dir = std::env::temp_dir().join(format!("wavesock-prometheus-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: wavesock\n    static_configs:\n      - targets: ['{exporter}']\n"
+        ),
+    )
+    .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _prometheus = Kill(
+        std::process::Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={web}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start prometheus"),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        hub_chat::metrics_args::serve(&exporter.to_string()).unwrap();
+        let (listener, addr) = local().await;
+        tokio::spawn(hub_chat::serve(listener, None));
+        // Guests on raw sockets, so that only the server's side counts
+        // (a wavesock client in this process would record its traffic
+        // too). One at a time, so that each join reaches the guests before
+        // it: 1 + 2 + 3 deliveries, then 3 for each of the six lines.
+        async fn next_text(tcp: &mut TcpStream, buf: &mut bytes::BytesMut) -> String {
+            loop {
+                let (b0, payload) = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    crate::support::read_frame(tcp, buf),
+                )
+                .await
+                .expect("a message in time")
+                .expect("open");
+                if b0 & 0x0F == 0x1 {
+                    return String::from_utf8(payload).unwrap();
+                }
+            }
+        }
+        let mut guests = Vec::new();
+        for _ in 0..3 {
+            let mut tcp = TcpStream::connect(&addr).await.unwrap();
+            let request = crate::support::request("").replace("GET /chat", "GET /ws");
+            tcp.write_all(request.as_bytes()).await.unwrap();
+            let mut buf = bytes::BytesMut::new();
+            let end = loop {
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break i + 4;
+                }
+                assert!(tcp.read_buf(&mut buf).await.unwrap() > 0);
+            };
+            assert!(buf.starts_with(b"HTTP/1.1 101"));
+            let _ = buf.split_to(end);
+            assert!(next_text(&mut tcp, &mut buf).await.contains("welcome"));
+            assert!(next_text(&mut tcp, &mut buf).await.contains("joined"));
+            guests.push((tcp, buf));
+        }
+        for (i, (tcp, _)) in guests.iter_mut().enumerate() {
+            for line in 0..2 {
+                let text = format!("line {line} of {i}");
+                tcp.write_all(&crate::support::masked(0x81, text.as_bytes())).await.unwrap();
+            }
+        }
+        for (tcp, buf) in &mut guests {
+            while !next_text(tcp, buf).await.contains("line 1 of 2") {}
+        }
+        let refused = TcpStream::connect(&addr).await.unwrap();
+        let mut refused = refused;
+        let request = crate::support::request("").replace("GET /chat", "GET /nope");
+        refused.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        refused.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+
+        // What Prometheus has, once it has scraped it.
+        let query = |q: &'static str| {
+            let web = web.to_string();
+            async move {
+                let encoded: String = q
+                    .bytes()
+                    .map(|b| match b {
+                        b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+                        _ => format!("%{b:02X}"),
+                    })
+                    .collect();
+                // Refused until Prometheus listens.
+                let mut tcp = TcpStream::connect(&web).await.ok()?;
+                let request = format!(
+                    "GET /api/v1/query?query={encoded} HTTP/1.1\r\nHost: {web}\r\nConnection: close\r\n\r\n"
+                );
+                tcp.write_all(request.as_bytes()).await.ok()?;
+                let mut answer = String::new();
+                tcp.read_to_string(&mut answer).await.ok()?;
+                // `"value":[1700000000.123,"42"]`: the number in quotes.
+                let at = answer.find("\"value\":[")?;
+                let rest = &answer[at..];
+                let quoted = rest.split('"').nth(3)?;
+                quoted.parse::<f64>().ok()
+            }
+        };
+        let expected = [
+            ("sum(wavesock_connections_open)", 3.0),
+            ("sum(wavesock_connections_accepted_total)", 3.0),
+            ("sum(wavesock_messages_received_total{kind=\"text\"})", 6.0),
+            ("sum(wavesock_upgrades_refused_total{reason=\"not_found\"})", 1.0),
+            ("sum(wavesock_topic_deliveries_total)", 24.0),
+            ("sum(wavesock_topic_subscriptions)", 3.0),
+        ];
+        let mut last = Vec::new();
+        for _ in 0..200 {
+            last.clear();
+            for (q, want) in expected {
+                last.push((q, query(q).await, want));
+            }
+            if last.iter().all(|(_, got, want)| *got == Some(*want)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for (q, got, want) in &last {
+            assert_eq!(*got, Some(*want), "{q}: {last:?}");
+        }
+        drop(guests);
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
