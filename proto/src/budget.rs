@@ -325,8 +325,6 @@ pub struct Growth {
     pub step: usize,
     /// The smallest step worth taking when the budget has less room.
     pub min_step: usize,
-    /// The buffer's final size is unknown (output being inflated).
-    pub open_ended: bool,
     /// Bytes the connection will need of other kinds beyond what it holds
     /// now (the rest of a frame that must be held whole): left for them.
     pub beside: usize,
@@ -529,19 +527,18 @@ impl BudgetAccount {
     /// - The old buffer is counted unless the step could then never fit: a
     ///   message that fits the budget alone is not refused (1009) for the
     ///   moment its bytes move, which then passes the budget by the old
-    ///   buffer. An open-ended buffer does so only for a step of at least
-    ///   half of itself, so at most by two-thirds of the budget (by half
-    ///   when it grows by doubling); a smaller last step whose copy does not
-    ///   fit is refused.
+    ///   buffer. Such a step is at least an eighth of the buffer (or all
+    ///   it asked for), so the budget is passed by at most eight-ninths of
+    ///   it (half when a buffer doubles up to a budget of a power of two).
     /// - `Err(Never)` when the buffer holds all it ever could beside
-    ///   [`Growth::beside`], or (open-ended) by the rule above.
+    ///   [`Growth::beside`], or could grow only by less than an eighth of
+    ///   itself without its copy counted.
     pub fn try_grow(&mut self, kind: Held, growth: Growth) -> Result<usize, Grant> {
         let Growth {
             old,
             len,
             step,
             min_step,
-            open_ended,
             beside,
         } = growth;
         let Some(c) = &self.counts else {
@@ -562,7 +559,12 @@ impl BudgetAccount {
         let geometric = (len / 2).max(min_step);
         let uncounted = old.saturating_add(len).saturating_add(full) > most;
         let counted = if uncounted { 0 } else { old };
-        if full == 0 || (open_ended && uncounted && full < geometric.min(step)) {
+        // A copy uncounted for a step under an eighth of the buffer (less
+        // than it asked for) would pass the budget by nearly all of it,
+        // again each time the others' holdings shrink a little. (Not under
+        // half: an engine's read set aside beside the buffer, such as the
+        // hub's scratch, would refuse messages of two-thirds the budget.)
+        if full == 0 || (uncounted && full < step && full < len / 8) {
             return Err(Grant::Never {
                 charge: c.charge_with(kind, len.saturating_add(step.max(1))),
                 limit,

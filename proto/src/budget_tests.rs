@@ -62,13 +62,12 @@ fn exhausted_says_wait_and_alone_too_big_says_never() {
     assert_eq!(budget.in_use(), 10_010);
 }
 
-fn growth(old: usize, len: usize, step: usize, open_ended: bool) -> Growth {
+fn growth(old: usize, len: usize, step: usize) -> Growth {
     Growth {
         old,
         len,
         step,
         min_step: 16 << 10,
-        open_ended,
         beside: 0,
     }
 }
@@ -85,7 +84,7 @@ fn growth_waits_for_half_of_what_is_held_rather_than_crawl() {
     // 1 MiB held, 1 MiB more wanted beside the 1 MiB copied from; 1 MiB
     // free: no step at all beside the copy.
     assert_eq!(hog.try_set(Held::Fragments, 2 * mib), Grant::Granted);
-    let wanted = match a.try_grow(Held::ReadBuffer, growth(mib, mib, mib, false)) {
+    let wanted = match a.try_grow(Held::ReadBuffer, growth(mib, mib, mib)) {
         Err(Grant::Wait { wanted }) => wanted,
         other => panic!("{other:?}"),
     };
@@ -97,83 +96,71 @@ fn growth_waits_for_half_of_what_is_held_rather_than_crawl() {
         hog.try_set(Held::Fragments, 2 * mib - mib / 4),
         Grant::Granted
     );
-    assert!(
-        a.try_grow(Held::ReadBuffer, growth(mib, mib, mib, false))
-            .is_err()
-    );
+    assert!(a.try_grow(Held::ReadBuffer, growth(mib, mib, mib)).is_err());
     // 768 KiB free beside the copy: a step of 768 KiB.
     assert_eq!(hog.try_set(Held::Fragments, mib + mib / 4), Grant::Granted);
     assert_eq!(
-        a.try_grow(Held::ReadBuffer, growth(mib, mib, mib, false)),
+        a.try_grow(Held::ReadBuffer, growth(mib, mib, mib)),
         Ok(3 * mib / 4)
     );
     assert_eq!(a.held(Held::ReadBuffer), 2 * mib + 3 * mib / 4);
     assert_eq!(budget.in_use(), 4 * mib);
 }
 
-/// Where the copy could never be counted, the buffer grows without it:
-/// a message that fits the budget alone is not refused for the moment its
-/// bytes move. An open-ended buffer does so only for a step of at least
-/// half of itself; a smaller last step is refused.
+/// Where the copy could never be counted, the buffer grows without it: a
+/// message that fits the budget alone is not refused for the moment its
+/// bytes move. A last step smaller than half the buffer (all it could
+/// still take) is taken, once; then the buffer is refused for good.
 #[test]
-fn the_copy_goes_uncounted_only_for_a_geometric_step() {
+fn the_copy_goes_uncounted_only_when_it_could_never_fit() {
     let budget = MemoryBudget::new(1 << 20).allowance(0);
     let kib = 1 << 10;
     let mut a = BudgetAccount::new(Some(budget.clone()));
     assert_eq!(a.try_set(Held::Inflated, 400 * kib), Grant::Granted);
     // 400 + 400 + 400 > 1024: grows to 800 KiB, the copy uncounted.
     assert_eq!(
-        a.try_grow(
-            Held::Inflated,
-            growth(400 * kib, 400 * kib, 400 * kib, true)
-        ),
+        a.try_grow(Held::Inflated, growth(400 * kib, 400 * kib, 400 * kib)),
         Ok(400 * kib)
     );
     assert_eq!(a.held(Held::Inflated), 800 * kib);
-    // 224 KiB left: less than half of 800, and its copy cannot fit.
+    // What is left, 224 KiB, at once: the last step.
     assert_eq!(
-        a.try_grow(
-            Held::Inflated,
-            growth(800 * kib, 800 * kib, 800 * kib, true)
-        ),
+        a.try_grow(Held::Inflated, growth(800 * kib, 800 * kib, 800 * kib)),
+        Ok(224 * kib)
+    );
+    assert_eq!(a.held(Held::Inflated), 1024 * kib);
+    assert_eq!(
+        a.try_grow(Held::Inflated, growth(1024 * kib, 1024 * kib, 1024 * kib)),
         Err(Grant::Never {
-            charge: 1600 * kib,
+            charge: 2048 * kib,
             limit: 1024 * kib
         })
     );
-    // Of known size, the last step is taken (the buffer then ends).
+    // Within an eighth of itself of the whole budget, uncounted: refused
+    // (a copy of nearly the budget, each time others give a little back).
+    a.release_all();
+    assert_eq!(a.try_set(Held::Inflated, 1000 * kib), Grant::Granted);
+    assert!(matches!(
+        a.try_grow(Held::Inflated, growth(1000 * kib, 1000 * kib, 1000 * kib)),
+        Err(Grant::Never { .. })
+    ));
+    // Unless that is all it asked for.
+    assert_eq!(
+        a.try_grow(Held::Inflated, growth(1000 * kib, 1000 * kib, 24 * kib)),
+        Ok(24 * kib)
+    );
+    // With the copy counted where it fits.
     let mut b = BudgetAccount::new(Some(budget.clone()));
     a.release_all();
-    assert_eq!(b.try_set(Held::ReadBuffer, 800 * kib), Grant::Granted);
-    assert_eq!(
-        b.try_grow(
-            Held::ReadBuffer,
-            growth(800 * kib, 800 * kib, 100 * kib, false)
-        ),
-        Ok(100 * kib)
-    );
-    assert_eq!(b.held(Held::ReadBuffer), 900 * kib, "the copy uncounted");
-    // With the copy counted where it fits.
-    b.release_all();
     assert_eq!(b.try_set(Held::ReadBuffer, 300 * kib), Grant::Granted);
     assert_eq!(
-        b.try_grow(
-            Held::ReadBuffer,
-            growth(300 * kib, 300 * kib, 300 * kib, false)
-        ),
+        b.try_grow(Held::ReadBuffer, growth(300 * kib, 300 * kib, 300 * kib)),
         Ok(300 * kib)
     );
     assert_eq!(b.held(Held::ReadBuffer), 900 * kib, "the copy counted");
-    // Refused for good once the buffer holds all it could.
-    b.release_all();
-    assert_eq!(b.try_set(Held::ReadBuffer, 1024 * kib), Grant::Granted);
-    assert!(matches!(
-        b.try_grow(Held::ReadBuffer, growth(0, 1024 * kib, 1, false)),
-        Err(Grant::Never { .. })
-    ));
     // Without a budget: the step asked for.
     let mut free = BudgetAccount::new(None);
-    assert_eq!(free.try_grow(Held::Inflated, growth(5, 5, 7, true)), Ok(7));
+    assert_eq!(free.try_grow(Held::Inflated, growth(5, 5, 7)), Ok(7));
 }
 
 /// Growth leaves what the connection will still need beside it (the rest
@@ -187,7 +174,7 @@ fn growth_leaves_room_for_what_is_needed_beside_it() {
     assert_eq!(a.try_set(Held::Inflated, 600 * kib), Grant::Granted);
     let beside = Growth {
         beside: 100 * kib,
-        ..growth(600 * kib, 600 * kib, 600 * kib, true)
+        ..growth(600 * kib, 600 * kib, 600 * kib)
     };
     assert_eq!(a.try_grow(Held::Inflated, beside), Ok(324 * kib));
     assert_eq!(a.held(Held::Inflated), 924 * kib);
@@ -272,24 +259,7 @@ use crate::limits::Limits;
 use crate::message::Message;
 use bytes::BytesMut;
 
-/// A client frame (masked with a zero key, so the payload reads as is).
-fn frame(fin: bool, rsv1: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![(u8::from(fin) << 7) | (u8::from(rsv1) << 6) | opcode];
-    match payload.len() {
-        n if n < 126 => f.push(0x80 | n as u8),
-        n if n <= 0xFFFF => {
-            f.push(0x80 | 126);
-            f.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            f.push(0x80 | 127);
-            f.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    f.extend_from_slice(&[0; 4]);
-    f.extend_from_slice(payload);
-    f
-}
+use crate::test_frames::client_frame as frame;
 
 fn decoder(budget: &MemoryBudget) -> MessageDecoder {
     MessageDecoder::new(Role::Server, Limits::default().budget(budget.clone()))
@@ -411,7 +381,7 @@ mod bombs {
     use crate::encoder::FrameEncoder;
 
     /// `n` zeros compressed as one permessage-deflate payload.
-    fn zeros(n: usize) -> Vec<u8> {
+    pub(super) fn zeros(n: usize) -> Vec<u8> {
         use flate2::{Compress, Compression, FlushCompress};
         let mut c = Compress::new(Compression::best(), false);
         let mut out = Vec::with_capacity(n / 500 + 1024);
@@ -421,7 +391,7 @@ mod bombs {
         out
     }
 
-    fn inflating(budget: &MemoryBudget) -> MessageDecoder {
+    pub(super) fn inflating(budget: &MemoryBudget) -> MessageDecoder {
         let mut d = decoder(budget);
         let mut e = FrameEncoder::new(Role::Server);
         crate::deflate::enable_for_tests(
@@ -511,5 +481,106 @@ mod bombs {
         d.account_mut().release(Held::ReadBuffer);
         d.account_mut().release(Held::Compression);
         assert_eq!(budget.in_use(), 0);
+    }
+}
+
+/// The growth rules' cases a break-it round found: reassembly that
+/// crawled, and messages that fit the budget alone refused.
+mod found {
+    use super::*;
+
+    /// A fragmented message's reassembly buffer under a budget it has to
+    /// itself: once doubling no longer fits, every continuation frame
+    /// grows it by just that frame, copying the whole buffer each time.
+    #[test]
+    fn fragments_grow_by_halves_with_the_budget_to_themselves() {
+        let budget = MemoryBudget::new(8 << 20).allowance(0);
+        let mut d = decoder(&budget);
+        let mut buf = BytesMut::from(&frame(false, false, 2, &vec![1u8; 4 << 20])[..]);
+        assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+        let mut sizes = vec![d.account().held(Held::Fragments)];
+        let piece = vec![2u8; 64 << 10];
+        let n = 48;
+        let mut copied = 0usize;
+        for i in 0..n {
+            let mut buf = BytesMut::from(&frame(i + 1 == n, false, 0, &piece)[..]);
+            let before = d.account().held(Held::Fragments);
+            let r = decode(&mut d, &mut buf).unwrap();
+            let after = d.account().held(Held::Fragments);
+            if after != before && after != 0 {
+                copied += before;
+                sizes.push(after);
+            }
+            if i + 1 == n {
+                assert_eq!(r.expect("the message").len(), (4 << 20) + n * piece.len());
+            }
+        }
+        // The copies add up to less than twice the message.
+        assert!(copied < 2 * ((4 << 20) + n * piece.len()), "{copied}");
+        for pair in sizes.windows(2) {
+            assert!(
+                pair[1] >= pair[0] + pair[0] / 2,
+                "grew from {} to {} KiB (copying {} KiB): {} growths",
+                pair[0] >> 10,
+                pair[1] >> 10,
+                pair[0] >> 10,
+                sizes.len() - 1
+            );
+        }
+    }
+
+    /// An uncompressed message of two fragments, 59% of a budget it has to
+    /// itself: the continuation counted in the read buffer and in the
+    /// fragments' copy of it, both within the budget.
+    #[test]
+    fn a_fragmented_message_of_59_percent_alone_fits() {
+        let budget = MemoryBudget::new(1 << 20).allowance(0);
+        let mut d = decoder(&budget);
+        let mut buf = BytesMut::from(&frame(false, false, 2, &vec![1u8; 1 << 10])[..]);
+        assert_eq!(decode(&mut d, &mut buf).unwrap(), None);
+        let mut buf = BytesMut::from(&frame(true, false, 0, &vec![2u8; 600 << 10])[..]);
+        match decode(&mut d, &mut buf) {
+            Ok(Some(m)) => assert_eq!(m.len(), 601 << 10),
+            other => panic!(
+                "a {} KiB message alone in a {} KiB budget: {other:?}",
+                601,
+                budget.limit() >> 10
+            ),
+        }
+    }
+
+    #[cfg(feature = "deflate")]
+    mod inflate {
+        use super::super::bombs::{inflating, zeros};
+        use super::*;
+
+        /// A compressed message alone in the budget, under it: its output
+        /// doubled to 1 MiB, and the last step (what is left of the
+        /// budget, under half of 1 MiB) is taken.
+        #[test]
+        fn compressed_messages_up_to_the_budget_alone_fit() {
+            let mut failures = vec![];
+            for (budget, allowance, size) in [
+                (3 << 19, 0, (1 << 20) + (64 << 10)),
+                (3 << 19, 0, (1 << 20) + 1),
+                (1400 << 10, 128 << 10, (1 << 20) + (64 << 10)),
+            ] {
+                let budget = MemoryBudget::new(budget).allowance(allowance);
+                let mut d = inflating(&budget);
+                let wire = zeros(size);
+                let mut buf = BytesMut::from(&frame(true, true, 2, &wire)[..]);
+                match decode(&mut d, &mut buf) {
+                    Ok(Some(m)) => assert_eq!(m.len(), size),
+                    other => failures.push(format!(
+                        "a compressed message of {size} bytes ({}% of a {} KiB budget, \
+                         allowance {} KiB), alone: {other:?}",
+                        size * 100 / budget.limit(),
+                        budget.limit() >> 10,
+                        allowance >> 10,
+                    )),
+                }
+            }
+            assert!(failures.is_empty(), "{failures:#?}");
+        }
     }
 }

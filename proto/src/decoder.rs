@@ -15,7 +15,7 @@ use std::num::NonZeroUsize;
 use bytes::{Buf, BytesMut};
 
 use crate::Role;
-use crate::budget::{BudgetAccount, Grant, Held};
+use crate::budget::{BudgetAccount, Grant, Growth, Held};
 use crate::close::CloseFrame;
 use crate::deflate::Inflater;
 use crate::error::{Error, ProtocolError};
@@ -368,8 +368,12 @@ impl MessageDecoder {
     }
 
     /// Under a budget: makes room in the fragment buffer for `len` more
-    /// bytes before they are appended; `Ok(false)` when it must wait.
-    fn reserve_fragment(&mut self, len: usize) -> Result<bool, Error> {
+    /// bytes before they are appended, by the budget's growth rules
+    /// ([`BudgetAccount::try_grow`]: by doubling, or at least half the
+    /// buffer, or a wait; never a copy of the whole buffer per frame). The
+    /// last frame (`fin`) asks for its own bytes only: the buffer grows no
+    /// more. `Ok(false)` when it must wait.
+    fn reserve_fragment(&mut self, len: usize, fin: bool) -> Result<bool, Error> {
         let Some(f) = &mut self.fragments else {
             return Ok(true);
         };
@@ -377,36 +381,62 @@ impl MessageDecoder {
         if need <= f.buf.capacity() {
             return Ok(true);
         }
-        // Geometric growth when the budget allows it, else just what is needed.
-        let roomy = need.max(
-            f.buf
-                .capacity()
-                .saturating_mul(2)
-                .min(self.max_message_size),
-        );
-        let mut cap = roomy;
-        let mut grant = self.account.try_set(Held::Fragments, cap);
-        if grant != Grant::Granted && roomy > need {
-            cap = need;
-            grant = self.account.try_set(Held::Fragments, cap);
-        }
-        match grant {
-            Grant::Granted => {
-                let mut bigger = BytesMut::with_capacity(cap);
+        let held = f.buf.len();
+        let roomy = if fin {
+            need
+        } else {
+            need.max(
+                f.buf
+                    .capacity()
+                    .saturating_mul(2)
+                    .min(self.max_message_size),
+            )
+        };
+        let growth = Growth {
+            old: f.buf.capacity(),
+            len: held,
+            step: roomy - held,
+            min_step: need - held,
+            beside: 0,
+        };
+        match self.account.try_grow(Held::Fragments, growth) {
+            Ok(step) => {
+                let mut bigger = BytesMut::with_capacity(held + step);
                 bigger.extend_from_slice(&f.buf);
                 f.buf = bigger;
                 self.account.set(Held::Fragments, f.buf.capacity());
                 Ok(true)
             }
-            Grant::Wait { wanted } => {
+            Err(Grant::Wait { wanted }) => {
                 self.budget_wait = NonZeroUsize::new(wanted);
                 Ok(false)
             }
-            Grant::Never { charge, limit } => Err(Error::OverBudget {
+            Err(Grant::Never { charge, limit }) => Err(Error::OverBudget {
                 size: charge as u64,
                 budget: limit,
             }),
+            // (Never the answer of a refusal.)
+            Err(Grant::Granted) => Ok(true),
         }
+    }
+
+    /// Under a budget: gives back the room the message being put together
+    /// holds beyond its bytes (the fragments' buffer, the inflated output,
+    /// each grown by doubling), for a frame that must be held whole and
+    /// would not fit beside it. Whether any was given back.
+    pub fn trim_spare(&mut self) -> bool {
+        let mut trimmed = false;
+        if let Some(f) = &mut self.fragments {
+            if f.buf.capacity() > f.buf.len() {
+                f.buf = BytesMut::from(&f.buf[..]);
+                self.account.set(Held::Fragments, f.buf.capacity());
+                trimmed = true;
+            }
+        }
+        if let Some(i) = &mut self.inflater {
+            trimmed |= i.trim(&mut self.account);
+        }
+        trimmed
     }
 
     /// Which side this decoder reads for.
@@ -772,7 +802,7 @@ impl MessageDecoder {
             }
             if header.opcode == OpCode::Continuation
                 && self.account.is_on()
-                && !self.reserve_fragment(len)?
+                && !self.reserve_fragment(len, header.fin)?
             {
                 return Ok(None);
             }

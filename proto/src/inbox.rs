@@ -279,10 +279,17 @@ impl Inbox {
     /// The refusal for a frame that must lie whole in the buffer (not
     /// streamed, or compressed, or control) and is larger than the whole
     /// budget can ever take; `None` for any other.
+    /// The message's own spare room (its buffers grow by doubling) is
+    /// given back first: a frame refused for room the message holds and
+    /// does not use would be refused for a message that fits.
     #[inline]
-    fn frame_never_fits(&self) -> Option<Grant> {
+    fn frame_never_fits(&mut self) -> Option<Grant> {
         let whole = self.decoder.frame_held_whole()?;
-        self.decoder.account().never_fits(Held::ReadBuffer, whole)
+        let never = self.decoder.account().never_fits(Held::ReadBuffer, whole);
+        if never.is_some() && self.decoder.trim_spare() {
+            return self.decoder.account().never_fits(Held::ReadBuffer, whole);
+        }
+        never
     }
 
     #[cold]

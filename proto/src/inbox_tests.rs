@@ -622,3 +622,81 @@ fn scratch_memory_without_a_bound_reads_within_the_budget() {
     inbox.scratch_unused();
     assert_eq!(budget.in_use(), 0);
 }
+
+/// A compressed message of two fragments, alone in the budget, read as an
+/// engine reads it: the first fragment's output grows by doubling to all
+/// the budget has, and gives back what it does not use when the second
+/// fragment must be held whole beside it.
+#[cfg(feature = "deflate")]
+#[test]
+fn a_fragmented_compressed_message_alone_in_the_budget_fits() {
+    use crate::deflate::{DeflateConfig, DeflateParams};
+    let mut failures = vec![];
+    for second in [2 << 10, 6 << 10, 64 << 10, 384 << 10] {
+        let first = (2 << 20) + (64 << 10);
+        let budget = MemoryBudget::new(4 << 20).allowance(0);
+        let mut decoder =
+            MessageDecoder::new(Role::Server, Limits::default().budget(budget.clone()));
+        let mut e = FrameEncoder::new(Role::Server);
+        crate::deflate::enable_for_tests(
+            &mut decoder,
+            &mut e,
+            &DeflateParams::default(),
+            &DeflateConfig::default(),
+        );
+        let mut inbox = Inbox::new(decoder, BytesMut::new());
+        let mut mem = Pool::default();
+        let mut z = flate2::Compress::new(flate2::Compression::new(6), false);
+        let mut one = Vec::with_capacity(64 << 10);
+        z.compress_vec(&vec![1u8; first], &mut one, flate2::FlushCompress::Sync)
+            .unwrap();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let noise: Vec<u8> = (0..second)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let mut two = Vec::with_capacity(second + (64 << 10));
+        z.compress_vec(&noise, &mut two, flate2::FlushCompress::Sync)
+            .unwrap();
+        two.truncate(two.len() - 4);
+        let mut wire = crate::test_frames::client_frame(false, true, 2, &one);
+        wire.extend_from_slice(&crate::test_frames::client_frame(true, false, 0, &two));
+        let mut at = 0;
+        let mut rounds = 0;
+        let outcome = loop {
+            rounds += 1;
+            if rounds > 100_000 {
+                break format!("stuck at {at} of {}", wire.len());
+            }
+            if let Err(g) = read_next(&mut inbox, &mut mem, &wire, &mut at) {
+                break format!(
+                    "read refused {g:?} at {at} of {} (budget in use {} of {})",
+                    wire.len(),
+                    budget.in_use(),
+                    budget.limit()
+                );
+            }
+            match inbox.decode() {
+                Ok(Some(m)) => {
+                    assert_eq!(m.len(), first + second);
+                    break "ok".to_string();
+                }
+                Ok(None) => {}
+                Err(e) => break format!("error {e} at {at}"),
+            }
+        };
+        if outcome != "ok" {
+            failures.push(format!(
+                "message {} KiB ({}% of the budget), second fragment {} KiB: {outcome}",
+                (first + second) >> 10,
+                (first + second) * 100 / budget.limit(),
+                second >> 10
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}

@@ -51,6 +51,8 @@ pub mod message;
 pub mod outbox;
 pub mod receive;
 mod role;
+#[cfg(test)]
+mod test_frames;
 pub mod text;
 pub mod utf8;
 

@@ -869,16 +869,7 @@ async fn a_compressed_message_that_fits_the_empty_budget_waits_rather_than_1009(
         let budget = MemoryBudget::new(32 << 20).allowance(0).wait_timeout(wait);
         let config = budget_config(&budget).deflate(deflate());
         let mut server = start(engine, config).await;
-        let mut a = TcpStream::connect(server.addr).await.unwrap();
-        let mut request = raw::REQUEST[..raw::REQUEST.len() - 2].to_vec();
-        request.extend_from_slice(b"Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n");
-        a.write_all(&request).await.unwrap();
-        let mut head = Vec::new();
-        while !head.ends_with(b"\r\n\r\n") {
-            head.push(a.read_u8().await.unwrap());
-        }
-        let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
-        assert!(head.contains("permessage-deflate"), "{engine:?}: {head}");
+        let mut a = upgrade_deflate(server.addr).await;
         // The first fragment of a compressed message (RSV1, no FIN): 14 MiB
         // once inflated.
         let mut z = flate2::Compress::new(flate2::Compression::new(6), false);
@@ -892,14 +883,7 @@ async fn a_compressed_message_that_fits_the_empty_budget_waits_rather_than_1009(
         a.write_all(&masked_frame(0x42, &packed)).await.unwrap();
         until(|| budget.in_use() >= 14 << 20).await;
         tokio::time::sleep(Duration::from_millis(600)).await;
-        let client = Config::default()
-            .deflate(deflate())
-            .max_message_size(64 << 20)
-            .max_frame_size(64 << 20);
-        let url = format!("ws://{}/", server.addr);
-        let (mut b, _) = wavesock::connect_async_with_config(url, client)
-            .await
-            .unwrap();
+        let mut b = deflate_client(server.addr, deflate()).await;
         b.send(Message::binary(vec![2u8; 20 << 20])).await.unwrap();
         let echo = within(30, b.next())
             .await
@@ -1365,4 +1349,152 @@ fn metrics_count_pressure_on_every_engine() {
     let took = m.histogram(meter::TURN_DURATION, &engine);
     assert_eq!(took.len(), served.len());
     assert!(took.iter().all(|&t| (0.0..10.0).contains(&t)));
+}
+
+// ---- Messages that fit the budget alone, on every engine (cases a
+// break-it round of the budget's growth rules found). ----
+
+/// A Stream client with permessage-deflate and room for large messages.
+#[cfg(feature = "deflate")]
+async fn deflate_client(
+    addr: SocketAddr,
+    deflate: wavesock::DeflateConfig,
+) -> wavesock::ClientStream {
+    let client = Config::default()
+        .deflate(deflate)
+        .max_message_size(64 << 20)
+        .max_frame_size(64 << 20);
+    let url = format!("ws://{addr}/");
+    wavesock::connect_async_with_config(url, client)
+        .await
+        .unwrap()
+        .0
+}
+
+/// A raw connection that negotiated permessage-deflate.
+#[cfg(feature = "deflate")]
+async fn upgrade_deflate(addr: SocketAddr) -> TcpStream {
+    let mut a = TcpStream::connect(addr).await.unwrap();
+    let mut request = raw::REQUEST[..raw::REQUEST.len() - 2].to_vec();
+    request.extend_from_slice(b"Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n");
+    a.write_all(&request).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        head.push(a.read_u8().await.unwrap());
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.contains("permessage-deflate"), "{head}");
+    a
+}
+
+/// What the server answered first: `Ok(len)` for an echo, `Err(code)`
+/// for a close.
+async fn first_answer(tcp: &mut TcpStream) -> Result<usize, u16> {
+    let (op, payload) = read_frame(tcp).await;
+    if op == 0x8 {
+        Err(u16::from_be_bytes([payload[0], payload[1]]))
+    } else {
+        Ok(payload.len())
+    }
+}
+
+/// A compressed message of 71% of a budget it has to itself is echoed on
+/// every engine: its output doubles to 2 MiB, then takes what is left.
+#[cfg(feature = "deflate")]
+#[tokio::test]
+async fn a_compressed_message_of_71_percent_of_an_empty_budget_is_echoed() {
+    let wait = Duration::from_millis(1000);
+    let deflate = || wavesock::DeflateConfig::default().compression_threshold(0);
+    let size = (2 << 20) + (128 << 10);
+    let mut outcomes = Vec::new();
+    for engine in ENGINES {
+        let budget = MemoryBudget::new(3 << 20).allowance(0).wait_timeout(wait);
+        let config = budget_config(&budget).deflate(deflate());
+        let server = start(engine, config).await;
+        let mut b = deflate_client(server.addr, deflate()).await;
+        b.send(Message::binary(vec![2u8; size])).await.unwrap();
+        let answer = within(10, b.next()).await;
+        let outcome = match answer {
+            Some(Ok(m)) if m.len() == size => "echoed".to_string(),
+            other => format!("{other:?}"),
+        };
+        outcomes.push((engine, outcome));
+        drop(b);
+    }
+    assert!(
+        outcomes.iter().all(|(_, o)| o == "echoed"),
+        "a {size}-byte compressed message alone in a 3 MiB budget: {outcomes:#?}"
+    );
+}
+
+/// A compressed message of two fragments, 59% of a budget it has to
+/// itself, is echoed on every engine: the first fragment's output, grown
+/// by doubling to what the budget has, gives back what it does not use
+/// for the second fragment, which must be held whole.
+#[cfg(feature = "deflate")]
+#[tokio::test]
+async fn a_fragmented_compressed_message_of_59_percent_of_an_empty_budget_is_echoed() {
+    let wait = Duration::from_millis(1000);
+    let deflate = || wavesock::DeflateConfig::default().compression_threshold(0);
+    let first = (2 << 20) + (64 << 10);
+    let second = 384 << 10;
+    let mut outcomes = Vec::new();
+    for engine in ENGINES {
+        let budget = MemoryBudget::new(4 << 20).allowance(0).wait_timeout(wait);
+        let config = budget_config(&budget).deflate(deflate());
+        let server = start(engine, config).await;
+        let mut a = upgrade_deflate(server.addr).await;
+        let mut z = flate2::Compress::new(flate2::Compression::new(6), false);
+        let mut one = Vec::with_capacity(64 << 10);
+        z.compress_vec(&vec![1u8; first], &mut one, flate2::FlushCompress::Sync)
+            .unwrap();
+        let mut rng = raw::Rng(0x1234_5678);
+        let noise: Vec<u8> = (0..second).map(|_| rng.next() as u8).collect();
+        let mut two = Vec::with_capacity(second + (64 << 10));
+        z.compress_vec(&noise, &mut two, flate2::FlushCompress::Sync)
+            .unwrap();
+        assert!(two.ends_with(&[0, 0, 0xFF, 0xFF]));
+        two.truncate(two.len() - 4);
+        a.write_all(&masked_frame(0x42, &one)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let held = budget.in_use();
+        a.write_all(&masked_frame(0x80, &two)).await.unwrap();
+        let outcome = within(10, first_answer(&mut a)).await;
+        outcomes.push((engine, held, outcome));
+    }
+    assert!(
+        outcomes
+            .iter()
+            // (The echo is compressed: its frame is shorter.)
+            .all(|(_, _, o)| o.is_ok()),
+        "a {} KiB compressed message (two fragments) alone in a 4 MiB budget: \
+         (engine, budget in use after the first fragment, answer) {outcomes:#?}",
+        (first + second) >> 10
+    );
+}
+
+/// An uncompressed message of two fragments, 59% of a budget it has to
+/// itself, is echoed on every engine (the continuation counted in the
+/// read buffer and in the fragments' copy of it at once).
+#[tokio::test]
+async fn a_fragmented_message_of_59_percent_of_an_empty_budget_is_echoed() {
+    let wait = Duration::from_millis(1000);
+    let mut outcomes = Vec::new();
+    for engine in ENGINES {
+        let budget = MemoryBudget::new(1 << 20).allowance(0).wait_timeout(wait);
+        let server = start(engine, budget_config(&budget)).await;
+        let mut a = upgrade_raw(server.addr).await;
+        a.write_all(&frame(false, OpCode::Binary, vec![1; 1 << 10]))
+            .await
+            .unwrap();
+        a.write_all(&frame(true, OpCode::Continuation, vec![2; 600 << 10]))
+            .await
+            .unwrap();
+        let outcome = within(10, first_answer(&mut a)).await;
+        outcomes.push((engine, outcome));
+    }
+    assert!(
+        outcomes.iter().all(|(_, o)| *o == Ok(601 << 10)),
+        "a 601 KiB message (two fragments) alone in a 1 MiB budget: {outcomes:#?}"
+    );
 }

@@ -699,11 +699,7 @@ async fn a_slow_handshake_is_cut_off() {
 
 #[test]
 fn one_engine_per_worker_each_with_its_connections() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = crate::support::two_workers();
     rt.block_on(async {
         let mut server = start(crate::support::hub::defaults().engines(None)).await;
         let mut clients = Vec::new();

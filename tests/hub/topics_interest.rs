@@ -253,11 +253,7 @@ fn subscribing_while_the_link_reconnects_neither_deadlocks_nor_strays() {
         return;
     };
     let url = redis.url();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = crate::support::two_workers();
     let topics = Topics::new();
     let config = RedisLinkConfig::default()
         .unsubscribe_delay(Duration::from_millis(20))

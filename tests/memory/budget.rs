@@ -79,6 +79,28 @@ fn header(b0: u8, len: usize) -> Vec<u8> {
     h
 }
 
+/// A Stream echo server, one task per connection, on a fresh port.
+async fn echo_server(config: Config) -> SocketAddr {
+    let (listener, addr) = support::listener().await;
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let config = config.clone();
+            tokio::spawn(async move {
+                let Ok(mut ws) = wavesock::accept_async_with_config(tcp, config).await else {
+                    return;
+                };
+                while let Some(Ok(msg)) = ws.next().await {
+                    if msg.is_data() && ws.send(msg).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
 /// Opens a raw WebSocket connection, asking for compression or not.
 async fn upgrade(addr: SocketAddr, deflate: bool) -> (TcpStream, BytesMut) {
     let mut tcp = TcpStream::connect(addr).await.unwrap();
@@ -165,33 +187,13 @@ fn bombs_alone_stay_within_the_budget() {
 /// server with the budget, beside an honest client.
 fn hostile_peers(bombs: usize, stallers: usize) {
     let off = std::env::var_os("WAVESOCK_BUDGET_OFF").is_some();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = crate::support::two_workers();
     rt.block_on(async {
         let budget = MemoryBudget::new(BUDGET).wait_timeout(Duration::from_millis(400));
         let config = Config::default()
             .deflate(DeflateConfig::default())
             .memory_budget((!off).then(|| budget.clone()));
-        let (listener, addr) = support::listener().await;
-        tokio::spawn(async move {
-            loop {
-                let (tcp, _) = listener.accept().await.unwrap();
-                let config = config.clone();
-                tokio::spawn(async move {
-                    let Ok(mut ws) = wavesock::accept_async_with_config(tcp, config).await else {
-                        return;
-                    };
-                    while let Some(Ok(msg)) = ws.next().await {
-                        if msg.is_data() && ws.send(msg).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-        });
+        let addr = echo_server(config).await;
 
         // Made before measuring: the peers' payloads are the test's, not
         // the server's.
@@ -302,5 +304,61 @@ fn hostile_peers(bombs: usize, stallers: usize) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(budget.in_use(), 0);
+    });
+}
+
+/// A peer alone with the budget sends a message in fragments (8 MiB, then
+/// 64 KiB continuations up to 15.4 MiB) and stalls. Reassembly grows by
+/// doubling (once, uncounted: 8 MiB copied into 16), not by one
+/// continuation at a time copying the whole buffer each time, which
+/// passed the budget by nearly all of it: within the budget and half.
+#[test]
+fn fragments_alone_stay_within_the_budget() {
+    if !child::alone() {
+        return;
+    }
+    const B: usize = 16 << 20;
+    let rt = crate::support::two_workers();
+    rt.block_on(async {
+        let budget = MemoryBudget::new(B)
+            .allowance(0)
+            .wait_timeout(Duration::from_millis(1500));
+        let config = Config::default().memory_budget(budget.clone());
+        let addr = echo_server(config).await;
+        // Made before measuring.
+        let mut wire = header(0x02, 8 << 20);
+        wire.extend_from_slice(&vec![1u8; 8 << 20]);
+        for _ in 0..118 {
+            // Continuation, FIN clear: the message is never finished.
+            wire.extend_from_slice(&header(0x00, 64 << 10));
+            wire.extend_from_slice(&vec![2u8; 64 << 10]);
+        }
+        let (tcp, _) = upgrade(addr, false).await;
+        let (mut rd, mut wr) = tcp.into_split();
+        let base = LIVE.load(Ordering::SeqCst);
+        PEAK.store(base, Ordering::SeqCst);
+        let writer = tokio::spawn(async move {
+            let _ = wr.write_all(&wire).await;
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            drop(wr);
+        });
+        let mut sink = vec![0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_secs(10), rd.read(&mut sink)).await;
+        let peak = PEAK.load(Ordering::SeqCst) - base;
+        writer.abort();
+        let bound = B + B / 2 + 2 * PER_CONNECTION;
+        println!(
+            "fragments alone: budget peak {} KiB; heap growth peak {} KiB (bound {} KiB)",
+            budget.peak() >> 10,
+            peak >> 10,
+            bound >> 10
+        );
+        assert!(budget.peak() <= B, "{}", budget.peak());
+        assert!(
+            peak <= bound,
+            "heap grew by {} KiB, bound {} KiB",
+            peak >> 10,
+            bound >> 10
+        );
     });
 }

@@ -411,11 +411,7 @@ fn hub_chat_metrics_reach_a_real_prometheus() {
             .spawn()
             .expect("start prometheus"),
     );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = crate::support::two_workers();
     rt.block_on(async {
         hub_chat::metrics_args::serve(&exporter.to_string()).unwrap();
         let (listener, addr) = local().await;

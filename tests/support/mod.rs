@@ -332,3 +332,13 @@ pub fn server_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
     out.extend_from_slice(payload);
     out
 }
+
+/// A multi-thread runtime with one worker per core of the machine the
+/// tests are written for, for tests that need tasks truly in parallel.
+pub fn two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}

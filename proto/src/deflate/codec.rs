@@ -644,6 +644,21 @@ impl Inflater {
         })
     }
 
+    /// Gives back the output's room beyond what it holds (it grows by
+    /// doubling), for a frame of the same message that needs it; whether
+    /// there was any.
+    pub(crate) fn trim(&mut self, account: &mut BudgetAccount) -> bool {
+        let Some(m) = self.msg.as_deref_mut() else {
+            return false;
+        };
+        if m.out.capacity() == m.out.len() {
+            return false;
+        }
+        m.out.shrink_to_fit();
+        account.set(Held::Inflated, m.out.capacity());
+        true
+    }
+
     /// Ends the message: inflates the stripped tail, checks that text ended
     /// on a whole code point, and keeps or resets the context as
     /// negotiated. `Ok(Err(wanted))` when the memory budget is exhausted:
@@ -714,7 +729,6 @@ fn grow(
         len,
         step,
         min_step: MIN_BUDGET_STEP,
-        open_ended: true,
         beside,
     };
     match account.try_grow(Held::Inflated, growth) {
