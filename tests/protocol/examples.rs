@@ -469,8 +469,9 @@ fn hub_chat_metrics_reach_a_real_prometheus() {
         refused.read_to_string(&mut answer).await.unwrap();
         assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
 
-        // What Prometheus has, once it has scraped it.
-        let query = |q: &'static str| {
+        // What Prometheus has, once it has scraped it: the body of its
+        // answer to an instant query.
+        let answer = |q: String| {
             let web = web.to_string();
             async move {
                 let encoded: String = q
@@ -488,6 +489,13 @@ fn hub_chat_metrics_reach_a_real_prometheus() {
                 tcp.write_all(request.as_bytes()).await.ok()?;
                 let mut answer = String::new();
                 tcp.read_to_string(&mut answer).await.ok()?;
+                Some(answer)
+            }
+        };
+        let query = |q: &'static str| {
+            let answer = answer(q.to_string());
+            async move {
+                let answer = answer.await?;
                 // `"value":[1700000000.123,"42"]`: the number in quotes.
                 let at = answer.find("\"value\":[")?;
                 let rest = &answer[at..];
@@ -502,6 +510,12 @@ fn hub_chat_metrics_reach_a_real_prometheus() {
             ("sum(wavesock_upgrades_refused_total{reason=\"not_found\"})", 1.0),
             ("sum(wavesock_topic_deliveries_total)", 24.0),
             ("sum(wavesock_topic_subscriptions)", 3.0),
+            // Buckets, not the exporter's default summary: 16 bounds and
+            // +Inf for each engine that served a handshake.
+            (
+                "count(wavesock_handshake_duration_seconds_bucket) / count(wavesock_handshake_duration_seconds_count)",
+                17.0,
+            ),
         ];
         let mut last = Vec::new();
         for _ in 0..200 {
@@ -517,7 +531,75 @@ fn hub_chat_metrics_reach_a_real_prometheus() {
         for (q, got, want) in &last {
             assert_eq!(*got, Some(*want), "{q}: {last:?}");
         }
+        // Every query of the dashboard runs, with its variables as Grafana
+        // fills them for "all instances" and a short range.
+        for expr in dashboard_queries() {
+            let q = expr
+                .replace("$__rate_interval", "1m")
+                .replace("$__range", "1h")
+                .replace("$instance", ".*");
+            let got = answer(q.clone()).await.expect("an answer");
+            assert!(
+                got.starts_with("HTTP/1.1 200") && got.contains("\"status\":\"success\""),
+                "{q}: {got}"
+            );
+        }
         drop(guests);
     });
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The PromQL of every panel of `examples/grafana-dashboard.json`.
+fn dashboard_queries() -> Vec<String> {
+    let json = include_str!("../../examples/grafana-dashboard.json");
+    let mut exprs = Vec::new();
+    let mut rest = json;
+    while let Some(at) = rest.find("\"expr\": \"") {
+        rest = &rest[at + 9..];
+        let mut expr = String::new();
+        let mut chars = rest.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => break,
+                '\\' => expr.push(chars.next().expect("an escaped character")),
+                c => expr.push(c),
+            }
+        }
+        exprs.push(expr);
+    }
+    exprs
+}
+
+/// Every metric in `wavesock::meter`'s catalogue has a panel in the
+/// dashboard, and every panel charts only metrics the catalogue names.
+#[test]
+fn the_dashboard_charts_every_metric_and_only_those() {
+    let catalogue: std::collections::BTreeSet<String> = include_str!("../../src/meter/mod.rs")
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! | `wavesock_"))
+        .map(|l| format!("wavesock_{}", &l[..l.find('`').unwrap()]))
+        .collect();
+    assert!(catalogue.len() > 20, "{catalogue:?}");
+    let exprs = dashboard_queries();
+    assert!(exprs.len() > 20, "{exprs:?}");
+    let mut charted = std::collections::BTreeSet::new();
+    for expr in &exprs {
+        let mut rest = expr.as_str();
+        while let Some(at) = rest.find("wavesock_") {
+            rest = &rest[at..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            let name = &rest[..end];
+            let base = ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s).filter(|b| catalogue.contains(*b)))
+                .unwrap_or(name);
+            assert!(catalogue.contains(base), "{base} (in {expr}) is no metric");
+            charted.insert(base.to_string());
+            rest = &rest[end..];
+        }
+    }
+    let missing: Vec<_> = catalogue.difference(&charted).collect();
+    assert!(missing.is_empty(), "no panel for {missing:?}");
 }
