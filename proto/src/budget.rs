@@ -20,7 +20,7 @@
 //! without a budget. Only parking a waiting connection takes a lock.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::Duration;
@@ -48,6 +48,43 @@ struct Shared {
     /// the limit was.
     reported: AtomicUsize,
     limit_reported: std::sync::atomic::AtomicBool,
+}
+
+/// What budgets dropped since the last [`take_dropped_reports`] had
+/// reported: bytes in use, and limits.
+static DROPPED_REPORTS: [AtomicI64; 2] = [AtomicI64::new(0), AtomicI64::new(0)];
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if *self.limit_reported.get_mut() {
+            let in_use = *self.reported.get_mut() as i64;
+            DROPPED_REPORTS[0].fetch_add(in_use, Ordering::AcqRel);
+            DROPPED_REPORTS[1].fetch_add(self.limit as i64, Ordering::AcqRel);
+        }
+    }
+}
+
+/// For a metric that adds up every budget's [`report`](MemoryBudget::report)s:
+/// what to take back for the budgets dropped since the last call (the
+/// bytes in use they last reported, and their limits), so that the sums
+/// stay those of the budgets alive. A budget is dropped with its last
+/// clone.
+///
+/// ```standalone_crate
+/// // Alone in its process: the count is the process's.
+/// use wavesock_proto::MemoryBudget;
+/// use wavesock_proto::budget::take_dropped_reports;
+///
+/// let old = MemoryBudget::new(1 << 20);
+/// assert_eq!(old.report(), (0, 1 << 20));
+/// drop(old);
+/// assert_eq!(take_dropped_reports(), (0, 1 << 20));
+/// assert_eq!(take_dropped_reports(), (0, 0));
+/// ```
+pub fn take_dropped_reports() -> (i64, usize) {
+    let in_use = DROPPED_REPORTS[0].swap(0, Ordering::AcqRel);
+    let limit = DROPPED_REPORTS[1].swap(0, Ordering::AcqRel);
+    (in_use, limit as usize)
 }
 
 /// A memory budget shared by many connections: create it once, put a clone
@@ -121,9 +158,10 @@ impl MemoryBudget {
     /// ```
     pub fn new(bytes: usize) -> Self {
         MemoryBudget {
-            shared: Arc::new(Shared {
-                limit: bytes,
-                ..Shared::default()
+            shared: Arc::new({
+                let mut shared = Shared::default();
+                shared.limit = bytes;
+                shared
             }),
             allowance: DEFAULT_ALLOWANCE,
             wait_timeout: DEFAULT_WAIT_TIMEOUT,
@@ -178,7 +216,8 @@ impl MemoryBudget {
 
     /// For a metric that adds up every budget: the change in bytes in use
     /// since the last report, and the limit the first time (else 0).
-    /// Reports from several tasks add up to the change in all.
+    /// Reports from several tasks add up to the change in all; once the
+    /// budget is dropped, [`take_dropped_reports`] says what to take back.
     ///
     /// ```
     /// use wavesock_proto::MemoryBudget;

@@ -108,6 +108,9 @@ impl Acceptor {
         *slot.conn.core_mut() = Connection::new(Role::Server, config.config.timers(), turn.now());
         slot.stage = Stage::Open;
         slot.timer_at = None;
+        // Accepted as any connection the hub upgrades itself, as a Stream
+        // made over an upgraded transport is.
+        turn.meter.opened(true);
         let data = slot.data.insert(adopted.data);
         handler.open(&mut Ws {
             io: &slot.io,
@@ -161,6 +164,8 @@ impl Acceptor {
                 receiver: None,
                 idle_inflater: None,
                 timer_at: deadline,
+                #[cfg(feature = "metrics")]
+                admitted: now,
                 stage: Stage::Handshake,
                 data: None,
                 // The core keeps the handshake's deadline, and the

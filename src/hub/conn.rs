@@ -64,6 +64,10 @@ pub(crate) struct Slot<T> {
     /// The deadline this connection has in the engine's timer heap: the
     /// handshake's, then the core's.
     pub(crate) timer_at: Option<Instant>,
+    /// When the engine took the connection, for the handshake's duration
+    /// (only with the `metrics` feature: 16 bytes a connection).
+    #[cfg(feature = "metrics")]
+    pub(crate) admitted: Instant,
     pub(crate) stage: Stage,
     pub(crate) data: Option<T>,
     /// What sends, the core and the engine's steps share.
@@ -158,6 +162,9 @@ pub(crate) struct Conn {
     /// and dropped until it ends the transport ([`Stage::Lingering`]), as
     /// the backlog it was slow to read may still be in the kernel.
     pub(crate) linger: bool,
+    /// The kind of a message sent in pieces, for its count (nothing
+    /// without the `metrics` feature).
+    pub(crate) pieces: crate::meter::Pieces,
 }
 
 impl Conn {
@@ -172,6 +179,7 @@ impl Conn {
             wants_drain: false,
             closing: false,
             linger: false,
+            pieces: crate::meter::Pieces::default(),
         }
     }
 

@@ -180,6 +180,8 @@ impl<H: Handler> Engine<H> {
             }
             if self.turn.now() >= deadline {
                 self.end_all();
+                // What ending them took back (write-blocked ones).
+                self.turn.tally.record();
                 return Poll::Ready(());
             }
         }
@@ -499,3 +501,26 @@ impl<H: Handler> Future for Engine<H> {
 
 // Engine holds only Unpin parts (its timer is boxed).
 impl<H: Handler> Unpin for Engine<H> {}
+
+/// An engine dropped with connections in it (its task aborted, `serve` in
+/// a `select!` that went another way, a panic in a handler): their sockets
+/// close with it, and they are counted closed, as a dropped Stream is.
+/// The handler hears nothing: it goes with the engine.
+#[cfg(feature = "metrics")]
+impl<H: Handler> Drop for Engine<H> {
+    fn drop(&mut self) {
+        let keys: Vec<Key> = self.slots.keys().collect();
+        for key in keys {
+            let Some(slot) = self.slots.get_mut(key) else {
+                continue;
+            };
+            if std::mem::take(&mut slot.conn.write_blocked) {
+                self.turn.tally.write_blocked(-1);
+            }
+            if slot.data.take().is_some() {
+                self.turn.meter.closed(slot.conn.core().ending());
+            }
+        }
+        self.turn.tally.record();
+    }
+}

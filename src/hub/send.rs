@@ -51,7 +51,7 @@ impl Conn {
         &mut self,
         turn: &mut Turn,
         published: bool,
-        sent: Option<(Kind, usize)>,
+        sent: Option<(Kind, u64, usize)>,
         send: impl FnOnce(
             &mut Driver,
             Instant,
@@ -88,8 +88,8 @@ impl Conn {
         // where the Stream returns the core's error.
         match send(&mut self.driver, now, &mut turn.writes.pool) {
             Ok(Outgoing::Send) => {
-                if let Some((kind, len)) = sent {
-                    turn.tally.sent(kind, len);
+                if let Some((kind, messages, len)) = sent {
+                    turn.tally.sent(kind, messages, len);
                 }
                 self.mark(turn)
             }
@@ -108,10 +108,16 @@ impl Conn {
     }
 
     pub(crate) fn send_message(&mut self, turn: &mut Turn, msg: &Message) -> Result<SendStatus> {
-        let sent = Kind::counted(msg.head().0, msg.len());
-        self.send_with(turn, false, sent, |d, now, pool| {
+        // A message in pieces counts once, as its first piece's kind.
+        let mut pieces = self.pieces;
+        let sent = pieces.count(msg.head(), msg.len());
+        let status = self.send_with(turn, false, sent, |d, now, pool| {
             d.send(msg.clone(), now, pool)
-        })
+        })?;
+        if matches!(status, SendStatus::Sent | SendStatus::Backpressure) {
+            self.pieces = pieces;
+        }
+        Ok(status)
     }
 
     pub(crate) fn send_data(
@@ -120,7 +126,7 @@ impl Conn {
         opcode: OpCode,
         payload: &[u8],
     ) -> Result<SendStatus> {
-        let sent = Kind::counted(opcode, payload.len());
+        let sent = Kind::counted(opcode, payload.len()).map(|(k, len)| (k, 1, len));
         // The message being handled, sent on as it is (an echo, a relay):
         // the driver queues its payload where it was read when nothing
         // transforms it.
@@ -146,7 +152,7 @@ impl Conn {
     ) -> Result<SendStatus> {
         // A publish to thousands: each connection queues a reference to
         // the one frame (compressed once per window size), not a copy.
-        let sent = Kind::counted(msg.opcode(), msg.payload().len());
+        let sent = Kind::counted(msg.opcode(), msg.payload().len()).map(|(k, len)| (k, 1, len));
         self.send_with(turn, false, sent, |d, now, pool| {
             d.send_prepared(msg, now, pool)
         })
@@ -156,7 +162,7 @@ impl Conn {
     /// Sends what was published to a topic the connection subscribes to,
     /// as [`send_prepared`](Self::send_prepared), closing or not.
     pub(crate) fn deliver(&mut self, turn: &mut Turn, msg: &PreparedMessage) -> Result<SendStatus> {
-        let sent = Kind::counted(msg.opcode(), msg.payload().len());
+        let sent = Kind::counted(msg.opcode(), msg.payload().len()).map(|(k, len)| (k, 1, len));
         self.send_with(turn, true, sent, |d, now, pool| {
             d.send_prepared(msg, now, pool)
         })

@@ -117,7 +117,9 @@ fn answer<H: Handler>(
     let data = match handler.upgrade(&request, &mut response) {
         Ok(data) => data,
         Err(refusal) => {
-            meter::refused(Refused::of_status(refusal.status()));
+            // Whatever its status (a redirect too), as the Stream counts a
+            // callback's refusal.
+            meter::refused(Refused::of_status(refusal.status()).unwrap_or(Refused::Rejected));
             return write_http(slot, turn, &refusal, refusal.body());
         }
     };
@@ -138,13 +140,8 @@ fn answer<H: Handler>(
     r.inbox_mut().wait(&mut OwnMemory);
     slot.receiver = Some(r);
     #[cfg(feature = "metrics")]
-    if let (Some(deadline), Some(timeout)) = (
-        slot.conn.core().close_deadline(),
-        config.config.handshake.timeout,
-    ) {
-        // The handshake's deadline ran from its first byte.
-        let began = deadline.checked_sub(timeout).unwrap_or(deadline);
-        let took = turn.now().saturating_duration_since(began);
+    {
+        let took = turn.now().saturating_duration_since(slot.admitted);
         turn.meter.handshake(took);
     }
     *slot.conn.core_mut() = Connection::new(Role::Server, config.config.timers(), turn.now());

@@ -27,7 +27,7 @@ pub const CONNECTIONS_CLOSED: &str = "wavesock_connections_closed_total";
 pub const CONNECTION_ERRORS: &str = "wavesock_connection_errors_total";
 /// Opening handshakes a server refused (counter; label `reason`).
 pub const UPGRADES_REFUSED: &str = "wavesock_upgrades_refused_total";
-/// From a server connection's first byte to its handshake's response
+/// From the server taking a connection to its handshake's response
 /// (histogram, seconds; label `engine`).
 pub const HANDSHAKE_DURATION: &str = "wavesock_handshake_duration_seconds";
 
@@ -99,7 +99,7 @@ impl EngineMeter {
         }
     }
 
-    /// A server's opening handshake took `took`, from its first byte to
+    /// A server's opening handshake took `took`, from taking the connection to
     /// its response.
     #[inline]
     #[cfg_attr(not(feature = "metrics"), allow(dead_code, unused_variables))]
@@ -176,6 +176,6 @@ pub(super) fn describe_all() {
     describe_histogram!(
         HANDSHAKE_DURATION,
         Unit::Seconds,
-        "From a server connection's first byte to its handshake's response."
+        "From the server taking a connection to its handshake's response."
     );
 }

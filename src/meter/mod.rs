@@ -26,11 +26,11 @@
 //! | `wavesock_connections_open` | gauge | `engine` | connections open now |
 //! | `wavesock_connections_closed_total` | counter | `engine`, `by`, `code` | connections ended: who closed first, and the close code's class |
 //! | `wavesock_connection_errors_total` | counter | `engine`, `error` | connections that failed (`by="error"`), by why: keepalive timeouts, backpressure cuts, the memory budget's refusals among them |
-//! | `wavesock_upgrades_refused_total` | counter | `reason` | opening handshakes a server refused |
-//! | `wavesock_handshake_duration_seconds` | histogram | `engine` | from a server connection's first byte to its response |
+//! | `wavesock_upgrades_refused_total` | counter | `reason` | opening handshakes a server refused (a transport upgraded elsewhere, by hyper or axum, counts in their own metrics) |
+//! | `wavesock_handshake_duration_seconds` | histogram | `engine` | from the server taking the connection (accept, or the hub admitting it) to its response; none for a transport upgraded elsewhere |
 //! | `wavesock_messages_received_total` | counter | `kind` | messages received |
 //! | `wavesock_received_bytes_total` | counter | `kind` | their payload bytes |
-//! | `wavesock_messages_sent_total` | counter | `kind` | messages sent |
+//! | `wavesock_messages_sent_total` | counter | `kind` | messages sent: queued for the peer (those a backpressure cut drops later included) |
 //! | `wavesock_sent_bytes_total` | counter | `kind` | their payload bytes |
 //! | `wavesock_write_blocked_connections` | gauge | | connections waiting for their peer to read what they were sent |
 //! | `wavesock_budget_in_use_bytes` | gauge | | the memory budget's bytes in use (sampled: [`record_budget`]) |
@@ -73,7 +73,8 @@
 //!   the protocol owes are not counted as sent).
 //! - `reason` of a topic's drop: `inbox_full` (an engine too far behind
 //!   missed a publish, counted once for the engine), `backpressure` (a hub
-//!   subscriber over its limit under the `Drop` policy), `lagged` (a
+//!   subscriber over its limit: dropped under the `Drop` policy, or the
+//!   publish that cut it, or came after, under `Close`), `lagged` (a
 //!   receiver fell behind and skipped it).
 //! - `reason` of a refusal: `request` (not a valid WebSocket upgrade), `version`,
 //!   `too_large` (the request over the handshake's limits), `timeout`,
@@ -127,7 +128,7 @@ pub(crate) use topics::{
 };
 #[cfg(feature = "hub")]
 pub(crate) use traffic::Tally;
-pub(crate) use traffic::{Kind, received, sent};
+pub(crate) use traffic::{Kind, Pieces, received, sent};
 pub use traffic::{MESSAGES_RECEIVED, MESSAGES_SENT, RECEIVED_BYTES, SENT_BYTES};
 #[cfg(feature = "hub")]
 pub(crate) use turns::TurnMeter;

@@ -58,7 +58,9 @@ pub(crate) fn budget_wait() {
 }
 
 /// Records `budget`'s bytes in use (and, the first time, its limit),
-/// added to those of any other budget. The hub's engines call it once a
+/// added to those of any other budget alive: budgets dropped since the
+/// last record leave the sums (the gauges show a dropped budget until the
+/// next record of any). The hub's engines call it once a
 /// turn and Streams when they wait for budget; a server of Streams alone
 /// whose dashboards should follow the budget as it is given back calls it
 /// from a timer of its own. Without the `metrics` feature it does
@@ -69,12 +71,14 @@ pub fn record_budget(budget: &MemoryBudget) {
     #[cfg(feature = "metrics")]
     {
         let (change, limit) = budget.report();
+        // Budgets dropped since leave the sums.
+        let (gone_in_use, gone_limit) = crate::proto::budget::take_dropped_reports();
         let h = handles();
-        if change != 0 {
-            h.in_use.increment(change as f64);
+        if change != gone_in_use {
+            h.in_use.increment((change - gone_in_use) as f64);
         }
-        if limit != 0 {
-            h.limit.increment(limit as f64);
+        if limit != gone_limit {
+            h.limit.increment(limit as f64 - gone_limit as f64);
         }
     }
 }

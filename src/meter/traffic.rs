@@ -48,7 +48,8 @@ impl Kind {
         (opcode != crate::OpCode::Close).then(|| (Kind::of_opcode(opcode), len))
     }
 
-    /// The kind of a message with `opcode` (a data frame's first).
+    /// The kind of a message with `opcode` (a data frame's first; a
+    /// continuation alone says nothing: [`Pieces`] remembers).
     #[inline]
     pub(crate) fn of_opcode(opcode: crate::OpCode) -> Kind {
         match opcode {
@@ -56,6 +57,45 @@ impl Kind {
             crate::OpCode::Binary | crate::OpCode::Continuation => Kind::Binary,
             _ => Kind::Control,
         }
+    }
+}
+
+/// The kind of the message passing one way in pieces (the Stream's
+/// [`Message::Frame`](crate::Message::Frame)s: sent with `send_pieces`,
+/// received with `Config::stream_messages`): its first piece names it, a
+/// continuation does not, and it counts as one message when its last piece
+/// passes. Control frames may come between. Without the feature: nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Pieces {
+    #[cfg(feature = "metrics")]
+    kind: Option<Kind>,
+}
+
+impl Pieces {
+    /// A message or piece of `len` payload bytes whose head is `(opcode,
+    /// fin)`, as counted: its kind, the messages it ends (0 or 1) and its
+    /// bytes; `None` for a close frame.
+    #[inline]
+    #[allow(unused_variables)]
+    pub(crate) fn count(
+        &mut self,
+        (opcode, fin): (crate::OpCode, bool),
+        len: usize,
+    ) -> Option<(Kind, u64, usize)> {
+        #[cfg(feature = "metrics")]
+        {
+            use crate::OpCode;
+            let kind = match opcode {
+                OpCode::Close => return None,
+                OpCode::Continuation => self.kind.unwrap_or(Kind::Binary),
+                op if op.is_control() => return Some((Kind::Control, 1, len)),
+                op => Kind::of_opcode(op),
+            };
+            self.kind = (!fin).then_some(kind);
+            Some((kind, u64::from(fin), len))
+        }
+        #[cfg(not(feature = "metrics"))]
+        None
     }
 }
 
@@ -97,20 +137,22 @@ fn traffic() -> &'static Traffic {
     })
 }
 
-/// A message of `kind` and `len` payload bytes received.
+/// `messages` (a message, or 0 for a piece that ends none) of `kind` and
+/// `len` payload bytes received.
 #[inline]
 #[allow(unused_variables)]
-pub(crate) fn received(kind: Kind, len: usize) {
+pub(crate) fn received(kind: Kind, messages: u64, len: usize) {
     #[cfg(feature = "metrics")]
-    traffic().received.add(kind, 1, len as u64);
+    traffic().received.add(kind, messages, len as u64);
 }
 
-/// A message of `kind` and `len` payload bytes sent.
+/// `messages` (as for [`received`]) of `kind` and `len` payload bytes
+/// sent.
 #[inline]
 #[allow(unused_variables)]
-pub(crate) fn sent(kind: Kind, len: usize) {
+pub(crate) fn sent(kind: Kind, messages: u64, len: usize) {
     #[cfg(feature = "metrics")]
-    traffic().sent.add(kind, 1, len as u64);
+    traffic().sent.add(kind, messages, len as u64);
 }
 
 /// Messages and bytes counted by an engine between two
@@ -133,15 +175,16 @@ impl Tally {
     #[allow(unused_variables)]
     pub(crate) fn received(&mut self, kind: Kind, len: usize) {
         #[cfg(feature = "metrics")]
-        self.add(0, kind, len);
+        self.add(0, kind, 1, len);
     }
 
-    /// A message of `kind` and `len` payload bytes sent.
+    /// `messages` (a message, or 0 for a piece that ends none) of `kind`
+    /// and `len` payload bytes sent.
     #[inline]
     #[allow(unused_variables)]
-    pub(crate) fn sent(&mut self, kind: Kind, len: usize) {
+    pub(crate) fn sent(&mut self, kind: Kind, messages: u64, len: usize) {
         #[cfg(feature = "metrics")]
-        self.add(1, kind, len);
+        self.add(1, kind, messages, len);
     }
 
     /// Connections became write-blocked (`n > 0`), or were unblocked or
@@ -157,8 +200,8 @@ impl Tally {
 
     #[cfg(feature = "metrics")]
     #[inline]
-    fn add(&mut self, way: usize, kind: Kind, len: usize) {
-        self.counts[way][0][kind as usize] += 1;
+    fn add(&mut self, way: usize, kind: Kind, messages: u64, len: usize) {
+        self.counts[way][0][kind as usize] += messages;
         self.counts[way][1][kind as usize] += len as u64;
     }
 
@@ -175,7 +218,7 @@ impl Tally {
             for (way, direction) in [&t.received, &t.sent].into_iter().enumerate() {
                 for kind in Kind::ALL {
                     let [messages, bytes] = self.counts[way].map(|c| c[kind as usize]);
-                    if messages != 0 {
+                    if messages != 0 || bytes != 0 {
                         direction.add(kind, messages, bytes);
                     }
                 }

@@ -35,6 +35,8 @@ pub(crate) fn now() -> Instant {
 pub(crate) struct Core {
     pub(crate) d: Driver,
     pub(crate) write: WriteState,
+    /// The kind of a message sent in pieces, for its count.
+    pieces: meter::Pieces,
 }
 
 impl Core {
@@ -46,6 +48,7 @@ impl Core {
                 FrameEncoder::with_mask_keys(role, config.mask_keys),
             ),
             write: WriteState::new(config),
+            pieces: meter::Pieces::default(),
         }
     }
 
@@ -89,10 +92,12 @@ impl Core {
     #[inline]
     pub(crate) fn start_send(&mut self, msg: Message) -> Result<()> {
         let close = msg.is_close();
-        let counted = meter::Kind::counted(msg.head().0, msg.len());
+        let mut pieces = self.pieces;
+        let counted = pieces.count(msg.head(), msg.len());
         if self.d.send(msg, now, &mut ThreadQueues)? == Outgoing::Send {
-            if let Some((kind, len)) = counted {
-                meter::sent(kind, len);
+            self.pieces = pieces;
+            if let Some((kind, messages, len)) = counted {
+                meter::sent(kind, messages, len);
             }
             if close {
                 trace::debug_event!("close frame sent");
@@ -117,7 +122,7 @@ impl Core {
     pub(crate) fn start_send_prepared(&mut self, p: &PreparedMessage) -> Result<()> {
         self.d.send_prepared(p, now, &mut ThreadQueues)?;
         if let Some((kind, len)) = meter::Kind::counted(p.opcode(), p.payload().len()) {
-            meter::sent(kind, len);
+            meter::sent(kind, 1, len);
         }
         Ok(())
     }

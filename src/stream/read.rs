@@ -95,6 +95,8 @@ impl CoreTimer {
 pub(crate) struct ReadState {
     rx: Receiver,
     timer: CoreTimer,
+    /// The kind of a message received in pieces, for its count.
+    pieces: meter::Pieces,
     #[cfg(feature = "tracing")]
     pub(crate) span: tracing::Span,
 }
@@ -186,6 +188,7 @@ impl ReadState {
         let mut rx = Receiver::new(inbox, true);
         rx.set_flush_then_read(true);
         ReadState {
+            pieces: meter::Pieces::default(),
             rx,
             timer: CoreTimer::default(),
             #[cfg(feature = "tracing")]
@@ -308,8 +311,8 @@ impl ReadState {
             );
             input = match step {
                 Step::Message(msg) => {
-                    if let Some((kind, len)) = meter::Kind::counted(msg.head().0, msg.len()) {
-                        meter::received(kind, len);
+                    if let Some((kind, messages, len)) = self.pieces.count(msg.head(), msg.len()) {
+                        meter::received(kind, messages, len);
                     }
                     return Poll::Ready(Some(Ok(msg)));
                 }

@@ -1126,10 +1126,7 @@ fn metrics_tell_the_same_story_on_every_engine() {
         .unwrap();
     let mut stories = Vec::new();
     for case in ENGINES.into_iter().filter(|c| !c.faults) {
-        let engine = match case.engine {
-            Engine::Stream | Engine::Split => "stream",
-            Engine::Hub | Engine::HubTokio => "hub-0",
-        };
+        let engine = case.engine.meter_label();
         let before = figures(m, engine);
         rt.block_on(async {
             let mut server = start(case, Config::default()).await;
@@ -1256,17 +1253,11 @@ fn metrics_tell_the_same_story_on_every_engine() {
 #[cfg(feature = "metrics")]
 #[test]
 fn metrics_count_pressure_on_every_engine() {
-    use crate::support::metered;
     use wavesock::meter;
 
-    if !child::alone() {
+    let Some((m, rt)) = metered_alone() else {
         return;
-    }
-    let m = metered::install();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    };
     for (case_no, case) in ENGINES.into_iter().filter(|c| !c.faults).enumerate() {
         rt.block_on(async {
             let budget = MemoryBudget::new(1 << 20)
@@ -1325,9 +1316,12 @@ fn metrics_count_pressure_on_every_engine() {
                 in_use >= f64::from(768 << 10) && in_use <= f64::from(1 << 20),
                 "{case:?}: {in_use}"
             );
+            // Every case's server still runs, each with a budget of its
+            // own: the limit is their sum.
             assert_eq!(
                 m.gauge(meter::BUDGET_LIMIT, &[]),
-                f64::from(1 << 20) * (case_no + 1) as f64
+                f64::from(1 << 20) * (case_no + 1) as f64,
+                "{case:?}"
             );
             // A finishes its message; both are echoed.
             a.write_all(&frame(true, OpCode::Continuation, vec![1; 16]))
@@ -1496,5 +1490,360 @@ async fn a_fragmented_message_of_59_percent_of_an_empty_budget_is_echoed() {
     assert!(
         outcomes.iter().all(|(_, o)| *o == Ok(601 << 10)),
         "a 601 KiB message (two fragments) alone in a 1 MiB budget: {outcomes:#?}"
+    );
+}
+
+/// A metrics test's start: alone in a child process (`None` in the
+/// parent, which only waits for it), the debugging recorder installed, a
+/// current-thread runtime.
+#[cfg(feature = "metrics")]
+fn metered_alone() -> Option<(
+    &'static crate::support::metered::Metrics,
+    tokio::runtime::Runtime,
+)> {
+    if !child::alone() {
+        return None;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    Some((crate::support::metered::install(), rt))
+}
+
+#[cfg(feature = "metrics")]
+impl Engine {
+    /// The `engine` label its connections are counted under (the hub
+    /// with one engine).
+    fn meter_label(self) -> &'static str {
+        match self {
+            Engine::Stream | Engine::Split => "stream",
+            Engine::Hub | Engine::HubTokio => "hub-0",
+        }
+    }
+}
+
+/// A connection adopted by the hub (upgraded by hyper or axum, then
+/// `Adopter::adopt`) is counted accepted and open, then closed, as a
+/// Stream made with `from_raw_socket` after the same upgrade is. (A
+/// break-it round found it counted closed only: the gauge went to -1.)
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_count_an_adopted_connection_opened_and_closed() {
+    use wavesock::meter;
+
+    let Some((m, rt)) = metered_alone() else {
+        return;
+    };
+    let mut wrong = Vec::new();
+    rt.block_on(async {
+        for readiness in [Readiness::Owned, Readiness::Tokio] {
+            let base = m.gauge(meter::CONNECTIONS_OPEN, &[("engine", "hub-0")]);
+            let (tx, mut ended) = mpsc::unbounded_channel();
+            let config = HubConfig::default().engines(Some(1)).readiness(readiness);
+            let hub = Hub::new(HubEcho(tx), config).unwrap();
+            let adopter = hub.adopter();
+            let handle = hub.handle();
+            let served = tokio::spawn(hub.run());
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+            // The upgrade done elsewhere: the hub takes the socket open.
+            adopter.adopt(accepted.unwrap().0, ()).await.unwrap();
+            let mut ws = wavesock::WebSocketStream::from_raw_socket(
+                client.unwrap(),
+                wavesock::Role::Client,
+                Config::default(),
+            )
+            .unwrap();
+            ws.send(Message::text("hi")).await.unwrap();
+            assert_eq!(
+                within(5, ws.next()).await.unwrap().unwrap(),
+                Message::text("hi")
+            );
+            let hub_open = || m.gauge(meter::CONNECTIONS_OPEN, &[("engine", "hub-0")]) - base;
+            let while_open = hub_open();
+            ws.close(None).await.unwrap();
+            while within(5, ws.next()).await.is_some() {}
+            assert_eq!(within(5, ended.recv()).await, Some(None));
+            handle.shutdown().await.unwrap();
+            within(5, served).await.unwrap();
+            let after = hub_open();
+            if (while_open, after) != (1.0, 0.0) {
+                wrong.push(format!(
+                    "{readiness:?}: hub-0's open gauge {while_open} while the adopted connection \
+                     was open, {after} after (want 1 then 0)"
+                ));
+            }
+        }
+    });
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A hub whose task is dropped (`serve` in a `select!` with a shutdown
+/// signal, its `JoinHandle` aborted, its runtime shut down) closes its
+/// connections' sockets and counts them closed, as a Stream's task
+/// aborted the same way does. (Found by a break-it round: they stayed
+/// counted open.)
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_count_a_dropped_hubs_connections_closed() {
+    use wavesock::meter;
+
+    let Some((m, rt)) = metered_alone() else {
+        return;
+    };
+    let mut wrong = Vec::new();
+    rt.block_on(async {
+        for case in ENGINES.into_iter().filter(|c| !c.faults) {
+            let engine = case.engine.meter_label();
+            let base = m.gauge(meter::CONNECTIONS_OPEN, &[("engine", engine)]);
+            let open = || m.gauge(meter::CONNECTIONS_OPEN, &[("engine", engine)]) - base;
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (tx, _ended) = mpsc::unbounded_channel();
+            let task = match case.engine {
+                Engine::Hub | Engine::HubTokio => {
+                    let readiness = if case.engine == Engine::Hub {
+                        Readiness::Owned
+                    } else {
+                        Readiness::Tokio
+                    };
+                    let config = HubConfig::default().engines(Some(1)).readiness(readiness);
+                    let hub = Hub::new(HubEcho(tx), config).unwrap();
+                    tokio::spawn(async move {
+                        let _ = hub.serve(listener).await;
+                    })
+                }
+                engine => tokio::spawn(async move {
+                    let (tcp, _) = listener.accept().await.unwrap();
+                    serve_any(engine, tcp, Config::default()).await;
+                }),
+            };
+            let mut tcp = upgrade_raw(addr).await;
+            tcp.write_all(&frame(true, OpCode::Text, b"hi".to_vec()))
+                .await
+                .unwrap();
+            assert_eq!(read_frame(&mut tcp).await.0, 0x1);
+            until(|| open() == 1.0).await;
+            // The server goes away: its socket is closed.
+            task.abort();
+            let _ = task.await;
+            let mut rest = Vec::new();
+            let _ = within(5, tcp.read_to_end(&mut rest)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if open() != 0.0 {
+                wrong.push(format!(
+                    "{case:?}: open {} after its server was dropped",
+                    open()
+                ));
+            }
+        }
+    });
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// At `HubHandle::shutdown`, a connection whose peer reads nothing is cut
+/// at the hub's `shutdown_timeout`, and `wavesock_write_blocked_connections`
+/// comes back to 0. (Found by a break-it round: the tally that took it
+/// back was never recorded, and the gauge stayed at 1.)
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_unblock_what_a_shutdown_past_its_deadline_ends() {
+    use wavesock::meter;
+
+    let Some((m, rt)) = metered_alone() else {
+        return;
+    };
+    let mut wrong = Vec::new();
+    rt.block_on(async {
+        for readiness in [Readiness::Owned, Readiness::Tokio] {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (tx, _ended) = mpsc::unbounded_channel();
+            let config = HubConfig::default()
+                .engines(Some(1))
+                .readiness(readiness)
+                .shutdown_timeout(Duration::from_millis(300))
+                .config(Config::default().close_timeout(Duration::from_secs(60)));
+            let hub = Hub::new(HubEcho(tx), config).unwrap();
+            let handle = hub.handle();
+            let served = tokio::spawn(hub.serve(listener));
+
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.set_recv_buffer_size(64 << 10).unwrap();
+            let mut tcp = socket.connect(addr).await.unwrap();
+            tcp.write_all(raw::REQUEST).await.unwrap();
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                head.push(tcp.read_u8().await.unwrap());
+            }
+            let base = m.gauge(meter::WRITE_BLOCKED, &[]);
+            let blocked = || m.gauge(meter::WRITE_BLOCKED, &[]) - base;
+            let (rd, mut wr) = tcp.into_split();
+            let writer = tokio::spawn(async move {
+                let chunk = frame(true, OpCode::Binary, vec![7; 256 << 10]);
+                for _ in 0..32 {
+                    if wr.write_all(&chunk).await.is_err() {
+                        break;
+                    }
+                }
+                wr
+            });
+            until(|| blocked() == 1.0).await;
+            // Shut down; the peer never reads, so the deadline cuts it.
+            handle.shutdown().await.unwrap();
+            within(10, served).await.unwrap().unwrap();
+            writer.abort();
+            drop(rd);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if blocked() != 0.0 {
+                wrong.push(format!(
+                    "{readiness:?}: {} write-blocked after the hub shut down",
+                    blocked()
+                ));
+            }
+        }
+    });
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// `wavesock_handshake_duration_seconds` is the time the handshake took on
+/// every engine, with no handshake timeout and with `Duration::MAX`.
+/// (Found by a break-it round: the hub worked it out from the handshake's
+/// deadline, and recorded nothing, or 0 s.)
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_time_the_handshake_without_a_handshake_timeout() {
+    use wavesock::meter;
+
+    let Some((m, rt)) = metered_alone() else {
+        return;
+    };
+    let mut wrong = Vec::new();
+    for timeout in [None, Some(Duration::MAX)] {
+        for case in ENGINES.into_iter().filter(|c| !c.faults) {
+            let engine = case.engine.meter_label();
+            let before = m.histogram(meter::HANDSHAKE_DURATION, &[("engine", engine)]);
+            rt.block_on(async {
+                let config = Config::default().handshake_timeout(timeout);
+                let mut server = start(case, config).await;
+                // A request that takes 200 ms to arrive whole.
+                let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+                let (first, rest) = raw::REQUEST.split_at(20);
+                tcp.write_all(first).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                tcp.write_all(rest).await.unwrap();
+                let mut head = Vec::new();
+                while !head.ends_with(b"\r\n\r\n") {
+                    head.push(tcp.read_u8().await.unwrap());
+                }
+                assert!(head.starts_with(b"HTTP/1.1 101"));
+                drop(tcp);
+                server.ended().await;
+            });
+            let after = m.histogram(meter::HANDSHAKE_DURATION, &[("engine", engine)]);
+            let new: Vec<f64> = after.into_iter().skip(before.len()).collect();
+            if new.len() != 1 || !(0.15..10.0).contains(&new[0]) {
+                wrong.push(format!(
+                    "{case:?}, handshake timeout {timeout:?}: recorded {new:?}"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Refuses every upgrade with a redirect.
+#[cfg(feature = "metrics")]
+#[derive(Clone)]
+struct Redirect;
+
+#[cfg(feature = "metrics")]
+impl Handler for Redirect {
+    type Data = ();
+
+    fn upgrade(
+        &mut self,
+        _: &wavesock::http::Request<()>,
+        _: &mut wavesock::http::Response<()>,
+    ) -> Result<(), wavesock::hub::HttpResponse> {
+        let mut refusal = wavesock::http::Response::new(Vec::new());
+        *refusal.status_mut() = wavesock::http::StatusCode::FOUND;
+        refusal
+            .headers_mut()
+            .insert("location", "/login".parse().unwrap());
+        Err(refusal)
+    }
+
+    fn message(&mut self, _: &mut Ws<'_, ()>, _: HubMessage<'_>) {}
+}
+
+/// An upgrade the application refuses with a redirect (302 to a login
+/// page) is counted `reason="rejected"` on every engine. (Found by a
+/// break-it round: the hub took a refusal whose status is not an error
+/// for no refusal.)
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_count_an_upgrade_refused_with_a_redirect_alike() {
+    use wavesock::meter;
+
+    let Some((m, rt)) = metered_alone() else {
+        return;
+    };
+    let refused = || m.counter(meter::UPGRADES_REFUSED, &[]);
+    let mut counted = Vec::new();
+    rt.block_on(async {
+        for engine in ["stream", "hub (owned)", "hub (tokio)"] {
+            let before = refused();
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            match engine {
+                "stream" => {
+                    tokio::spawn(async move {
+                        let (tcp, _) = listener.accept().await.unwrap();
+                        // The callback shape users know from tokio-tungstenite.
+                        #[allow(clippy::result_large_err)]
+                        let callback =
+                            |_: &wavesock::http::Request<()>, _: wavesock::http::Response<()>| {
+                                let mut refusal = wavesock::http::Response::new(None);
+                                *refusal.status_mut() = wavesock::http::StatusCode::FOUND;
+                                refusal
+                                    .headers_mut()
+                                    .insert("location", "/login".parse().unwrap());
+                                Err(refusal)
+                            };
+                        let _ = wavesock::accept_hdr_async_with_config(
+                            tcp,
+                            callback,
+                            Config::default(),
+                        )
+                        .await;
+                    });
+                }
+                _ => {
+                    let readiness = if engine == "hub (owned)" {
+                        Readiness::Owned
+                    } else {
+                        Readiness::Tokio
+                    };
+                    let config = HubConfig::default().engines(Some(1)).readiness(readiness);
+                    let hub = Hub::new(Redirect, config).unwrap();
+                    tokio::spawn(hub.serve(listener));
+                }
+            }
+            let mut tcp = TcpStream::connect(addr).await.unwrap();
+            tcp.write_all(raw::REQUEST).await.unwrap();
+            let mut answer = String::new();
+            within(5, tcp.read_to_string(&mut answer)).await.unwrap();
+            assert!(answer.starts_with("HTTP/1.1 302"), "{engine}: {answer}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            counted.push((engine, refused() - before));
+        }
+    });
+    assert_eq!(
+        counted,
+        [("stream", 1), ("hub (owned)", 1), ("hub (tokio)", 1)],
+        "upgrades refused with a 302, counted"
     );
 }

@@ -158,3 +158,83 @@ fn a_clients_connections_are_counted_apart() {
         assert_eq!(m.counter(meter::MESSAGES_RECEIVED, &[("kind", "text")]), 2);
     });
 }
+
+/// One text message sent with `send_pieces` (three chunks) and received
+/// piece by piece (`stream_messages`) is counted as one text message each
+/// way, its bytes as text: not one message per fragment or piece, nor
+/// the continuations under `kind="binary"` (as a break-it round found).
+#[test]
+fn a_message_in_pieces_is_counted_once_as_its_kind() {
+    use wavesock::{Bytes, OpCode};
+    if !child::alone() {
+        return;
+    }
+    let m = metered::install();
+    runtime().block_on(async {
+        let (listener, addr) = support::listener().await;
+        let server = tokio::spawn(async move {
+            let mut ws = support::accept(&listener, Config::default().stream_messages(true)).await;
+            let mut got = Vec::new();
+            let mut pieces = ws.next_message_pieces();
+            while let Some(piece) = pieces.next().await {
+                got.extend_from_slice(&piece.unwrap());
+            }
+            assert_eq!(got, b"aaaabbbbcccc");
+            while ws.next().await.is_some() {}
+        });
+        let (mut client, _) = wavesock::connect_async(format!("ws://{addr}/"))
+            .await
+            .unwrap();
+        let chunks = ["aaaa", "bbbb", "cccc"]
+            .map(|c| Ok::<_, std::io::Error>(Bytes::from_static(c.as_bytes())));
+        client
+            .send_pieces(OpCode::Text, futures_util::stream::iter(chunks))
+            .await
+            .unwrap();
+        client.close(None).await.unwrap();
+        while client.next().await.is_some() {}
+        drop(client);
+        server.await.unwrap();
+        let count = |name, kind| m.counter(name, &[("kind", kind)]);
+        let seen = [
+            ("sent text", count(meter::MESSAGES_SENT, "text")),
+            ("sent binary", count(meter::MESSAGES_SENT, "binary")),
+            ("sent text bytes", count(meter::SENT_BYTES, "text")),
+            ("received text", count(meter::MESSAGES_RECEIVED, "text")),
+            ("received binary", count(meter::MESSAGES_RECEIVED, "binary")),
+            ("received text bytes", count(meter::RECEIVED_BYTES, "text")),
+        ];
+        assert_eq!(
+            seen,
+            [
+                ("sent text", 1),
+                ("sent binary", 0),
+                ("sent text bytes", 12),
+                ("received text", 1),
+                ("received binary", 0),
+                ("received text bytes", 12),
+            ]
+        );
+    });
+}
+
+/// `wavesock_budget_limit_bytes` sums the limits of the budgets alive: a
+/// server that replaces its budget (a config reload, a restarted
+/// listener) shows the new one's, not the sum of every limit it ever had
+/// (as a break-it round found it did).
+#[test]
+fn the_budget_limit_gauge_forgets_a_dropped_budget() {
+    use wavesock::MemoryBudget;
+    if !child::alone() {
+        return;
+    }
+    let m = metered::install();
+    for _ in 0..3 {
+        let budget = MemoryBudget::new(1 << 20);
+        meter::record_budget(&budget);
+        drop(budget);
+    }
+    let budget = MemoryBudget::new(1 << 20);
+    meter::record_budget(&budget);
+    assert_eq!(m.gauge(meter::BUDGET_LIMIT, &[]), f64::from(1 << 20));
+}
