@@ -41,15 +41,18 @@ fn main() -> std::io::Result<()> {
         readiness,
         metrics,
     } = echo_args::parse()?;
-    if let Some(at) = &metrics {
-        metrics_args::serve(at)?;
-    }
     if readiness.is_some() {
         return Err(echo_args::bad("--readiness is hub_echo's"));
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    if let Some(at) = &metrics {
+        // The endpoint is a task on the server's runtime, not a thread of
+        // its own.
+        let _in_runtime = rt.enter();
+        metrics_args::serve(at)?;
+    }
     rt.block_on(async {
         let listener = TcpListener::bind(&addr).await?;
         eprintln!("echo_server listening on {}", listener.local_addr()?);

@@ -48,9 +48,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         readiness,
         metrics,
     } = echo_args::parse()?;
-    if let Some(at) = &metrics {
-        metrics_args::serve(at)?;
-    }
     // Room for a whole echoed 64 MiB message: a peer that reads is never
     // cut off, one that does not stops being read.
     let mut hub_config = HubConfig::default().config(config.max_backpressure(80 << 20));
@@ -63,6 +60,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    if let Some(at) = &metrics {
+        // The endpoint is a task on the server's runtime, not a thread of
+        // its own.
+        let _in_runtime = rt.enter();
+        metrics_args::serve(at)?;
+    }
     rt.block_on(async {
         let listener = TcpListener::bind(&addr).await?;
         eprintln!("hub_echo listening on {}", listener.local_addr()?);

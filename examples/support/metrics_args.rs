@@ -5,7 +5,9 @@
 use std::net::SocketAddr;
 
 /// Serves the metrics on `addr`; the recorder is installed first, so call
-/// it before the first connection. An error without the `metrics` feature.
+/// it before the first connection. Called inside a Tokio runtime, the
+/// endpoint is a task on it (outside one, the exporter starts a thread of
+/// its own). An error without the `metrics` feature.
 pub fn serve(addr: &str) -> std::io::Result<()> {
     let addr: SocketAddr = addr
         .parse()

@@ -264,6 +264,13 @@ impl Inbox {
         if !self.decoder.account().is_on() {
             return Plan::Scratch { limit: usize::MAX };
         }
+        self.scratch_under_budget(mem)
+    }
+
+    /// [`scratch`](Self::scratch) under a memory budget: apart, so that
+    /// the echo's read without one stays inlined where it is planned.
+    #[inline(never)]
+    fn scratch_under_budget(&mut self, mem: &mut impl ReadMemory) -> Plan {
         // A read that ended at a frame's header: a frame larger than the
         // whole budget is refused now, as `reserve_budgeted` refuses it
         // when part of it came with the header (else, with no room left

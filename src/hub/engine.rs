@@ -134,8 +134,9 @@ impl<H: Handler> Engine<H> {
         #[cfg(feature = "topics")]
         self.turn.subs.mailbox.register(cx.waker());
         // Read from the clock when first needed this turn: an echo
-        // without timers needs none.
-        self.turn.now = None;
+        // without timers needs none (with metrics, the turn's start is
+        // that read).
+        self.turn.now = began;
         #[cfg(unix)]
         self.harvest(cx);
         self.poll_commands(cx);

@@ -48,6 +48,7 @@ pub(crate) struct EngineMeter {
 impl EngineMeter {
     #[cfg(feature = "metrics")]
     fn named(name: SharedString) -> Self {
+        super::deflate::watch();
         let label = [("engine", name.clone())];
         EngineMeter {
             accepted: metrics::counter!(CONNECTIONS_ACCEPTED, &label),

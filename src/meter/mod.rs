@@ -32,13 +32,15 @@
 //! | `wavesock_received_bytes_total` | counter | `kind` | their payload bytes |
 //! | `wavesock_messages_sent_total` | counter | `kind` | messages sent: queued for the peer (those a backpressure cut drops later included) |
 //! | `wavesock_sent_bytes_total` | counter | `kind` | their payload bytes |
+//! | `wavesock_deflate_sent_bytes_total` | counter | `form` | payload bytes of messages sent compressed: `uncompressed` before, `compressed` after (a publish prepared once for many connections counts once; feature `deflate`) |
+//! | `wavesock_deflate_received_bytes_total` | counter | `form` | payload bytes of compressed messages received: `compressed` as they came, `uncompressed` inflated |
 //! | `wavesock_write_blocked_connections` | gauge | | connections waiting for their peer to read what they were sent |
 //! | `wavesock_budget_in_use_bytes` | gauge | | the memory budget's bytes in use (sampled: [`record_budget`]) |
 //! | `wavesock_budget_limit_bytes` | gauge | | the memory budget's limit |
 //! | `wavesock_budget_waits_total` | counter | | times a connection stopped reading to wait for budget |
 //! | `wavesock_hub_turn_duration_seconds` | histogram | `engine` | a hub engine's turn (feature `hub`) |
 //! | `wavesock_hub_turn_connections` | histogram | `engine` | connections a turn served |
-//! | `wavesock_hub_turn_deliveries` | histogram | `engine` | topic deliveries a turn made |
+//! | `wavesock_hub_turn_deliveries` | histogram | `engine` | topic deliveries a turn made, for turns that made any |
 //! | `wavesock_hub_turns_cut_total` | counter | `engine` | turns that stopped at their cap with deliveries left |
 //! | `wavesock_topics` | gauge | | topics with a subscriber in this process (feature `topics`) |
 //! | `wavesock_topic_subscriptions` | gauge | | hub connections' and receivers' subscriptions |
@@ -84,6 +86,7 @@
 //!   transport failed, before the handshake was over).
 
 mod connections;
+mod deflate;
 mod labels;
 mod pressure;
 #[cfg(feature = "redis")]
@@ -101,6 +104,7 @@ pub use connections::{
     CONNECTION_ERRORS, CONNECTIONS_ACCEPTED, CONNECTIONS_CLOSED, CONNECTIONS_OPEN,
     HANDSHAKE_DURATION, UPGRADES_REFUSED,
 };
+pub use deflate::{DEFLATE_RECEIVED_BYTES, DEFLATE_SENT_BYTES};
 #[cfg(any(feature = "metrics", feature = "hub"))]
 pub(crate) use labels::Refused;
 pub use labels::code_class;
@@ -144,6 +148,7 @@ pub fn describe() {
     {
         connections::describe_all();
         traffic::describe_all();
+        deflate::describe_all();
         pressure::describe_all();
         #[cfg(feature = "hub")]
         turns::describe_all();

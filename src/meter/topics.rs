@@ -18,8 +18,9 @@ pub const PUBLISHES: &str = "wavesock_topic_publishes_total";
 pub const DELIVERIES: &str = "wavesock_topic_deliveries_total";
 /// Deliveries dropped, by `reason`: `inbox_full` (an engine too far
 /// behind missed a publish: counted once for the engine), `backpressure`
-/// (a hub subscriber over its backpressure limit under the `Drop`
-/// policy), `lagged` (a receiver that fell behind skipped it) (counter).
+/// (a hub subscriber over its backpressure limit: dropped under the
+/// `Drop` policy, or the publish that cut it and any after under
+/// `Close`), `lagged` (a receiver that fell behind skipped it) (counter).
 pub const DROPS: &str = "wavesock_topic_drops_total";
 
 /// Why a delivery was dropped, as the `reason` label gives it.

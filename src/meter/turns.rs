@@ -11,7 +11,8 @@ use metrics::{Counter, Histogram, SharedString, Unit};
 pub const TURN_DURATION: &str = "wavesock_hub_turn_duration_seconds";
 /// Connections a hub turn served (histogram; label `engine`).
 pub const TURN_CONNECTIONS: &str = "wavesock_hub_turn_connections";
-/// Topic deliveries a hub turn made (histogram; label `engine`).
+/// Topic deliveries a hub turn made, for turns that made any (histogram;
+/// label `engine`).
 pub const TURN_DELIVERIES: &str = "wavesock_hub_turn_deliveries";
 /// Hub turns that ended at their cap of deliveries with more left for
 /// the next (counter; label `engine`).
@@ -77,7 +78,11 @@ impl TurnMeter {
                 self.duration.record(began.elapsed().as_secs_f64());
             }
             self.connections.record(connections as f64);
-            self.deliveries.record(deliveries as f64);
+            // Turns that delivered: an echo's turns would only add zeros,
+            // a record each.
+            if deliveries != 0 {
+                self.deliveries.record(deliveries as f64);
+            }
             if cut {
                 self.cut.increment(1);
             }
@@ -101,7 +106,7 @@ pub(super) fn describe_all() {
     describe_histogram!(
         TURN_DELIVERIES,
         Unit::Count,
-        "Topic deliveries a hub turn made."
+        "Topic deliveries a hub turn made, for turns that made any."
     );
     describe_counter!(
         TURNS_CUT,

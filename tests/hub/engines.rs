@@ -1754,6 +1754,69 @@ fn metrics_time_the_handshake_without_a_handshake_timeout() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// permessage-deflate's bytes on every engine: a compressed text message
+/// of 9 000 bytes comes in and its echo goes out compressed; both count
+/// 9 000 bytes uncompressed and, compressed, the payloads the wire
+/// carried.
+#[cfg(all(feature = "metrics", feature = "deflate"))]
+#[test]
+fn metrics_count_deflate_bytes_on_every_engine() {
+    use wavesock::meter;
+
+    let Some((m, rt)) = metered_alone() else {
+        return;
+    };
+    let text = "wavesock ".repeat(1000);
+    let mut z = flate2::Compress::new(flate2::Compression::default(), false);
+    let mut packed = Vec::with_capacity(text.len());
+    z.compress_vec(text.as_bytes(), &mut packed, flate2::FlushCompress::Sync)
+        .unwrap();
+    packed.truncate(packed.len() - 4);
+    let figures = || {
+        [meter::DEFLATE_SENT_BYTES, meter::DEFLATE_RECEIVED_BYTES].map(|name| {
+            ["uncompressed", "compressed"].map(|form| m.counter(name, &[("form", form)]))
+        })
+    };
+    let mut wrong = Vec::new();
+    for case in ENGINES.into_iter().filter(|c| !c.faults) {
+        let before = figures();
+        let echoed = rt.block_on(async {
+            let deflate = wavesock::DeflateConfig::default().compression_threshold(0);
+            let mut server = start(case, Config::default().deflate(deflate)).await;
+            let mut a = upgrade_deflate(server.addr).await;
+            a.write_all(&masked_frame(0xC1, &packed)).await.unwrap();
+            let (op, echoed) = read_frame(&mut a).await;
+            assert_eq!(op, 0x1, "{case:?}");
+            drop(a);
+            server.ended().await;
+            echoed
+        });
+        let mut inflated = Vec::with_capacity(2 * text.len());
+        let mut tail = echoed.clone();
+        tail.extend_from_slice(&[0, 0, 0xFF, 0xFF]);
+        flate2::Decompress::new(false)
+            .decompress_vec(&tail, &mut inflated, flate2::FlushDecompress::Sync)
+            .unwrap();
+        assert_eq!(
+            inflated,
+            text.as_bytes(),
+            "{case:?}: the echo is compressed"
+        );
+        let after = figures();
+        let moved = [0, 1].map(|way| [0, 1].map(|form| after[way][form] - before[way][form]));
+        let want = [
+            [text.len() as u64, echoed.len() as u64],
+            [text.len() as u64, packed.len() as u64],
+        ];
+        if moved != want {
+            wrong.push(format!(
+                "{case:?}: [sent, received] x [uncompressed, compressed] moved {moved:?}, want {want:?}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 /// Refuses every upgrade with a redirect.
 #[cfg(feature = "metrics")]
 #[derive(Clone)]

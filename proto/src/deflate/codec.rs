@@ -24,6 +24,7 @@ use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, 
 
 use crate::Role;
 use crate::budget::{BudgetAccount, Grant, Growth, Held};
+use crate::deflate::observe::{self, Through};
 use crate::deflate::pool::{
     give_compress, give_decompress, give_scratch, lend_compress, lend_decompress, lend_scratch,
 };
@@ -306,6 +307,10 @@ impl Deflater {
         let mut out = Vec::new();
         deflate_message(&mut c, payload, &mut out)?;
         give_compress(bits, level, c);
+        observe::tell(Through::Compressed {
+            plain: payload.len(),
+            compressed: out.len(),
+        });
         Ok(out)
     }
 
@@ -399,6 +404,12 @@ impl Deflater {
                 r
             }
         };
+        if done.is_ok() {
+            observe::tell(Through::Compressed {
+                plain: payload.len(),
+                compressed: out.len(),
+            });
+        }
         let r = done.map(|()| Some(write(&out)));
         give_scratch(out);
         r
@@ -417,6 +428,8 @@ struct Inflating {
     ended: bool,
     /// Bytes of the stripped tail already fed at the end of the message.
     tail_fed: usize,
+    /// Compressed bytes fed, the tail's among them.
+    fed: usize,
     /// zlib's state lent for this message, unless the connection has its own.
     lent: Option<Decompress>,
 }
@@ -489,6 +502,7 @@ impl Inflater {
             full: false,
             ended: false,
             tail_fed: 0,
+            fed: 0,
             lent: None,
         }));
     }
@@ -601,6 +615,7 @@ impl Inflater {
                     match grow(account, m.out.len(), step, beside)? {
                         Ok(granted) => step = granted,
                         Err(wanted) => {
+                            m.fed += total - input.len();
                             return Ok(Fed {
                                 consumed: total - input.len(),
                                 wait: Some(wanted),
@@ -638,6 +653,7 @@ impl Inflater {
                 Status::Ok => {}
             }
         }
+        m.fed += total;
         Ok(Fed {
             consumed: total,
             wait: None,
@@ -684,8 +700,14 @@ impl Inflater {
             out,
             ended,
             lent,
+            fed,
+            tail_fed,
             ..
         } = *m;
+        observe::tell(Through::Inflated {
+            compressed: fed - tail_fed,
+            plain: out.len(),
+        });
         let size = 1 << self.zlib_bits;
         match &mut self.kept {
             Kept::Own(Own::Made(m)) if ended => m.state.reset(false),

@@ -15,6 +15,7 @@
 //!
 //! [RFC 7692]: https://www.rfc-editor.org/rfc/rfc7692
 
+mod observe;
 mod params;
 
 #[cfg(feature = "deflate")]
@@ -28,6 +29,7 @@ mod pool;
 #[cfg(all(test, feature = "deflate"))]
 pub(crate) use codec::INFLATE_STATE;
 pub use codec::{AVAILABLE, Deflater, Inflater};
+pub use observe::{Through, observe};
 pub use params::{DeflateConfig, DeflateParams, DeflatePolicy};
 
 use crate::Role;
