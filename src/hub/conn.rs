@@ -165,6 +165,9 @@ pub(crate) struct Conn {
     /// The kind of a message sent in pieces, for its count (nothing
     /// without the `metrics` feature).
     pub(crate) pieces: crate::meter::Pieces,
+    /// Its share of the write-blocked gauges (nothing without the
+    /// `metrics` feature).
+    pub(crate) blocked_share: crate::meter::Blocked,
 }
 
 impl Conn {
@@ -180,6 +183,7 @@ impl Conn {
             closing: false,
             linger: false,
             pieces: crate::meter::Pieces::default(),
+            blocked_share: crate::meter::Blocked::default(),
         }
     }
 

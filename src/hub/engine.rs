@@ -278,7 +278,9 @@ impl<H: Handler> Engine<H> {
             None => (None, None),
         };
         if slot.conn.write_blocked {
-            self.turn.tally.write_blocked(-1);
+            self.turn
+                .tally
+                .write_blocked(slot.conn.blocked_share.cleared());
         }
         if slot.data.is_some() {
             self.turn.meter.closed(slot.conn.core().ending());
@@ -516,7 +518,9 @@ impl<H: Handler> Drop for Engine<H> {
                 continue;
             };
             if std::mem::take(&mut slot.conn.write_blocked) {
-                self.turn.tally.write_blocked(-1);
+                self.turn
+                    .tally
+                    .write_blocked(slot.conn.blocked_share.cleared());
             }
             if slot.data.take().is_some() {
                 self.turn.meter.closed(slot.conn.core().ending());

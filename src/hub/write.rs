@@ -114,14 +114,15 @@ pub(crate) fn flush<H: Handler>(
             return;
         }
         Poll::Pending => {
-            if !std::mem::replace(&mut slot.conn.write_blocked, true) {
-                turn.tally.write_blocked(1);
-            }
+            slot.conn.write_blocked = true;
+            let waiting = slot.conn.buffered();
+            turn.tally
+                .write_blocked(slot.conn.blocked_share.blocked(waiting));
             return;
         }
     }
     if std::mem::replace(&mut slot.conn.write_blocked, false) {
-        turn.tally.write_blocked(-1);
+        turn.tally.write_blocked(slot.conn.blocked_share.cleared());
         // Reading paused while the peer was behind: go on.
         slot.requeue(&mut turn.schedule);
     }

@@ -35,6 +35,7 @@
 //! | `wavesock_deflate_sent_bytes_total` | counter | `form` | payload bytes of messages sent compressed: `uncompressed` before, `compressed` after (a publish prepared once for many connections counts once; feature `deflate`) |
 //! | `wavesock_deflate_received_bytes_total` | counter | `form` | payload bytes of compressed messages received: `compressed` as they came, `uncompressed` inflated |
 //! | `wavesock_write_blocked_connections` | gauge | | connections waiting for their peer to read what they were sent |
+//! | `wavesock_write_blocked_bytes` | gauge | | bytes those connections have waiting for their peers, as of their last write |
 //! | `wavesock_budget_in_use_bytes` | gauge | | the memory budget's bytes in use (sampled: [`record_budget`]) |
 //! | `wavesock_budget_limit_bytes` | gauge | | the memory budget's limit |
 //! | `wavesock_budget_waits_total` | counter | | times a connection stopped reading to wait for budget |
@@ -108,11 +109,14 @@ pub use deflate::{DEFLATE_RECEIVED_BYTES, DEFLATE_SENT_BYTES};
 #[cfg(any(feature = "metrics", feature = "hub"))]
 pub(crate) use labels::Refused;
 pub use labels::code_class;
+pub(crate) use pressure::Blocked;
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 pub(crate) use pressure::budget_wait;
 #[cfg(feature = "metrics")]
 pub(crate) use pressure::write_blocked;
-pub use pressure::{BUDGET_IN_USE, BUDGET_LIMIT, BUDGET_WAITS, WRITE_BLOCKED, record_budget};
+pub use pressure::{
+    BUDGET_IN_USE, BUDGET_LIMIT, BUDGET_WAITS, WRITE_BLOCKED, WRITE_BLOCKED_BYTES, record_budget,
+};
 #[cfg(feature = "redis")]
 pub(crate) use redis::{
     Incoming as RedisIncoming, Outcome as RedisOutcome, confirmed as redis_confirmed,

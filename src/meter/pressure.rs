@@ -12,6 +12,9 @@ use crate::MemoryBudget;
 /// Connections whose transport took less than they had to write and waits
 /// for the peer to read (gauge).
 pub const WRITE_BLOCKED: &str = "wavesock_write_blocked_connections";
+/// Bytes write-blocked connections have waiting for their peers, as of
+/// their last write (gauge).
+pub const WRITE_BLOCKED_BYTES: &str = "wavesock_write_blocked_bytes";
 /// Bytes in use of the memory budgets, as of the last time an engine
 /// looked (gauge; see [`record_budget`]).
 pub const BUDGET_IN_USE: &str = "wavesock_budget_in_use_bytes";
@@ -23,6 +26,7 @@ pub const BUDGET_WAITS: &str = "wavesock_budget_waits_total";
 #[cfg(feature = "metrics")]
 struct Handles {
     blocked: Gauge,
+    blocked_bytes: Gauge,
     in_use: Gauge,
     limit: Gauge,
     waits: Counter,
@@ -33,19 +37,65 @@ fn handles() -> &'static Handles {
     static HANDLES: OnceLock<Handles> = OnceLock::new();
     HANDLES.get_or_init(|| Handles {
         blocked: metrics::gauge!(WRITE_BLOCKED),
+        blocked_bytes: metrics::gauge!(WRITE_BLOCKED_BYTES),
         in_use: metrics::gauge!(BUDGET_IN_USE),
         limit: metrics::gauge!(BUDGET_LIMIT),
         waits: metrics::counter!(BUDGET_WAITS),
     })
 }
 
-/// Connections became write-blocked (`n > 0`) or were unblocked or ended
-/// blocked (`n < 0`).
+/// Connections became write-blocked (`connections > 0`) or were unblocked
+/// or ended blocked (`< 0`); the bytes they have waiting changed by
+/// `bytes`.
 #[cfg(feature = "metrics")]
 #[inline]
-pub(crate) fn write_blocked(n: i64) {
-    if n != 0 {
-        handles().blocked.increment(n as f64);
+pub(crate) fn write_blocked(connections: i64, bytes: i64) {
+    let h = handles();
+    if connections != 0 {
+        h.blocked.increment(connections as f64);
+    }
+    if bytes != 0 {
+        h.blocked_bytes.increment(bytes as f64);
+    }
+}
+
+/// One connection's share of the write-blocked gauges. Without the
+/// feature: nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Blocked {
+    #[cfg(feature = "metrics")]
+    on: bool,
+    #[cfg(feature = "metrics")]
+    bytes: usize,
+}
+
+#[cfg_attr(not(any(feature = "metrics", feature = "hub")), allow(dead_code))]
+impl Blocked {
+    /// The transport took less than there was: `waiting` bytes wait for
+    /// the peer. The gauges' change: connections, bytes.
+    #[inline]
+    #[allow(unused_variables)]
+    pub(crate) fn blocked(&mut self, waiting: usize) -> (i64, i64) {
+        #[cfg(feature = "metrics")]
+        {
+            let connections = i64::from(!std::mem::replace(&mut self.on, true));
+            let bytes = waiting as i64 - std::mem::replace(&mut self.bytes, waiting) as i64;
+            (connections, bytes)
+        }
+        #[cfg(not(feature = "metrics"))]
+        (0, 0)
+    }
+
+    /// All was written, or the connection ended: its share taken back.
+    #[inline]
+    pub(crate) fn cleared(&mut self) -> (i64, i64) {
+        #[cfg(feature = "metrics")]
+        {
+            let connections = i64::from(std::mem::take(&mut self.on));
+            (-connections, -(std::mem::take(&mut self.bytes) as i64))
+        }
+        #[cfg(not(feature = "metrics"))]
+        (0, 0)
     }
 }
 
@@ -90,6 +140,11 @@ pub(super) fn describe_all() {
         WRITE_BLOCKED,
         Unit::Count,
         "Connections waiting for their peer to read what they were sent."
+    );
+    describe_gauge!(
+        WRITE_BLOCKED_BYTES,
+        Unit::Bytes,
+        "Bytes write-blocked connections have waiting for their peers."
     );
     describe_gauge!(
         BUDGET_IN_USE,

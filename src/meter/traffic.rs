@@ -163,9 +163,10 @@ pub(crate) struct Tally {
     /// Received then sent, messages then bytes, by kind.
     #[cfg(feature = "metrics")]
     counts: [[[u64; 3]; 2]; 2],
-    /// Connections write-blocked since, less those unblocked.
+    /// Connections write-blocked since, less those unblocked; the bytes
+    /// they have waiting, likewise.
     #[cfg(feature = "metrics")]
-    blocked: i64,
+    blocked: (i64, i64),
 }
 
 #[cfg(feature = "hub")]
@@ -187,14 +188,15 @@ impl Tally {
         self.add(1, kind, messages, len);
     }
 
-    /// Connections became write-blocked (`n > 0`), or were unblocked or
-    /// ended blocked (`n < 0`).
+    /// A change of the write-blocked gauges ([`Blocked`](super::Blocked)):
+    /// connections, bytes.
     #[inline]
     #[allow(unused_variables)]
-    pub(crate) fn write_blocked(&mut self, n: i64) {
+    pub(crate) fn write_blocked(&mut self, (connections, bytes): (i64, i64)) {
         #[cfg(feature = "metrics")]
         {
-            self.blocked += n;
+            self.blocked.0 += connections;
+            self.blocked.1 += bytes;
         }
     }
 
@@ -209,8 +211,9 @@ impl Tally {
     #[inline]
     pub(crate) fn record(&mut self) {
         #[cfg(feature = "metrics")]
-        if self.blocked != 0 {
-            super::pressure::write_blocked(std::mem::take(&mut self.blocked));
+        if self.blocked != (0, 0) {
+            let (connections, bytes) = std::mem::take(&mut self.blocked);
+            super::pressure::write_blocked(connections, bytes);
         }
         #[cfg(feature = "metrics")]
         if self.counts != [[[0; 3]; 2]; 2] {

@@ -301,8 +301,7 @@ impl Drop for Core {
     fn drop(&mut self) {
         let conn = self.d.conn();
         EngineMeter::stream(conn.role()).closed(conn.ending());
-        if self.write.blocked {
-            meter::write_blocked(-1);
-        }
+        let (connections, bytes) = self.write.blocked.cleared();
+        meter::write_blocked(connections, bytes);
     }
 }

@@ -78,9 +78,10 @@ pub(crate) struct WriteState {
     /// other, and an idle connection should be small.
     wakers: Option<Box<Wakers>>,
     /// The transport last took less than there was to write: counted
-    /// among the write-blocked connections until it takes the rest.
-    #[cfg(feature = "metrics")]
-    pub(crate) blocked: bool,
+    /// among the write-blocked connections until it takes the rest
+    /// (nothing without the `metrics` feature).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) blocked: crate::meter::Blocked,
 }
 
 #[derive(Debug, Default)]
@@ -106,8 +107,7 @@ impl WriteState {
             shutdown: false,
             unflushed: false,
             wakers: None,
-            #[cfg(feature = "metrics")]
-            blocked: false,
+            blocked: crate::meter::Blocked::default(),
         }
     }
 
@@ -208,8 +208,9 @@ impl WriteState {
                     // what is left.
                     d.write_blocked();
                     #[cfg(feature = "metrics")]
-                    if !std::mem::replace(&mut self.blocked, true) {
-                        crate::meter::write_blocked(1);
+                    {
+                        let (connections, bytes) = self.blocked.blocked(d.buffered());
+                        crate::meter::write_blocked(connections, bytes);
                     }
                     if progressed {
                         self.wake_other(task, cx);
@@ -219,8 +220,11 @@ impl WriteState {
             }
         }
         #[cfg(feature = "metrics")]
-        if std::mem::replace(&mut self.blocked, false) {
-            crate::meter::write_blocked(-1);
+        {
+            let (connections, bytes) = self.blocked.cleared();
+            if connections != 0 {
+                crate::meter::write_blocked(connections, bytes);
+            }
         }
         if progressed {
             self.wake_other(task, cx);

@@ -1287,6 +1287,12 @@ fn metrics_count_pressure_on_every_engine() {
                 wr
             });
             until(|| blocked() == 1.0).await;
+            // What waits for the peer: some of the echoes, at most all.
+            let waiting = m.gauge(meter::WRITE_BLOCKED_BYTES, &[]);
+            assert!(
+                waiting > 0.0 && waiting <= f64::from(32 * ((256 << 10) + 10)),
+                "{case:?}: {waiting}"
+            );
             // Read every echo: the server writes the rest, and is not
             // blocked any more.
             for _ in 0..32 {
@@ -1295,6 +1301,7 @@ fn metrics_count_pressure_on_every_engine() {
             }
             let wr = writer.await.unwrap();
             until(|| blocked() == 0.0).await;
+            assert_eq!(m.gauge(meter::WRITE_BLOCKED_BYTES, &[]), 0.0, "{case:?}");
             drop((rd, wr));
             server.ended().await;
 
@@ -1679,6 +1686,7 @@ fn metrics_unblock_what_a_shutdown_past_its_deadline_ends() {
                 head.push(tcp.read_u8().await.unwrap());
             }
             let base = m.gauge(meter::WRITE_BLOCKED, &[]);
+            let bytes_base = m.gauge(meter::WRITE_BLOCKED_BYTES, &[]);
             let blocked = || m.gauge(meter::WRITE_BLOCKED, &[]) - base;
             let (rd, mut wr) = tcp.into_split();
             let writer = tokio::spawn(async move {
@@ -1697,9 +1705,10 @@ fn metrics_unblock_what_a_shutdown_past_its_deadline_ends() {
             writer.abort();
             drop(rd);
             tokio::time::sleep(Duration::from_millis(100)).await;
-            if blocked() != 0.0 {
+            let bytes = m.gauge(meter::WRITE_BLOCKED_BYTES, &[]) - bytes_base;
+            if (blocked(), bytes) != (0.0, 0.0) {
                 wrong.push(format!(
-                    "{readiness:?}: {} write-blocked after the hub shut down",
+                    "{readiness:?}: {} write-blocked, {bytes} bytes, after the hub shut down",
                     blocked()
                 ));
             }
