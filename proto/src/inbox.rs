@@ -301,6 +301,9 @@ impl Inbox {
 
     #[cold]
     fn scratch_budgeted(&mut self, limit: usize) -> Plan {
+        /// A `Vec<u8>`'s smallest allocation: what a buffer that keeps the
+        /// rest of a read holds at least.
+        const SMALLEST_KEEP: usize = 8;
         let account = self.decoder.account_mut();
         // Within what is left of the allowance when that makes a read
         // worth making: small messages then never touch the budget's
@@ -315,9 +318,11 @@ impl Inbox {
         if account.try_set(Held::ReadBuffer, limit) == Grant::Granted {
             return Plan::Scratch { limit };
         }
-        // What the allowance and the budget have left, if anything.
+        // What the allowance and the budget have left, if anything: less
+        // than the smallest buffer a kept read allocates counts as none
+        // (keeping 5 bytes of a header takes 8, past what was set aside).
         let room = account.room().min(limit);
-        if room == 0 {
+        if room < SMALLEST_KEEP {
             return Plan::Refused(Grant::Wait {
                 wanted: limit.min(READ_CHUNK),
             });

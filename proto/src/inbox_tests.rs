@@ -700,3 +700,36 @@ fn a_fragmented_compressed_message_alone_in_the_budget_fits() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// With fewer bytes left in the budget than the smallest buffer a kept
+/// read allocates (8), the read waits: reading 5 bytes of a header and
+/// keeping them would take 8, past what was set aside (found by a
+/// break-it round). With 10 left, the read goes, and what it keeps stays
+/// within the budget.
+#[test]
+fn a_read_too_small_to_keep_waits_rather_than_pass_the_budget() {
+    for (held, read) in [(995, None), (990, Some(10))] {
+        let budget = MemoryBudget::new(1000).allowance(0);
+        let mut hog = crate::budget::BudgetAccount::new(Some(budget.clone()));
+        assert_eq!(hog.try_set(Held::Fragments, held), Grant::Granted);
+        let mut inbox = inbox_with(Limits::default().budget(budget.clone()));
+        let mut mem = Pool::default();
+        match (inbox.plan(&mut mem), read) {
+            (Plan::Refused(Grant::Wait { .. }), None) => continue,
+            (Plan::Scratch { limit }, Some(want)) => {
+                assert_eq!(limit, want);
+                let wire = frame(100);
+                let mut scratch = BytesMut::from(&wire[..5]);
+                assert_eq!(inbox.decode_in(&mut scratch).unwrap(), None);
+                inbox.keep_rest(&mut scratch, true);
+                assert!(
+                    budget.in_use() <= budget.limit(),
+                    "{held}: {} in use, the buffer {} of capacity",
+                    budget.in_use(),
+                    inbox.buffered().capacity()
+                );
+            }
+            (plan, _) => panic!("{held} held: {plan:?}"),
+        }
+    }
+}
