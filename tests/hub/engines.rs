@@ -1919,3 +1919,32 @@ fn metrics_count_an_upgrade_refused_with_a_redirect_alike() {
         "upgrades refused with a 302, counted"
     );
 }
+
+/// An uncompressed message of two fragments, 94% of a budget it has to
+/// itself, is echoed on every engine, whether its first fragment is small
+/// or not (a break-it round found the hub refusing one the Stream took).
+#[tokio::test]
+async fn a_fragmented_message_of_94_percent_of_an_empty_budget_is_echoed() {
+    let wait = Duration::from_millis(1000);
+    let mut outcomes = Vec::new();
+    for first in [1usize << 10, 64 << 10] {
+        for engine in ENGINES {
+            let budget = MemoryBudget::new(1 << 20).allowance(0).wait_timeout(wait);
+            let server = start(engine, budget_config(&budget)).await;
+            let mut a = upgrade_raw(server.addr).await;
+            a.write_all(&frame(false, OpCode::Binary, vec![1; first]))
+                .await
+                .unwrap();
+            let rest = (940 << 10) - first;
+            a.write_all(&frame(true, OpCode::Continuation, vec![2; rest]))
+                .await
+                .unwrap();
+            let outcome = within(10, first_answer(&mut a)).await;
+            outcomes.push((first, engine, outcome));
+        }
+    }
+    assert!(
+        outcomes.iter().all(|(_, _, o)| *o == Ok(940 << 10)),
+        "a 940 KiB message (two fragments) alone in a 1 MiB budget: {outcomes:#?}"
+    );
+}
