@@ -165,7 +165,7 @@ impl Acceptor {
                 idle_inflater: None,
                 timer_at: deadline,
                 #[cfg(feature = "metrics")]
-                admitted: now,
+                admitted: std::time::Instant::now(),
                 stage: Stage::Handshake,
                 data: None,
                 // The core keeps the handshake's deadline, and the

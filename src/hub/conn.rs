@@ -64,8 +64,9 @@ pub(crate) struct Slot<T> {
     /// The deadline this connection has in the engine's timer heap: the
     /// handshake's, then the core's.
     pub(crate) timer_at: Option<Instant>,
-    /// When the engine took the connection, for the handshake's duration
-    /// (only with the `metrics` feature: 16 bytes a connection).
+    /// When the engine took the connection, by the real clock (not the
+    /// timers' Tokio clock), for the handshake's duration (only with the
+    /// `metrics` feature: 16 bytes a connection).
     #[cfg(feature = "metrics")]
     pub(crate) admitted: Instant,
     pub(crate) stage: Stage,

@@ -141,7 +141,7 @@ fn answer<H: Handler>(
     slot.receiver = Some(r);
     #[cfg(feature = "metrics")]
     {
-        let took = turn.now().saturating_duration_since(slot.admitted);
+        let took = slot.admitted.elapsed();
         turn.meter.handshake(took);
     }
     *slot.conn.core_mut() = Connection::new(Role::Server, config.config.timers(), turn.now());

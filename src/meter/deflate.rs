@@ -10,7 +10,8 @@ use metrics::{Counter, Unit};
 
 /// Payload bytes of messages sent compressed, before and after
 /// compression (counter; label `form`: `uncompressed`, `compressed`). A
-/// message prepared once for many connections (a publish) counts once.
+/// message prepared once for many connections (a publish) counts once
+/// for each window size it is compressed for, not per connection.
 pub const DEFLATE_SENT_BYTES: &str = "wavesock_deflate_sent_bytes_total";
 /// Payload bytes of compressed messages received, as they came and
 /// inflated (counter; label `form`: `compressed`, `uncompressed`).

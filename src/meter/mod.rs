@@ -32,7 +32,7 @@
 //! | `wavesock_received_bytes_total` | counter | `kind` | their payload bytes |
 //! | `wavesock_messages_sent_total` | counter | `kind` | messages sent: queued for the peer (those a backpressure cut drops later included) |
 //! | `wavesock_sent_bytes_total` | counter | `kind` | their payload bytes |
-//! | `wavesock_deflate_sent_bytes_total` | counter | `form` | payload bytes of messages sent compressed: `uncompressed` before, `compressed` after (a publish prepared once for many connections counts once; feature `deflate`) |
+//! | `wavesock_deflate_sent_bytes_total` | counter | `form` | payload bytes of messages sent compressed: `uncompressed` before, `compressed` after (a publish prepared once for many connections counts once per window size it is compressed for; feature `deflate`) |
 //! | `wavesock_deflate_received_bytes_total` | counter | `form` | payload bytes of compressed messages received: `compressed` as they came, `uncompressed` inflated |
 //! | `wavesock_write_blocked_connections` | gauge | | connections waiting for their peer to read what they were sent |
 //! | `wavesock_write_blocked_bytes` | gauge | | bytes those connections have waiting for their peers, as of their last write |
@@ -110,6 +110,8 @@ pub use deflate::{DEFLATE_RECEIVED_BYTES, DEFLATE_SENT_BYTES};
 pub(crate) use labels::Refused;
 pub use labels::code_class;
 pub(crate) use pressure::Blocked;
+#[cfg(feature = "metrics")]
+pub(crate) use pressure::BudgetAfter;
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 pub(crate) use pressure::budget_wait;
 #[cfg(feature = "metrics")]

@@ -59,6 +59,22 @@ pub(crate) fn write_blocked(connections: i64, bytes: i64) {
     }
 }
 
+/// Records a budget's use when dropped: the last field of what holds
+/// memory under it, so that the gauge follows what the other fields gave
+/// back as they went.
+#[cfg(feature = "metrics")]
+#[derive(Debug)]
+pub(crate) struct BudgetAfter(pub(crate) Option<MemoryBudget>);
+
+#[cfg(feature = "metrics")]
+impl Drop for BudgetAfter {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.0 {
+            record_budget(budget);
+        }
+    }
+}
+
 /// One connection's share of the write-blocked gauges. Without the
 /// feature: nothing.
 #[derive(Debug, Default)]

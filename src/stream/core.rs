@@ -37,6 +37,10 @@ pub(crate) struct Core {
     pub(crate) write: WriteState,
     /// The kind of a message sent in pieces, for its count.
     pieces: meter::Pieces,
+    /// Last, so that it goes after the driver: records the budget's use
+    /// once the compressor has given its memory back.
+    #[cfg(feature = "metrics")]
+    _budget_after: meter::BudgetAfter,
 }
 
 impl Core {
@@ -49,6 +53,8 @@ impl Core {
             ),
             write: WriteState::new(config),
             pieces: meter::Pieces::default(),
+            #[cfg(feature = "metrics")]
+            _budget_after: meter::BudgetAfter(config.limits.budget.clone()),
         }
     }
 

@@ -1763,6 +1763,30 @@ fn metrics_time_the_handshake_without_a_handshake_timeout() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// `payload` compressed as one permessage-deflate message (raw DEFLATE,
+/// a sync flush, its `00 00 FF FF` stripped), by flate2 rather than by
+/// the code under test.
+#[cfg(all(feature = "metrics", feature = "deflate"))]
+fn packed_message(payload: &[u8]) -> Vec<u8> {
+    let mut z = flate2::Compress::new(flate2::Compression::default(), false);
+    let mut packed = Vec::with_capacity(payload.len() + 64);
+    z.compress_vec(payload, &mut packed, flate2::FlushCompress::Sync)
+        .unwrap();
+    packed.truncate(packed.len() - 4);
+    packed
+}
+
+/// The deflate byte counters: [sent, received] x [uncompressed,
+/// compressed].
+#[cfg(all(feature = "metrics", feature = "deflate"))]
+fn deflate_figures(m: &crate::support::metered::Metrics) -> [[u64; 2]; 2] {
+    [
+        wavesock::meter::DEFLATE_SENT_BYTES,
+        wavesock::meter::DEFLATE_RECEIVED_BYTES,
+    ]
+    .map(|name| ["uncompressed", "compressed"].map(|form| m.counter(name, &[("form", form)])))
+}
+
 /// permessage-deflate's bytes on every engine: a compressed text message
 /// of 9 000 bytes comes in and its echo goes out compressed; both count
 /// 9 000 bytes uncompressed and, compressed, the payloads the wire
@@ -1770,22 +1794,12 @@ fn metrics_time_the_handshake_without_a_handshake_timeout() {
 #[cfg(all(feature = "metrics", feature = "deflate"))]
 #[test]
 fn metrics_count_deflate_bytes_on_every_engine() {
-    use wavesock::meter;
-
     let Some((m, rt)) = metered_alone() else {
         return;
     };
     let text = "wavesock ".repeat(1000);
-    let mut z = flate2::Compress::new(flate2::Compression::default(), false);
-    let mut packed = Vec::with_capacity(text.len());
-    z.compress_vec(text.as_bytes(), &mut packed, flate2::FlushCompress::Sync)
-        .unwrap();
-    packed.truncate(packed.len() - 4);
-    let figures = || {
-        [meter::DEFLATE_SENT_BYTES, meter::DEFLATE_RECEIVED_BYTES].map(|name| {
-            ["uncompressed", "compressed"].map(|form| m.counter(name, &[("form", form)]))
-        })
-    };
+    let packed = packed_message(text.as_bytes());
+    let figures = || deflate_figures(m);
     let mut wrong = Vec::new();
     for case in ENGINES.into_iter().filter(|c| !c.faults) {
         let before = figures();
@@ -1947,4 +1961,514 @@ async fn a_fragmented_message_of_94_percent_of_an_empty_budget_is_echoed() {
         outcomes.iter().all(|(_, _, o)| *o == Ok(940 << 10)),
         "a 940 KiB message (two fragments) alone in a 1 MiB budget: {outcomes:#?}"
     );
+}
+
+// ---------------------------------------------------------------------
+// Metrics: the clock, deflate bytes, ends and pieces (from a break-it
+// round on the metrics).
+// ---------------------------------------------------------------------
+
+/// A hub's timers follow Tokio's clock with the `metrics` feature as
+/// without it, so that under a paused clock (`start_paused`,
+/// `tokio::time::pause`) a handshake timeout fires in virtual time. (A
+/// break-it round found the engine seeding each turn's `now` with the
+/// turn meter's real clock: the deadline never came in virtual time, and
+/// the engine spun until the real clock caught up.)
+#[test]
+fn hub_timers_follow_tokios_paused_clock() {
+    let mut wrong = Vec::new();
+    for readiness in [Readiness::Owned, Readiness::Tokio] {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let real = std::time::Instant::now();
+        rt.block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (tx, _ended) = mpsc::unbounded_channel();
+            let config = HubConfig::default()
+                .engines(Some(1))
+                .readiness(readiness)
+                .config(Config::default().handshake_timeout(Some(Duration::from_secs(8))));
+            let hub = Hub::new(HubEcho(tx), config).unwrap();
+            tokio::spawn(hub.serve(listener));
+            let mut tcp = TcpStream::connect(addr).await.unwrap();
+            // Nothing sent: the hub cuts it at its handshake timeout.
+            let mut rest = Vec::new();
+            let cut =
+                tokio::time::timeout(Duration::from_secs(3600), tcp.read_to_end(&mut rest)).await;
+            assert!(
+                cut.is_ok(),
+                "{readiness:?}: never cut, even in virtual time"
+            );
+        });
+        if real.elapsed() > Duration::from_secs(4) {
+            wrong.push(format!(
+                "{readiness:?}: an 8 s handshake timeout under a paused clock took {:?} of real time",
+                real.elapsed()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The deflate byte counters for a compressed message that comes
+/// fragmented (3 frames, a ping between them) on every engine: counted
+/// once, its compressed bytes the payloads of its frames.
+#[cfg(all(feature = "metrics", feature = "deflate"))]
+#[test]
+fn metrics_count_deflate_bytes_of_a_fragmented_compressed_message() {
+    use wavesock::meter;
+
+    let Some((m, rt)) = metered_alone() else {
+        return;
+    };
+    let text = "wavesock fragments ".repeat(800);
+    let packed = packed_message(text.as_bytes());
+    let figures = || deflate_figures(m);
+    let msgs = || {
+        [
+            m.counter(meter::MESSAGES_RECEIVED, &[("kind", "text")]),
+            m.counter(meter::RECEIVED_BYTES, &[("kind", "text")]),
+        ]
+    };
+    let mut wrong = Vec::new();
+    for case in ENGINES.into_iter().filter(|c| !c.faults) {
+        let before = figures();
+        let before_msgs = msgs();
+        let echoed = rt.block_on(async {
+            let deflate = wavesock::DeflateConfig::default().compression_threshold(0);
+            let mut server = start(case, Config::default().deflate(deflate)).await;
+            let mut a = upgrade_deflate(server.addr).await;
+            let third = packed.len() / 3;
+            a.write_all(&masked_frame(0x41, &packed[..third]))
+                .await
+                .unwrap();
+            a.write_all(&masked_frame(0x89, b"p")).await.unwrap();
+            a.write_all(&masked_frame(0x00, &packed[third..2 * third]))
+                .await
+                .unwrap();
+            a.write_all(&masked_frame(0x80, &packed[2 * third..]))
+                .await
+                .unwrap();
+            let (mut op, mut echoed) = read_frame(&mut a).await;
+            if op == 0xA {
+                (op, echoed) = read_frame(&mut a).await;
+            }
+            assert_eq!(op, 0x1, "{case:?}");
+            drop(a);
+            server.ended().await;
+            echoed
+        });
+        let after = figures();
+        let after_msgs = msgs();
+        let moved = [0, 1].map(|way| [0, 1].map(|form| after[way][form] - before[way][form]));
+        let want = [
+            [text.len() as u64, echoed.len() as u64],
+            [text.len() as u64, packed.len() as u64],
+        ];
+        if moved != want {
+            wrong.push(format!(
+                "{case:?}: [sent, received] x [uncompressed, compressed] moved {moved:?}, want {want:?}"
+            ));
+        }
+        let got = [0, 1].map(|i| after_msgs[i] - before_msgs[i]);
+        if got != [1, text.len() as u64] {
+            wrong.push(format!("{case:?}: received text [messages, bytes] {got:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Takes 150 ms to decide on each upgrade (an authentication check done
+/// in the callback), then echoes.
+#[cfg(feature = "metrics")]
+#[derive(Clone)]
+struct SlowUpgrade;
+
+#[cfg(feature = "metrics")]
+impl Handler for SlowUpgrade {
+    type Data = ();
+
+    fn upgrade(
+        &mut self,
+        _: &wavesock::http::Request<()>,
+        _: &mut wavesock::http::Response<()>,
+    ) -> Result<(), wavesock::hub::HttpResponse> {
+        std::thread::sleep(Duration::from_millis(150));
+        Ok(())
+    }
+
+    fn message(&mut self, ws: &mut Ws<'_, ()>, msg: HubMessage<'_>) {
+        let _ = ws.send_borrowed(msg);
+    }
+}
+
+/// `wavesock_handshake_duration_seconds` includes the application's
+/// `upgrade` callback on the hub as on the Stream server: a callback that
+/// takes 150 ms is recorded as at least 150 ms. (A break-it round found
+/// the hub timing from one turn start to another, 0 s.)
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_time_the_handshake_with_its_upgrade_callback() {
+    use wavesock::meter;
+
+    let Some((m, rt)) = metered_alone() else {
+        return;
+    };
+    let mut wrong = Vec::new();
+    rt.block_on(async {
+        // The Stream server, for comparison.
+        {
+            let before = m
+                .histogram(meter::HANDSHAKE_DURATION, &[("engine", "stream")])
+                .len();
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let server = tokio::spawn(async move {
+                let (tcp, _) = listener.accept().await.unwrap();
+                #[allow(clippy::result_large_err)] // tokio-tungstenite's callback shape
+                let slow = |_: &wavesock::http::Request<()>, r: wavesock::http::Response<()>| {
+                    std::thread::sleep(Duration::from_millis(150));
+                    Ok(r)
+                };
+                let mut ws = wavesock::accept_hdr_async(tcp, slow).await.unwrap();
+                while ws.next().await.is_some() {}
+            });
+            let tcp = upgrade_raw(addr).await;
+            drop(tcp);
+            let _ = server.await;
+            let new: Vec<f64> = m
+                .histogram(meter::HANDSHAKE_DURATION, &[("engine", "stream")])
+                .into_iter()
+                .skip(before)
+                .collect();
+            if new.len() != 1 || new[0] < 0.15 {
+                wrong.push(format!("stream: recorded {new:?}"));
+            }
+        }
+        for readiness in [Readiness::Owned, Readiness::Tokio] {
+            let before = m
+                .histogram(meter::HANDSHAKE_DURATION, &[("engine", "hub-0")])
+                .len();
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let config = HubConfig::default().engines(Some(1)).readiness(readiness);
+            let hub = Hub::new(SlowUpgrade, config).unwrap();
+            let handle = hub.handle();
+            let task = tokio::spawn(hub.serve(listener));
+            let tcp = upgrade_raw(addr).await;
+            drop(tcp);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let _ = handle.shutdown().await;
+            let _ = task.await;
+            let new: Vec<f64> = m
+                .histogram(meter::HANDSHAKE_DURATION, &[("engine", "hub-0")])
+                .into_iter()
+                .skip(before)
+                .collect();
+            if new.len() != 1 || new[0] < 0.15 {
+                wrong.push(format!("hub {readiness:?}: recorded {new:?}"));
+            }
+        }
+    });
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The deflate byte counters for a compressed message whose
+/// inflating stops to wait for the memory budget (another connection
+/// holds it), then resumes: counted once, its compressed bytes as they
+/// came.
+#[cfg(all(feature = "metrics", feature = "deflate"))]
+#[test]
+fn metrics_count_deflate_bytes_of_a_message_that_waited_for_budget() {
+    use wavesock::meter;
+
+    let Some((m, rt)) = metered_alone() else {
+        return;
+    };
+    let size = 800 << 10;
+    let mut z = flate2::Compress::new(flate2::Compression::default(), false);
+    let mut packed = Vec::with_capacity(size);
+    z.compress_vec(&vec![7u8; size], &mut packed, flate2::FlushCompress::Sync)
+        .unwrap();
+    packed.truncate(packed.len() - 4);
+    let figures = || deflate_figures(m);
+    let mut wrong = Vec::new();
+    for case in ENGINES.into_iter().filter(|c| !c.faults) {
+        let before = figures();
+        let budget = MemoryBudget::new(1 << 20)
+            .allowance(0)
+            .wait_timeout(Duration::from_secs(5));
+        let waits_before = m.counter(meter::BUDGET_WAITS, &[]);
+        let echoed = rt.block_on(async {
+            let deflate = wavesock::DeflateConfig::default().compression_threshold(0);
+            let mut server = start(case, budget_config(&budget).deflate(deflate)).await;
+            // B holds most of the budget: 600 KiB of a 700 KiB frame.
+            let mut b = upgrade_raw(server.addr).await;
+            let big = frame(true, OpCode::Binary, vec![1; 700 << 10]);
+            b.write_all(&big[..big.len() - (100 << 10)]).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            // A's message inflates to 800 KiB: it waits for B.
+            let mut a = upgrade_deflate(server.addr).await;
+            a.write_all(&masked_frame(0xC2, &packed)).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            drop(b);
+            let (op, echoed) = within(10, read_frame(&mut a)).await;
+            assert_eq!(op, 0x2, "{case:?}");
+            drop(a);
+            server.ended().await;
+            echoed
+        });
+        if m.counter(meter::BUDGET_WAITS, &[]) == waits_before {
+            wrong.push(format!("{case:?}: never waited (scenario not reproduced)"));
+        }
+        let after = figures();
+        let moved = [0, 1].map(|way| [0, 1].map(|form| after[way][form] - before[way][form]));
+        let want = [
+            [size as u64, echoed.len() as u64],
+            [size as u64, packed.len() as u64],
+        ];
+        if moved != want {
+            wrong.push(format!(
+                "{case:?}: [sent, received] x [uncompressed, compressed] moved {moved:?}, want {want:?}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A hub dropped (its task aborted) with one connection
+/// open, one write-blocked and one mid-handshake, on both readiness
+/// modes; then a hub shut down gracefully: every connection counted
+/// opened is counted closed once, the gauges come back to 0, and the
+/// connection mid-handshake is neither opened nor closed.
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_count_a_dropped_hubs_connections_once() {
+    use wavesock::meter;
+
+    let Some((m, rt)) = metered_alone() else {
+        return;
+    };
+    let mut wrong = Vec::new();
+    rt.block_on(async {
+        for readiness in [Readiness::Owned, Readiness::Tokio] {
+            for graceful in [false, true] {
+                let l = [("engine", "hub-0")];
+                let figures = || {
+                    [
+                        m.counter(meter::CONNECTIONS_ACCEPTED, &l) as f64,
+                        m.counter(meter::CONNECTIONS_CLOSED, &l) as f64,
+                        m.gauge(meter::CONNECTIONS_OPEN, &l),
+                        m.gauge(meter::WRITE_BLOCKED, &[]),
+                    ]
+                };
+                let before = figures();
+                let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let addr = listener.local_addr().unwrap();
+                let (tx, _ended) = mpsc::unbounded_channel();
+                let config = HubConfig::default()
+                    .engines(Some(1))
+                    .readiness(readiness)
+                    .shutdown_timeout(Duration::from_millis(300));
+                let hub = Hub::new(HubEcho(tx), config).unwrap();
+                let handle = hub.handle();
+                let served = tokio::spawn(hub.serve(listener));
+                let mut open = upgrade_raw(addr).await;
+                open.write_all(&frame(true, OpCode::Text, b"hi".to_vec())).await.unwrap();
+                assert_eq!(read_frame(&mut open).await.0, 0x1);
+                let mut half = TcpStream::connect(addr).await.unwrap();
+                half.write_all(&raw::REQUEST[..20]).await.unwrap();
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket.set_recv_buffer_size(64 << 10).unwrap();
+                let mut tcp = socket.connect(addr).await.unwrap();
+                tcp.write_all(raw::REQUEST).await.unwrap();
+                let mut head = Vec::new();
+                while !head.ends_with(b"\r\n\r\n") {
+                    head.push(tcp.read_u8().await.unwrap());
+                }
+                let (rd, mut wr) = tcp.into_split();
+                let writer = tokio::spawn(async move {
+                    let chunk = frame(true, OpCode::Binary, vec![7; 256 << 10]);
+                    for _ in 0..32 {
+                        if wr.write_all(&chunk).await.is_err() {
+                            break;
+                        }
+                    }
+                    wr
+                });
+                until(|| figures()[3] - before[3] == 1.0).await;
+                if graceful {
+                    let _ = handle.shutdown().await;
+                    let _ = within(10, served).await;
+                } else {
+                    served.abort();
+                    let _ = served.await;
+                }
+                writer.abort();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                drop((rd, half, open));
+                let after = figures();
+                let moved: Vec<f64> = (0..4).map(|i| after[i] - before[i]).collect();
+                if moved != [2.0, 2.0, 0.0, 0.0] {
+                    wrong.push(format!(
+                        "{readiness:?} graceful={graceful}: [accepted, closed, open, write_blocked] moved {moved:?}"
+                    ));
+                }
+            }
+        }
+    });
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Sends a message in pieces (a ping between them) when told `pieces`,
+/// after a stray continuation the rules refuse.
+#[cfg(feature = "metrics")]
+#[derive(Clone)]
+struct PieceSender;
+
+#[cfg(feature = "metrics")]
+impl Handler for PieceSender {
+    type Data = ();
+
+    fn upgrade(
+        &mut self,
+        _: &wavesock::http::Request<()>,
+        _: &mut wavesock::http::Response<()>,
+    ) -> Result<(), wavesock::hub::HttpResponse> {
+        Ok(())
+    }
+
+    fn message(&mut self, ws: &mut Ws<'_, ()>, _: HubMessage<'_>) {
+        use wavesock::Frame;
+        let piece = |fin, op, p: &'static str| Message::Frame(Frame::new(fin, op, p.as_bytes()));
+        let stray = ws.send(&piece(true, OpCode::Continuation, "zz"));
+        assert!(stray.is_err(), "a continuation with no message: {stray:?}");
+        ws.send(&piece(false, OpCode::Text, "aa")).unwrap();
+        ws.send(&Message::Ping(wavesock::Bytes::from_static(b"p")))
+            .unwrap();
+        ws.send(&piece(false, OpCode::Continuation, "bb")).unwrap();
+        ws.send(&piece(true, OpCode::Continuation, "cc")).unwrap();
+        ws.send_binary(b"bin").unwrap();
+    }
+}
+
+/// A hub handler's message sent in pieces, a ping between
+/// them, after a refused stray continuation: one text message of 6
+/// bytes, one control, one binary.
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_count_hub_pieces_once_after_a_refused_piece() {
+    use wavesock::meter;
+
+    let Some((m, rt)) = metered_alone() else {
+        return;
+    };
+    let mut wrong = Vec::new();
+    rt.block_on(async {
+        for readiness in [Readiness::Owned, Readiness::Tokio] {
+            let figures = || {
+                ["text", "binary", "control"].map(|k| {
+                    (
+                        m.counter(meter::MESSAGES_SENT, &[("kind", k)]),
+                        m.counter(meter::SENT_BYTES, &[("kind", k)]),
+                    )
+                })
+            };
+            let before = figures();
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let config = HubConfig::default().engines(Some(1)).readiness(readiness);
+            let hub = Hub::new(PieceSender, config).unwrap();
+            let handle = hub.handle();
+            let task = tokio::spawn(hub.serve(listener));
+            let mut tcp = upgrade_raw(addr).await;
+            tcp.write_all(&frame(true, OpCode::Text, b"go".to_vec()))
+                .await
+                .unwrap();
+            let mut ops = Vec::new();
+            for _ in 0..5 {
+                ops.push(read_frame(&mut tcp).await.0);
+            }
+            let _ = handle.shutdown().await;
+            let _ = task.await;
+            let after = figures();
+            let moved: Vec<(u64, u64)> = (0..3)
+                .map(|i| (after[i].0 - before[i].0, after[i].1 - before[i].1))
+                .collect();
+            if moved != [(1, 6), (1, 3), (1, 1)] || ops != [0x1, 0x9, 0x0, 0x0, 0x2] {
+                wrong.push(format!(
+                    "{readiness:?}: frames {ops:x?}, [text, binary, control] moved {moved:?}"
+                ));
+            }
+        }
+    });
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// `wavesock_budget_in_use_bytes` comes back to 0 after a hub ends its
+/// connections at `shutdown_timeout` or is dropped with them, the budget
+/// kept alive as a server that shares one across listeners does. (A
+/// break-it round found it showing the memory they had held.)
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_take_back_the_budget_a_hub_ends_with() {
+    use wavesock::meter;
+
+    let Some((m, rt)) = metered_alone() else {
+        return;
+    };
+    let mut wrong = Vec::new();
+    let mut budgets = Vec::new();
+    rt.block_on(async {
+        for readiness in [Readiness::Owned, Readiness::Tokio] {
+            for abort in [false, true] {
+                let base = m.gauge(meter::BUDGET_IN_USE, &[]);
+                let budget = MemoryBudget::new(4 << 20).allowance(0);
+                budgets.push(budget.clone());
+                let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let addr = listener.local_addr().unwrap();
+                let (tx, _ended) = mpsc::unbounded_channel();
+                let config = HubConfig::default()
+                    .engines(Some(1))
+                    .readiness(readiness)
+                    .shutdown_timeout(Duration::from_millis(300))
+                    .config(budget_config(&budget));
+                let hub = Hub::new(HubEcho(tx), config).unwrap();
+                let handle = hub.handle();
+                let served = tokio::spawn(hub.serve(listener));
+                // 600 KiB of a 700 KiB frame, held in the budget.
+                let mut b = upgrade_raw(addr).await;
+                let big = frame(true, OpCode::Binary, vec![1; 700 << 10]);
+                b.write_all(&big[..big.len() - (100 << 10)]).await.unwrap();
+                until(|| m.gauge(meter::BUDGET_IN_USE, &[]) - base > 0.0).await;
+                if abort {
+                    served.abort();
+                    let _ = served.await;
+                } else {
+                    // Our peer never answers the close: cut at the deadline.
+                    let _ = handle.shutdown().await;
+                    let _ = within(10, served).await;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let shown = m.gauge(meter::BUDGET_IN_USE, &[]) - base;
+                if budget.in_use() != 0 || shown != 0.0 {
+                    wrong.push(format!(
+                        "{readiness:?} {}: budget in use {}, gauge shows {shown}",
+                        if abort {
+                            "dropped"
+                        } else {
+                            "shut down past its deadline"
+                        },
+                        budget.in_use()
+                    ));
+                }
+                drop(b);
+            }
+        }
+    });
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -238,3 +238,106 @@ fn the_budget_limit_gauge_forgets_a_dropped_budget() {
     meter::record_budget(&budget);
     assert_eq!(m.gauge(meter::BUDGET_LIMIT, &[]), f64::from(1 << 20));
 }
+
+/// `wavesock_budget_in_use_bytes` comes back to 0 once a Stream server's
+/// only connection is gone, its compressor's state (permessage-deflate,
+/// charged to the budget) included. (A break-it round found it showing
+/// the compressor: the reading state recorded the budget before the core
+/// gave it back.)
+#[cfg(feature = "deflate")]
+#[test]
+fn the_budget_gauge_forgets_a_gone_streams_compressor() {
+    use wavesock::{DeflateConfig, MemoryBudget};
+    if !child::alone() {
+        return;
+    }
+    let m = metered::install();
+    runtime().block_on(async {
+        let budget = MemoryBudget::new(8 << 20);
+        let (listener, addr) = support::listener().await;
+        let config = Config::default()
+            .memory_budget(budget.clone())
+            .deflate(DeflateConfig::default());
+        let server = tokio::spawn(async move {
+            let mut ws = support::accept(&listener, config).await;
+            while let Some(Ok(msg)) = ws.next().await {
+                if msg.is_data() {
+                    ws.send(msg).await.unwrap();
+                }
+            }
+        });
+        let (mut client, _) = wavesock::connect_async_with_config(
+            format!("ws://{addr}/"),
+            Config::default().deflate(DeflateConfig::default()),
+        )
+        .await
+        .unwrap();
+        client
+            .send(Message::text("x".repeat(10_000)))
+            .await
+            .unwrap();
+        assert_eq!(client.next().await.unwrap().unwrap().len(), 10_000);
+        client.close(None).await.unwrap();
+        while client.next().await.is_some() {}
+        drop(client);
+        server.await.unwrap();
+        assert_eq!(budget.in_use(), 0, "the budget holds nothing");
+        assert_eq!(
+            m.gauge(meter::BUDGET_IN_USE, &[]),
+            0.0,
+            "wavesock_budget_in_use_bytes once the only connection is gone"
+        );
+    });
+}
+
+/// A message prepared once and sent to three connections, two of them
+/// with the same server window and one with a smaller (the client asked
+/// `server_max_window_bits=10`), is compressed, and counted in
+/// `wavesock_deflate_sent_bytes_total`, once per window size: twice, not
+/// three times.
+#[cfg(feature = "deflate")]
+#[test]
+fn a_prepared_message_counts_once_per_window_in_deflate_bytes() {
+    use wavesock::DeflateConfig;
+    if !child::alone() {
+        return;
+    }
+    let m = metered::install();
+    runtime().block_on(async {
+        let news = wavesock::PreparedMessage::new(&Message::text("news ".repeat(4_000))).unwrap();
+        let (listener, addr) = support::listener().await;
+        let mut pairs = Vec::new();
+        for offer in [
+            DeflateConfig::default(),
+            DeflateConfig::default().server_max_window_bits(Some(10)),
+            DeflateConfig::default(),
+        ] {
+            let client = wavesock::connect_async_with_config(
+                format!("ws://{addr}/"),
+                Config::default().deflate(offer),
+            );
+            let server = support::accept(
+                &listener,
+                Config::default().deflate(DeflateConfig::default()),
+            );
+            let ((client, _), server) =
+                futures_util::future::join(async { client.await.unwrap() }, server).await;
+            pairs.push((client, server));
+        }
+        let before = m.counter(
+            wavesock::meter::DEFLATE_SENT_BYTES,
+            &[("form", "uncompressed")],
+        );
+        for (_, server) in &mut pairs {
+            server.send_prepared(&news).await.unwrap();
+        }
+        for (client, _) in &mut pairs {
+            assert_eq!(client.next().await.unwrap().unwrap().len(), 20_000);
+        }
+        let moved = m.counter(
+            wavesock::meter::DEFLATE_SENT_BYTES,
+            &[("form", "uncompressed")],
+        ) - before;
+        assert_eq!(moved, 40_000, "once for each of the two window sizes");
+    });
+}

@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Through {
     /// A message to send compressed: `plain` bytes became `compressed`.
-    /// A message prepared once for many connections counts once.
+    /// A message prepared once for many connections counts once for each
+    /// window size it is compressed for.
     Compressed {
         /// Its bytes before.
         plain: usize,
