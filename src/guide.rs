@@ -145,10 +145,10 @@
 //!   at least half of itself: short of room it waits rather than copy
 //!   itself in small steps. A message that fits the budget but not beside
 //!   its own copy still grows: for that moment the budget is passed by the
-//!   buffer being copied (at most eight-ninths of the budget, half when a
-//!   buffer doubles up to a budget of a power of two). A buffer that could
-//!   grow only by less than an eighth of itself that way is refused with
-//!   1009: a message over about eight-ninths of the budget may be.
+//!   buffer being copied (at most eight-ninths of the budget). A buffer
+//!   that could grow only by less than an eighth of itself that way is
+//!   refused with 1009: a message over about eight-ninths of the budget
+//!   may be.
 //! - When the budget is exhausted, a connection that needs more stops
 //!   reading (its peer feels TCP backpressure) and is woken when others give
 //!   some back.

@@ -568,7 +568,7 @@ impl BudgetAccount {
     ///   moment its bytes move, which then passes the budget by the old
     ///   buffer. Such a step is at least an eighth of the buffer (or all
     ///   it asked for), so the budget is passed by at most eight-ninths of
-    ///   it (half when a buffer doubles up to a budget of a power of two).
+    ///   it.
     /// - `Err(Never)` when the buffer holds all it ever could beside
     ///   [`Growth::beside`], or could grow only by less than an eighth of
     ///   itself without its copy counted.
