@@ -163,6 +163,8 @@ impl Acceptor {
                 queued: false,
                 receiver: None,
                 idle_inflater: None,
+                #[cfg(feature = "topics")]
+                held: None,
                 timer_at: deadline,
                 #[cfg(feature = "metrics")]
                 admitted: std::time::Instant::now(),

@@ -19,6 +19,8 @@ use crate::proto::driver::Driver;
 use crate::proto::encoder::FrameEncoder;
 use crate::proto::outbox::QueuePool;
 use crate::proto::receive::Receiver;
+#[cfg(feature = "topics")]
+use crate::topics::Held;
 
 /// Where a connection stands in the hub's eyes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +71,10 @@ pub(crate) struct Slot<T> {
     /// `metrics` feature: 16 bytes a connection).
     #[cfg(feature = "metrics")]
     pub(crate) admitted: Instant,
+    /// Slowed for what it published: it reads again once the engine
+    /// inbox it waits for has room (`topics::pace`).
+    #[cfg(feature = "topics")]
+    pub(crate) held: Option<Box<Held>>,
     pub(crate) stage: Stage,
     pub(crate) data: Option<T>,
     /// What sends, the core and the engine's steps share.

@@ -30,6 +30,8 @@ use crate::proto::message::Message;
 #[cfg(feature = "metrics")]
 use crate::proto::receive::Note;
 use crate::proto::receive::{DISCARD_AT_ONCE, Ended, Input, Link, Receiver, Step, Stepped};
+#[cfg(feature = "topics")]
+use crate::topics::{Held, Reading};
 
 /// Times per turn a connection whose memory budget had room at once goes
 /// on before the others get their turn.
@@ -99,6 +101,11 @@ pub(crate) fn read_frames<H: Handler>(
     if slot.data.is_none() {
         return;
     }
+    #[cfg(feature = "topics")]
+    if slot.held.is_some() && still_held(slot, turn) {
+        // Slowed for what it published: served again once there is room.
+        return;
+    }
     slot.conn.begin_read(turn);
     let mut rx = slot.receiver.take().unwrap_or_else(|| {
         let mut rx = receivers.lend(config);
@@ -116,10 +123,16 @@ pub(crate) fn read_frames<H: Handler>(
     // The turn's time (read once a turn, shared by its connections): the
     // step's clock as well.
     let now = turn.now();
+    // What the handlers publish meanwhile is paced: past an engine
+    // inbox's mark, the connection reads no further (`held`).
+    #[cfg(feature = "topics")]
+    let pacing = Reading::begin();
+    let mut held = false;
     loop {
         let mut link = Reach {
             conn: &mut slot.conn,
             turn,
+            held,
         };
         let step = rx.step_in(&mut link, input, shared, mem, &|| now);
         input = match step {
@@ -144,6 +157,10 @@ pub(crate) fn read_frames<H: Handler>(
                     }
                 }
                 ws.conn.transmit_owed(ws.turn);
+                #[cfg(feature = "topics")]
+                {
+                    held = pacing.is_pressed();
+                }
                 Input::Start
             }
             Stepped::Step(Step::Message(msg)) => {
@@ -156,6 +173,10 @@ pub(crate) fn read_frames<H: Handler>(
                 } else {
                     let own = !rx.decodes_in_scratch();
                     dispatch(slot, handler, turn, &msg, own);
+                    #[cfg(feature = "topics")]
+                    {
+                        held = pacing.is_pressed();
+                    }
                     Input::Start
                 }
             }
@@ -222,6 +243,7 @@ pub(crate) fn read_frames<H: Handler>(
                         if rx.read_pending(&Reach {
                             conn: &mut slot.conn,
                             turn,
+                            held,
                         }) {
                             break;
                         }
@@ -279,6 +301,16 @@ pub(crate) fn read_frames<H: Handler>(
     rx.quit_scratch(shared);
     debug_assert!(shared.is_empty());
     slot.conn.end_read(turn);
+    #[cfg(feature = "topics")]
+    if let Some(inbox) = pacing.end() {
+        let waker = slot.waker(&turn.schedule);
+        slot.held = Held::wait(inbox, &waker);
+        if slot.held.is_none() {
+            // Room already (the engine sent meanwhile): others first.
+            slot.requeue(&mut turn.schedule);
+            requeued = true;
+        }
+    }
     // What a connection keeps between reads: nothing once its bytes are
     // decoded (after a large message too), and no more than in proportion
     // to an unfinished frame while it waits for the rest.
@@ -293,6 +325,23 @@ pub(crate) fn read_frames<H: Handler>(
     } else {
         slot.receiver = Some(rx);
     }
+}
+
+/// Whether a connection slowed for what it published still waits for
+/// room; a closing one does not (its peer's answer is to be read).
+#[cfg(feature = "topics")]
+#[cold]
+fn still_held<T>(slot: &mut Slot<T>, turn: &mut Turn) -> bool {
+    let open = slot.conn.core().phase() == crate::proto::conn::Phase::Open && !slot.conn.closing;
+    let waker = slot.waker(&turn.schedule);
+    let held = slot
+        .held
+        .as_mut()
+        .is_some_and(|h| open && h.still_full(&waker));
+    if !held {
+        slot.held = None;
+    }
+    held
 }
 
 /// Hands a message the core decoded (not borrowed) to the handler.
@@ -343,6 +392,8 @@ fn dispatch<H: Handler>(
 struct Reach<'a> {
     conn: &'a mut Conn,
     turn: &'a mut Turn,
+    /// Slowed for what its handler published: it decodes no further.
+    held: bool,
 }
 
 impl Link for Reach<'_> {
@@ -391,7 +442,7 @@ impl Link for Reach<'_> {
     /// connection is given up.
     #[inline]
     fn holds_input(&self) -> bool {
-        self.conn.close_pending() || self.conn.abandoned
+        self.conn.close_pending() || self.conn.abandoned || self.held
     }
 }
 

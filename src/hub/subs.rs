@@ -187,6 +187,8 @@ impl Drop for Subs {
             meter::subscriptions(-(subs.slots.len() as i64));
             self.topics.leave(&self.mailbox, &topic);
         }
+        // Publishers slowed for this engine go on.
+        self.mailbox.close();
     }
 }
 

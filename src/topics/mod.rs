@@ -81,9 +81,16 @@
 //! ([`Topics::has`]); every change is followed by a notice, so the link's
 //! last look at a topic comes after its last change.
 
+#[cfg(feature = "hub")]
+mod pace;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod ring;
+
+#[cfg(feature = "hub")]
+pub use pace::Room;
+#[cfg(feature = "hub")]
+pub(crate) use pace::{Held, Reading};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -227,6 +234,9 @@ pub(crate) struct Mailbox {
     id: u64,
     items: Mutex<Waiting>,
     waker: AtomicWaker,
+    /// The registry's bounds, which pacing reads.
+    #[cfg(feature = "hub")]
+    bounds: pace::Bounds,
 }
 
 /// What waits in an inbox, and what its engine has taken and not yet
@@ -243,9 +253,23 @@ struct Waiting {
     /// from before that place meet their hub's policy; one that came
     /// after it missed nothing. One entry a topic.
     missed: Vec<(Arc<str>, u64)>,
+    /// Publishers waiting for room (see `pace`), and how many times such
+    /// waiters were woken (a registration's epoch).
+    #[cfg(feature = "hub")]
+    room: Vec<Waker>,
+    #[cfg(feature = "hub")]
+    epoch: u64,
+    /// The engine is gone: no publisher waits for it.
+    #[cfg(feature = "hub")]
+    closed: bool,
 }
 
 impl Mailbox {
+    #[cfg(feature = "hub")]
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        self.items.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     #[cfg(feature = "hub")]
     pub(crate) fn id(&self) -> u64 {
         self.id
@@ -278,9 +302,15 @@ impl Mailbox {
     /// The engine is done with `count` publishes it took, of `bytes` in
     /// all ([`Delivery::size`]): room for as many more.
     pub(crate) fn sent(&self, count: usize, bytes: usize) {
-        let mut waiting = self.items.lock().unwrap_or_else(PoisonError::into_inner);
-        waiting.taken = waiting.taken.saturating_sub(count);
-        waiting.bytes = waiting.bytes.saturating_sub(bytes);
+        let woken = {
+            let mut waiting = self.lock();
+            waiting.taken = waiting.taken.saturating_sub(count);
+            waiting.bytes = waiting.bytes.saturating_sub(bytes);
+            waiting.woken(self.bounds)
+        };
+        // Publishers slowed for this inbox go on; woken with its lock let
+        // go (the module's lock rule).
+        woken.into_iter().for_each(Waker::wake);
     }
 }
 
@@ -434,6 +464,56 @@ impl Topics {
         self.publish_except(topic, msg, None)
     }
 
+    /// Waits until `topic` can take a publish without a subscriber in this
+    /// process missing it: until no engine holding its subscribers has
+    /// half its inbox bounds ([`TopicsConfig::inbox_capacity`],
+    /// [`TopicsConfig::inbox_bytes`]) waiting. A task that publishes in
+    /// bursts waits here (or publishes with
+    /// [`publish_when_room`](Self::publish_when_room)) so that it is
+    /// slowed instead of having subscribers miss publishes; hub handlers
+    /// need not, as their connection is slowed for them (see the
+    /// [module docs](crate::topics)). Ready at once when nothing waits,
+    /// and always without the `hub` feature (no engine has an inbox).
+    ///
+    /// Cancel safe. A woken task looks again: room may be taken by other
+    /// publishers before it publishes, which the inbox's other half
+    /// holds.
+    ///
+    /// ```
+    /// use wavesock::topics::Topics;
+    /// use wavesock::{Message, PreparedMessage};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let topics = Topics::new();
+    /// for i in 0..10_000 {
+    ///     let msg = PreparedMessage::new(&Message::text(format!("tick {i}"))).unwrap();
+    ///     topics.room("ticks").await;
+    ///     topics.publish("ticks", &msg);
+    /// }
+    /// # }
+    /// ```
+    #[cfg(feature = "hub")]
+    pub fn room<'a>(&'a self, topic: &'a str) -> Room<'a> {
+        Room::new(self, topic)
+    }
+
+    /// Waits for [`room`](Self::room), then [`publish`](Self::publish)es.
+    #[cfg(feature = "hub")]
+    pub async fn publish_when_room(&self, topic: &str, msg: &PreparedMessage) -> Published {
+        self.room(topic).await;
+        self.publish(topic, msg)
+    }
+
+    /// The inboxes of the engines holding `topic`'s subscribers.
+    #[cfg(feature = "hub")]
+    fn inboxes(&self, topic: &str) -> Vec<Arc<Mailbox>> {
+        let shard = self.inner.shard(topic);
+        shard.get(topic).map_or_else(Vec::new, |e| {
+            e.engines.iter().map(|(inbox, _)| inbox.clone()).collect()
+        })
+    }
+
     /// Publishes `msg` to `topic`'s subscribers in this process only, link
     /// or not: a notice about this server (such as its link going down);
     /// how many it was queued for.
@@ -491,9 +571,20 @@ impl Topics {
             let behind = waiting.items.len() + waiting.taken;
             let full = behind >= config.inbox_capacity
                 || (behind > 0 && waiting.bytes + size > config.inbox_bytes);
+            let except = except.filter(|&(id, _)| id == inbox.id);
+            // Subscribers here it is for (the publisher is not).
+            let here = count
+                .load(Ordering::Relaxed)
+                .saturating_sub(usize::from(except.is_some()));
             if full {
+                // The connection publishing, if an engine is reading one,
+                // stops reading until there is room again.
+                #[cfg(feature = "hub")]
+                pace::pressed(inbox);
                 self.inner.inbox_dropped.fetch_add(1, Ordering::Relaxed);
-                missed += 1;
+                // Counted as what it says: deliveries missed, one per
+                // subscriber the publish was for.
+                missed += here;
                 match waiting
                     .missed
                     .iter_mut()
@@ -504,7 +595,6 @@ impl Topics {
                 }
                 continue;
             }
-            let except = except.filter(|&(id, _)| id == inbox.id);
             if waiting.items.is_empty() {
                 wake.push(inbox.clone());
             }
@@ -515,7 +605,11 @@ impl Topics {
                 except,
                 seq,
             });
-            reached += count.load(Ordering::Relaxed) - usize::from(except.is_some());
+            reached += here;
+            #[cfg(feature = "hub")]
+            if waiting.pressed(inbox.bounds) {
+                pace::pressed(inbox);
+            }
         }
         streams = entry.streams.clone();
         // Taken before the shard is let go: the next publish to this topic
@@ -535,7 +629,7 @@ impl Topics {
             inbox.waker.wake();
         }
         if missed > 0 {
-            meter::topic_dropped(meter::TopicDrop::InboxFull, missed);
+            meter::topic_dropped(meter::TopicDrop::InboxFull, missed as u64);
         }
         reached
     }
@@ -611,10 +705,15 @@ impl Topics {
     #[cfg(feature = "hub")]
     /// A mailbox (inbox) for a new engine.
     pub(crate) fn mailbox(&self) -> Arc<Mailbox> {
+        let config = &self.inner.config;
         Arc::new(Mailbox {
             id: NEXT_INBOX.fetch_add(1, Ordering::Relaxed),
             items: Mutex::default(),
             waker: AtomicWaker::new(),
+            bounds: pace::Bounds {
+                publishes: config.inbox_capacity,
+                bytes: config.inbox_bytes,
+            },
         })
     }
 

@@ -46,6 +46,7 @@ mod read_path;
 mod read_path_pool;
 mod read_writes;
 mod soundness;
+mod topic_burst;
 mod topic_runs;
 mod topics;
 mod topics_cluster;

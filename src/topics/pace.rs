@@ -1,0 +1,238 @@
+//! Pacing publishers: a publisher in this process is slowed while an
+//! engine's inbox it publishes to is past half its bounds, so that the
+//! engines' subscribers never miss what a fast publisher sends.
+//!
+//! The rule, in one place:
+//!
+//! - an inbox is **pressed** once what waits in it (queued, or taken by
+//!   its engine and not yet sent) reaches half of
+//!   [`inbox_capacity`](crate::topics::TopicsConfig::inbox_capacity) or
+//!   passes half of [`inbox_bytes`](crate::topics::TopicsConfig::inbox_bytes);
+//! - it has **room** again once that is down to a quarter of each;
+//! - a hub connection whose handler published (by any means: `Ws::publish`,
+//!   the registry, a handle) to a pressed inbox while the engine was
+//!   handing it a message it read stops reading there: the rest of the
+//!   read stays buffered and the connection is served again once every
+//!   inbox it waits for has room ([`Reading`]);
+//! - a task outside an engine waits with
+//!   [`Topics::room`](crate::topics::Topics::room) or
+//!   [`Topics::publish_when_room`](crate::topics::Topics::publish_when_room).
+//!
+//! Between the two marks is slack: a resumed publisher gets a quarter of
+//! the bounds before it is slowed again, so that it is not woken for each
+//! publish an engine sends. The half left above the mark takes what
+//! publishers send before they are slowed (each finishes the message its
+//! handler is handling) and what cannot be slowed (publishes through the
+//! Redis link, immediate publishes from tasks).
+//!
+//! Waiting publishers are wakers in the inbox, under its lock: at most one
+//! per waiting hub connection (kept until the inbox has room, see
+//! [`Mailbox::wait_for_room`]) and one per pending [`Room`] future.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use crate::topics::{Mailbox, Topics, Waiting};
+
+/// An inbox's bounds, as the pacing rule reads them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds {
+    pub(crate) publishes: usize,
+    pub(crate) bytes: usize,
+}
+
+impl Waiting {
+    /// Publishes waiting for the engine: queued, or taken and not sent.
+    fn behind(&self) -> usize {
+        self.items.len() + self.taken
+    }
+
+    /// Past the mark at which publishers are slowed.
+    pub(crate) fn pressed(&self, bounds: Bounds) -> bool {
+        !self.closed
+            && (self.behind().saturating_mul(2) >= bounds.publishes
+                || self.bytes.saturating_mul(2) > bounds.bytes)
+    }
+
+    /// Down to the mark at which slowed publishers go on.
+    pub(crate) fn has_room(&self, bounds: Bounds) -> bool {
+        self.closed
+            || (self.behind().saturating_mul(4) <= bounds.publishes
+                && self.bytes.saturating_mul(4) <= bounds.bytes)
+    }
+
+    /// The waiters to wake, if the inbox has room now (taken out: they are
+    /// woken once the lock is let go).
+    pub(crate) fn woken(&mut self, bounds: Bounds) -> Vec<Waker> {
+        if self.room.is_empty() || !self.has_room(bounds) {
+            return Vec::new();
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        std::mem::take(&mut self.room)
+    }
+}
+
+impl Mailbox {
+    /// A publisher waits for room in this inbox: `None` if it has room
+    /// already, else the registration's epoch, which
+    /// [`still_full`](Self::still_full) checks so that a publisher served
+    /// again for another reason does not register twice.
+    pub(crate) fn wait_for_room(&self, waker: &Waker) -> Option<u64> {
+        let mut waiting = self.lock();
+        if waiting.has_room(self.bounds) {
+            return None;
+        }
+        waiting.room.push(waker.clone());
+        Some(waiting.epoch)
+    }
+
+    /// Whether a publisher registered at `epoch` still waits: false once
+    /// the inbox has room; registers again if the registration was woken
+    /// (and the inbox filled again since).
+    pub(crate) fn still_full(&self, epoch: &mut u64, waker: &Waker) -> bool {
+        let mut waiting = self.lock();
+        if waiting.has_room(self.bounds) {
+            return false;
+        }
+        if waiting.epoch != *epoch {
+            waiting.room.push(waker.clone());
+            *epoch = waiting.epoch;
+        }
+        true
+    }
+
+    /// Registers `waker` if the inbox is pressed; whether it was.
+    fn wait_if_pressed(&self, waker: &Waker) -> bool {
+        let mut waiting = self.lock();
+        if !waiting.pressed(self.bounds) {
+            return false;
+        }
+        if !waiting.room.iter().any(|w| w.will_wake(waker)) {
+            waiting.room.push(waker.clone());
+        }
+        true
+    }
+
+    /// The engine is gone: nobody will take what waits, so nobody waits
+    /// for it.
+    pub(crate) fn close(&self) {
+        let woken = {
+            let mut waiting = self.lock();
+            waiting.closed = true;
+            waiting.epoch = waiting.epoch.wrapping_add(1);
+            std::mem::take(&mut waiting.room)
+        };
+        woken.into_iter().for_each(Waker::wake);
+    }
+}
+
+thread_local! {
+    /// While an engine hands a connection what it read: the first inbox
+    /// its handler's publishes found pressed.
+    static READING: RefCell<Option<Pressed>> = const { RefCell::new(None) };
+}
+
+/// What [`READING`] holds for the connection being read.
+#[derive(Debug, Default)]
+struct Pressed {
+    inbox: Option<Arc<Mailbox>>,
+}
+
+/// A publish queued in `inbox`, which is now pressed: the connection
+/// being read, if any, is to stop reading.
+pub(crate) fn pressed(inbox: &Arc<Mailbox>) {
+    READING.with(|r| {
+        if let Some(Pressed { inbox: at @ None }) = &mut *r.borrow_mut() {
+            *at = Some(inbox.clone());
+        }
+    });
+}
+
+/// An engine hands a connection's messages to its handler: publishes
+/// meanwhile are paced. Ended by [`Reading::end`] (or its drop, should a
+/// handler panic).
+#[derive(Debug)]
+pub(crate) struct Reading(());
+
+impl Reading {
+    pub(crate) fn begin() -> Reading {
+        READING.with(|r| *r.borrow_mut() = Some(Pressed::default()));
+        Reading(())
+    }
+
+    /// Whether a publish since [`begin`](Self::begin) found an inbox
+    /// pressed: the connection reads no further for now.
+    #[inline]
+    pub(crate) fn is_pressed(&self) -> bool {
+        READING.with(|r| matches!(&*r.borrow(), Some(Pressed { inbox: Some(_) })))
+    }
+
+    /// The inbox the connection waits for, if any.
+    pub(crate) fn end(self) -> Option<Arc<Mailbox>> {
+        READING.with(|r| r.borrow_mut().take().and_then(|p| p.inbox))
+    }
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        READING.with(|r| r.borrow_mut().take());
+    }
+}
+
+/// A hub connection slowed for an inbox: it reads again once the inbox
+/// has room.
+#[derive(Debug)]
+pub(crate) struct Held {
+    inbox: Arc<Mailbox>,
+    epoch: u64,
+}
+
+impl Held {
+    /// Waits for room in `inbox` (`None`: it has room already).
+    pub(crate) fn wait(inbox: Arc<Mailbox>, waker: &Waker) -> Option<Box<Held>> {
+        let epoch = inbox.wait_for_room(waker)?;
+        Some(Box::new(Held { inbox, epoch }))
+    }
+
+    /// Whether the connection still waits (registered again if need be).
+    pub(crate) fn still_full(&mut self, waker: &Waker) -> bool {
+        self.inbox.still_full(&mut self.epoch, waker)
+    }
+}
+
+/// Resolves once no engine inbox holding `topic`'s subscribers is pressed:
+/// from [`Topics::room`].
+#[derive(Debug)]
+#[must_use = "a future does nothing unless polled"]
+pub struct Room<'a> {
+    topics: &'a Topics,
+    topic: &'a str,
+}
+
+impl<'a> Room<'a> {
+    pub(crate) fn new(topics: &'a Topics, topic: &'a str) -> Self {
+        Room { topics, topic }
+    }
+}
+
+impl Future for Room<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let inboxes = self.topics.inboxes(self.topic);
+        // Registered in each pressed one: woken when the first has room,
+        // this looks at them all again.
+        let mut pressed = false;
+        for inbox in &inboxes {
+            pressed |= inbox.wait_if_pressed(cx.waker());
+        }
+        if pressed {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    }
+}

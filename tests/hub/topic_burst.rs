@@ -1,0 +1,301 @@
+//! One guest's burst in a chat room on a hub: the publisher is slowed,
+//! never its neighbours punished. Eight guests subscribe to one room; one
+//! writes a burst of one-byte lines, each published through the registry
+//! to every guest (itself included, as `examples/hub_chat.rs` does).
+//! Every guest, on every engine, gets every line in order; none is
+//! closed; the heap stays within the bound the docs give.
+//!
+//! Before publishers were paced, a burst of 200 000 lines in one write
+//! had the publisher's engine read past its inbox within a turn, and
+//! every guest on that engine was closed with 1013 after about 62 600.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use wavesock::http::{Request, Response};
+use wavesock::hub::{Closed, Handler, HttpResponse, Hub, HubConfig, HubMessage, Readiness, Ws};
+use wavesock::topics::{Topics, TopicsConfig};
+use wavesock::{Message, PreparedMessage};
+
+use crate::support::child;
+use crate::support::counting::{LIVE, PEAK};
+
+const ROOM: &str = "room";
+const GUESTS: usize = 8;
+
+/// The chat of `examples/hub_chat.rs`, reduced: every guest subscribes,
+/// every line goes to the room through the registry as `N:line`.
+#[derive(Clone)]
+struct Chat {
+    topics: Topics,
+}
+
+impl Handler for Chat {
+    type Data = usize;
+
+    fn upgrade(
+        &mut self,
+        request: &Request<()>,
+        _: &mut Response<()>,
+    ) -> Result<usize, HttpResponse> {
+        Ok(request.uri().path()[1..].parse().unwrap_or(0))
+    }
+
+    fn open(&mut self, ws: &mut Ws<'_, usize>) {
+        ws.subscribe(ROOM);
+        let _ = ws.send_text("welcome");
+    }
+
+    fn message(&mut self, ws: &mut Ws<'_, usize>, msg: HubMessage<'_>) {
+        if let HubMessage::Text(text) = msg {
+            let line = format!("{}:{text}", ws.data());
+            let msg = PreparedMessage::new(&Message::text(line)).unwrap();
+            self.topics.publish(ROOM, &msg);
+        }
+    }
+
+    fn close(&mut self, _: Closed, _: usize) {}
+}
+
+/// A masked one-frame text message as a client sends it.
+fn line_frame(byte: u8, out: &mut Vec<u8>) {
+    let mask = [0x11, 0x22, 0x33, 0x44];
+    out.extend_from_slice(&[0x81, 0x81]);
+    out.extend_from_slice(&mask);
+    out.push(byte ^ mask[0]);
+}
+
+/// The `i`th line's one byte: a cycle, so that a line missed, doubled or
+/// out of order shows.
+fn line_byte(i: usize) -> u8 {
+    b'a' + (i % 26) as u8
+}
+
+/// What a guest saw: the publisher's lines, and whether a close came.
+#[derive(Debug)]
+struct Saw {
+    lines: usize,
+    close: Option<Vec<u8>>,
+}
+
+/// Reads the room until `want` lines of guest 0 came (checking their
+/// order), or the server closes.
+async fn read_room(mut tcp: tokio::net::tcp::OwnedReadHalf, mut buf: BytesMut, want: usize) -> Saw {
+    let mut lines = 0;
+    loop {
+        while buf.len() >= 2 {
+            let (len, head) = match buf[1] {
+                126 if buf.len() >= 4 => (usize::from(u16::from_be_bytes([buf[2], buf[3]])), 4),
+                126 => break,
+                n if n < 126 => (usize::from(n), 2),
+                n => panic!("unexpected length byte {n}"),
+            };
+            if buf.len() < head + len {
+                break;
+            }
+            let op = buf[0] & 0x0f;
+            buf.advance(head);
+            let payload = buf.split_to(len);
+            if op == 8 {
+                return Saw {
+                    lines,
+                    close: Some(payload.to_vec()),
+                };
+            }
+            if let Some(line) = payload.strip_prefix(b"0:") {
+                assert_eq!(line, [line_byte(lines)], "line {lines} in order");
+                lines += 1;
+                if lines == want {
+                    return Saw { lines, close: None };
+                }
+            }
+        }
+        let read = tokio::time::timeout(Duration::from_secs(20), tcp.read_buf(&mut buf)).await;
+        match read {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Saw { lines, close: None },
+        }
+    }
+}
+
+async fn guest(addr: std::net::SocketAddr, n: usize) -> (TcpStream, BytesMut) {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "GET /{n} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = BytesMut::new();
+    let end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        assert!(tcp.read_buf(&mut buf).await.unwrap() > 0);
+    };
+    assert!(buf.starts_with(b"HTTP/1.1 101"));
+    buf.advance(end);
+    // The welcome, after which the guest is subscribed.
+    while buf.len() < 9 {
+        assert!(tcp.read_buf(&mut buf).await.unwrap() > 0);
+    }
+    assert_eq!(&buf[..9], b"\x81\x07welcome");
+    buf.advance(9);
+    (tcp, buf)
+}
+
+/// `lines` lines from guest 0 in `writes` writes; every guest reads them
+/// all. The heap's peak growth, for the caller to bound.
+async fn burst(engines: usize, readiness: Readiness, lines: usize, writes: usize) -> usize {
+    let topics = Topics::with_config(TopicsConfig::default());
+    let config = HubConfig::default()
+        .engines(Some(engines))
+        .readiness(readiness)
+        .topics(topics.clone());
+    let hub = Hub::new(
+        Chat {
+            topics: topics.clone(),
+        },
+        config,
+    )
+    .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handle = hub.handle();
+    let server = tokio::spawn(hub.serve(listener));
+    let mut guests = Vec::new();
+    for n in 0..GUESTS {
+        guests.push(guest(addr, n).await);
+    }
+    let base = LIVE.load(Ordering::SeqCst);
+    PEAK.store(base, Ordering::SeqCst);
+    let mut readers = Vec::new();
+    let mut publisher = None;
+    for (n, (tcp, buf)) in guests.into_iter().enumerate() {
+        let (read, write) = tcp.into_split();
+        readers.push(tokio::spawn(read_room(read, buf, lines)));
+        if n == 0 {
+            publisher = Some(write);
+        } else {
+            // Kept open: a dropped half would end the guest.
+            std::mem::forget(write);
+        }
+    }
+    let mut publisher = publisher.unwrap();
+    let writer = tokio::spawn(async move {
+        let per = lines.div_ceil(writes);
+        let mut i = 0;
+        let mut bytes = Vec::with_capacity(per * 7);
+        while i < lines {
+            bytes.clear();
+            for _ in 0..per.min(lines - i) {
+                line_frame(line_byte(i), &mut bytes);
+                i += 1;
+            }
+            publisher.write_all(&bytes).await.unwrap();
+        }
+        publisher
+    });
+    let mut saw = Vec::new();
+    for r in readers {
+        saw.push(r.await.unwrap());
+    }
+    let peak = PEAK.load(Ordering::SeqCst).saturating_sub(base);
+    let _publisher = writer.await.unwrap();
+    for (n, s) in saw.iter().enumerate() {
+        assert_eq!(
+            (s.lines, &s.close),
+            (lines, &None),
+            "guest {n} of {GUESTS} on {engines} engine(s), {readiness:?}: every line, no close"
+        );
+    }
+    assert_eq!(
+        topics.stats().inbox_dropped,
+        0,
+        "no engine missed a publish"
+    );
+    let _ = handle.shutdown().await;
+    let _ = server.await;
+    peak
+}
+
+/// The documented bound on what a burst may hold: the engines' read
+/// buffers, a read kept by each connection slowed mid-read, the inboxes
+/// (each at most `inbox_capacity` publishes of this size), and each
+/// guest's write backlog up to `max_backpressure`; the test's own
+/// buffers besides.
+fn bound(engines: usize, lines: usize, writes: usize) -> usize {
+    let hub = HubConfig::default();
+    let topics = TopicsConfig::default();
+    // A publish waiting in an inbox: its entry, its frame and topic name
+    // (shared with the other inboxes), counted generously.
+    let per_publish = 256;
+    let read = hub.read_buffer_size;
+    let inboxes = engines * topics.inbox_capacity * per_publish;
+    let backlogs = GUESTS * hub.backpressure();
+    let test_side = GUESTS * (256 << 10) + (lines.div_ceil(writes) * 7);
+    engines * read + GUESTS * read + inboxes + backlogs + test_side
+}
+
+async fn run(engines: usize, readiness: Readiness, lines: usize, writes: usize) {
+    let peak = burst(engines, readiness, lines, writes).await;
+    let bound = bound(engines, lines, writes);
+    assert!(
+        peak <= bound,
+        "peak heap growth {peak} B past the bound {bound} B ({engines} engine(s), {readiness:?})"
+    );
+    println!("{engines} engine(s), {readiness:?}: peak heap growth {peak} B of {bound} B");
+}
+
+macro_rules! bursts {
+    ($name:ident, $engines:expr, $lines:expr, $writes:expr) => {
+        mod $name {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn owned() {
+                if child::alone() {
+                    run($engines, Readiness::Owned, $lines, $writes).await
+                }
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn tokio() {
+                if child::alone() {
+                    run($engines, Readiness::Tokio, $lines, $writes).await
+                }
+            }
+        }
+    };
+}
+
+bursts!(one_write_one_engine, 1, 200_000, 1);
+bursts!(one_write_two_engines, 2, 200_000, 1);
+bursts!(one_write_four_engines, 4, 200_000, 1);
+
+// Two million lines over ten writes: `cargo test --release --test hub
+// topic_burst:: -- --ignored` (minutes in a debug build).
+macro_rules! big_bursts {
+    ($name:ident, $engines:expr) => {
+        mod $name {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "two million lines: run in release"]
+            async fn owned() {
+                if child::alone() {
+                    run($engines, Readiness::Owned, 2_000_000, 10).await
+                }
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "two million lines: run in release"]
+            async fn tokio() {
+                if child::alone() {
+                    run($engines, Readiness::Tokio, 2_000_000, 10).await
+                }
+            }
+        }
+    };
+}
+
+big_bursts!(ten_writes_one_engine, 1);
+big_bursts!(ten_writes_two_engines, 2);
+big_bursts!(ten_writes_four_engines, 4);
