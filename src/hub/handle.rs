@@ -248,6 +248,15 @@ impl HubHandle {
         self.topics.publish(topic, msg)
     }
 
+    /// Waits for room ([`Topics::room`]), then publishes as
+    /// [`publish`](Self::publish) does: a task publishing in bursts is
+    /// slowed rather than have subscribers miss publishes.
+    #[cfg(feature = "topics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]
+    pub async fn publish_when_room(&self, topic: &str, msg: &PreparedMessage) -> Published {
+        self.topics.publish_when_room(topic, msg).await
+    }
+
     /// The hub's registry of topics.
     #[cfg(feature = "topics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "topics")))]

@@ -332,7 +332,7 @@ pub(crate) fn read_frames<H: Handler>(
 #[cfg(feature = "topics")]
 #[cold]
 fn still_held<T>(slot: &mut Slot<T>, turn: &mut Turn) -> bool {
-    let open = slot.conn.core().phase() == crate::proto::conn::Phase::Open && !slot.conn.closing;
+    let open = !slot.conn.is_closing();
     let waker = slot.waker(&turn.schedule);
     let held = slot
         .held

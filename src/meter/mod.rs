@@ -75,7 +75,8 @@
 //!   are counted as connections closed, and the pongs and close answers
 //!   the protocol owes are not counted as sent).
 //! - `reason` of a topic's drop: `inbox_full` (an engine too far behind
-//!   missed a publish, counted once for the engine), `backpressure` (a hub
+//!   missed a publish, counted once for each of its subscribers the
+//!   publish was for), `backpressure` (a hub
 //!   subscriber over its limit: dropped under the `Drop` policy, or the
 //!   publish that cut it, or came after, under `Close`), `lagged` (a
 //!   receiver fell behind and skipped it).

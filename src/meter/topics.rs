@@ -17,7 +17,8 @@ pub const PUBLISHES: &str = "wavesock_topic_publishes_total";
 /// Publishes queued for a subscriber in this process (counter).
 pub const DELIVERIES: &str = "wavesock_topic_deliveries_total";
 /// Deliveries dropped, by `reason`: `inbox_full` (an engine too far
-/// behind missed a publish: counted once for the engine), `backpressure`
+/// behind missed a publish: counted once for each of its subscribers the
+/// publish was for), `backpressure`
 /// (a hub subscriber over its backpressure limit: dropped under the
 /// `Drop` policy, or the publish that cut it and any after under
 /// `Close`), `lagged` (a receiver that fell behind skipped it) (counter).

@@ -23,15 +23,43 @@
 //!   (closed, or the message skipped for it) while the others go on. A
 //!   [`TopicReceiver`] more than [`TopicsConfig::stream_capacity`] behind
 //!   skips ahead and is told how many it missed.
+//! - **Fast publishers are slowed, not their neighbours punished.** Once
+//!   an engine's inbox holds half of [`TopicsConfig::inbox_capacity`]
+//!   publishes (or half of [`TopicsConfig::inbox_bytes`]), counting what
+//!   the engine took and has not yet sent, publishers in this process
+//!   that can wait do, until it is down to a quarter:
+//!   - a hub connection whose handler publishes (by any means:
+//!     [`Ws::publish`](crate::hub::Ws::publish), the registry, a handle)
+//!     while handling a message it sent stops being read after that
+//!     message; the rest of its input waits, as under write backpressure,
+//!     and it is read again once every such inbox has room. Its own
+//!     engine and the process's others count alike.
+//!   - a task waits with [`Topics::room`] or publishes with
+//!     [`Topics::publish_when_room`].
+//!
+//!   Nothing else is slowed: [`Topics::publish`] from a task, publishes
+//!   from a hub handler's `open`, `close` and `drain` callbacks, and what
+//!   the Redis link brings from other servers go in at once.
 //! - **Bounded inboxes.** An engine more than
 //!   [`TopicsConfig::inbox_capacity`] publishes (or
 //!   [`TopicsConfig::inbox_bytes`]) behind misses publishes rather than
 //!   queue without limit: what it has taken and not yet sent counts as
-//!   much as what waits for it. Missed publishes are counted in
-//!   [`TopicsStats::inbox_dropped`], and the subscribers that missed them
+//!   much as what waits for it. Only what is not slowed can fill an inbox
+//!   that far (publishes from other servers, tasks publishing without
+//!   waiting for room, or more connections publishing at once than half
+//!   an inbox holds). Missed publishes are counted in
+//!   [`TopicsStats::inbox_dropped`] (once per engine) and in the
+//!   `wavesock_topic_drops_total{reason="inbox_full"}` metric (once per
+//!   subscriber that missed it), and the subscribers that missed them
 //!   meet their hub's [`BackpressurePolicy`](crate::hub::BackpressurePolicy)
 //!   as slow subscribers do: closed ([`Error::PublishesMissed`]) under
 //!   `Close`, the publish skipped for them under `Drop`.
+//! - **Which subscribers can be cut**, and when: a hub connection whose
+//!   peer does not take what it is sent, past
+//!   [`max_backpressure`](crate::Config::max_backpressure) (the hub's
+//!   policy, as above), and the subscribers of an engine whose inbox
+//!   overflowed as just said. A subscriber that reads is never cut for
+//!   what a connection of this process publishes.
 //!
 //! [`Error::PublishesMissed`]: crate::Error::PublishesMissed
 //! - **Shared by every hub of a process**: hubs use [`Topics::global`]

@@ -9,7 +9,8 @@
 //! had the publisher's engine read past its inbox within a turn, and
 //! every guest on that engine was closed with 1013 after about 62 600.
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -299,3 +300,238 @@ macro_rules! big_bursts {
 big_bursts!(ten_writes_one_engine, 1);
 big_bursts!(ten_writes_two_engines, 2);
 big_bursts!(ten_writes_four_engines, 4);
+
+/// A subscriber connection reading the room until `want` lines came or
+/// the server closed: its count and the close's payload.
+async fn subscriber(
+    addr: std::net::SocketAddr,
+    n: usize,
+    want: usize,
+) -> tokio::task::JoinHandle<Saw> {
+    let (tcp, buf) = guest(addr, n).await;
+    let (read, write) = tcp.into_split();
+    std::mem::forget(write);
+    tokio::spawn(read_room(read, buf, want))
+}
+
+/// A task publishing in a burst waits for room with `publish_when_room`:
+/// every subscriber, on either engine, gets every line. The same burst
+/// published at once, which nothing slows, overflows the inbox and its
+/// subscribers meet the policy (closed with 1013): the waiting is what
+/// keeps them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_waits_for_room_loses_no_subscriber() {
+    const LINES: usize = 20_000;
+    for wait in [true, false] {
+        let topics = Topics::with_config(TopicsConfig::default().inbox_capacity(64));
+        let config = HubConfig::default().engines(Some(2)).topics(topics.clone());
+        let hub = Hub::new(
+            Chat {
+                topics: topics.clone(),
+            },
+            config,
+        )
+        .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handle = hub.handle();
+        let server = tokio::spawn(hub.serve(listener));
+        let mut readers = Vec::new();
+        for n in 1..=4 {
+            readers.push(subscriber(addr, n, LINES).await);
+        }
+        for i in 0..LINES {
+            let line = format!("0:{}", line_byte(i) as char);
+            let msg = PreparedMessage::new(&Message::text(line)).unwrap();
+            if wait {
+                handle.publish_when_room(ROOM, &msg).await;
+            } else {
+                handle.publish(ROOM, &msg);
+            }
+        }
+        let mut saw = Vec::new();
+        for r in readers {
+            saw.push(r.await.unwrap());
+        }
+        if wait {
+            for s in &saw {
+                assert_eq!((s.lines, &s.close), (LINES, &None));
+            }
+            assert_eq!(topics.stats().inbox_dropped, 0);
+        } else {
+            assert!(
+                topics.stats().inbox_dropped > 0,
+                "a burst 300 times an inbox"
+            );
+            let closed = saw.iter().filter(|s| s.close.is_some()).count();
+            assert!(closed > 0, "{saw:?}");
+            for s in saw.iter().filter_map(|s| s.close.as_ref()) {
+                assert_eq!(s[..2], 1013u16.to_be_bytes());
+            }
+        }
+        let _ = handle.shutdown().await;
+        let _ = server.await;
+    }
+}
+
+/// A hub on a runtime of its own whose one thread the test can put to
+/// sleep: an engine that does not take its inbox meanwhile.
+struct Stallable {
+    addr: std::net::SocketAddr,
+    /// Each duration sent stalls the runtime that long.
+    stall: std::sync::mpsc::Sender<Duration>,
+    /// Stalls it woke from.
+    woke: Arc<AtomicUsize>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Stallable {
+    fn start(topics: &Topics) -> Stallable {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stall, stalls) = std::sync::mpsc::channel::<Duration>();
+        let stalls = Arc::new(std::sync::Mutex::new(stalls));
+        let woke = Arc::new(AtomicUsize::new(0));
+        let (topics, woken) = (topics.clone(), woke.clone());
+        let thread = std::thread::spawn(move || {
+            runtime.block_on(async move {
+                let config = HubConfig::default().engines(Some(1)).topics(topics.clone());
+                let hub = Hub::new(Chat { topics }, config).unwrap();
+                let handle = hub.handle();
+                let server = tokio::spawn(hub.serve(TcpListener::from_std(listener).unwrap()));
+                loop {
+                    let stalls = stalls.clone();
+                    let next = tokio::task::spawn_blocking(move || stalls.lock().unwrap().recv())
+                        .await
+                        .unwrap();
+                    let Ok(stall) = next else { break };
+                    // The runtime's one thread sleeps: its engine too.
+                    std::thread::sleep(stall);
+                    woken.fetch_add(1, Ordering::SeqCst);
+                }
+                let _ = handle.shutdown().await;
+                let _ = server.await;
+            })
+        });
+        Stallable {
+            addr,
+            stall,
+            woke,
+            thread,
+        }
+    }
+
+    fn stop(self) {
+        drop(self.stall);
+        self.thread.join().unwrap();
+    }
+}
+
+/// `lines` one-byte lines, as one write's bytes.
+fn lines_bytes(lines: usize) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for i in 0..lines {
+        line_frame(line_byte(i), &mut bytes);
+    }
+    bytes
+}
+
+/// A publisher slowed for another hub's engine that does not take its
+/// inbox (its runtime is busy) waits, and so do its neighbours' lines;
+/// once the other engine runs again, every line reaches every guest of
+/// both hubs and nobody missed one. Without the wait, the stalled
+/// engine's inbox overflows and its subscriber is closed with 1013.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_slowed_by_a_stalled_engine_waits_and_loses_nobody() {
+    const LINES: usize = 5_000;
+    let topics = Topics::with_config(TopicsConfig::default().inbox_capacity(256));
+    let b = Stallable::start(&topics);
+    let mut far = subscriber(b.addr, 9, LINES).await;
+    let config = HubConfig::default().engines(Some(1)).topics(topics.clone());
+    let hub = Hub::new(
+        Chat {
+            topics: topics.clone(),
+        },
+        config,
+    )
+    .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handle = hub.handle();
+    let server = tokio::spawn(hub.serve(listener));
+    let mut near = subscriber(addr, 1, LINES).await;
+    let (tcp, buf) = guest(addr, 0).await;
+    let (read, mut write) = tcp.into_split();
+    let mut own = tokio::spawn(read_room(read, buf, LINES));
+    b.stall.send(Duration::from_secs(2)).unwrap();
+    // B's thread is asleep from about now.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    write.write_all(&lines_bytes(LINES)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(b.woke.load(Ordering::SeqCst), 0, "B still asleep");
+    assert!(!far.is_finished() && !near.is_finished() && !own.is_finished());
+    let far = (&mut far).await.unwrap();
+    let near = (&mut near).await.unwrap();
+    let own = (&mut own).await.unwrap();
+    for s in [&far, &near, &own] {
+        assert_eq!(
+            (s.lines, &s.close),
+            (LINES, &None),
+            "{far:?} {near:?} {own:?}"
+        );
+    }
+    assert_eq!(topics.stats().inbox_dropped, 0);
+    let _ = handle.shutdown().await;
+    let _ = server.await;
+    b.stop();
+}
+
+/// A hub shutting down closes a publisher slowed for a stalled engine
+/// with its closing handshake, reading the peer's answer behind the rest
+/// of its burst, rather than wait for room that does not come: the hub
+/// is done before the other engine wakes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_shutting_down_closes_a_slowed_publisher() {
+    let topics = Topics::with_config(TopicsConfig::default().inbox_capacity(256));
+    let b = Stallable::start(&topics);
+    let _far = subscriber(b.addr, 9, usize::MAX).await;
+    // Its own timeout far past the stall: ending sooner is the handshake.
+    let config = HubConfig::default()
+        .engines(Some(1))
+        .shutdown_timeout(Duration::from_secs(60))
+        .topics(topics.clone());
+    let hub = Hub::new(
+        Chat {
+            topics: topics.clone(),
+        },
+        config,
+    )
+    .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handle = hub.handle();
+    let server = tokio::spawn(hub.serve(listener));
+    let (tcp, buf) = guest(addr, 0).await;
+    let (read, mut write) = tcp.into_split();
+    let own = tokio::spawn(read_room(read, buf, usize::MAX));
+    b.stall.send(Duration::from_secs(5)).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    write.write_all(&lines_bytes(5_000)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let shutdown = tokio::spawn(async move { handle.shutdown().await });
+    let own = own.await.unwrap();
+    let close = own.close.clone().expect("closed by the shutdown");
+    assert_eq!(close[..2], 1001u16.to_be_bytes());
+    assert!(own.lines < 5_000, "slowed: {own:?}");
+    // The peer answers, behind what it sent before.
+    write.write_all(&[0x88, 0x80, 0, 0, 0, 0]).await.unwrap();
+    let _ = shutdown.await.unwrap();
+    let _ = server.await;
+    assert_eq!(b.woke.load(Ordering::SeqCst), 0, "done while B slept");
+    b.stop();
+}
