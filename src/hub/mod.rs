@@ -32,7 +32,9 @@
 //! - **Topics** (feature `topics`). [`Ws::subscribe`] and [`Ws::publish`] (or
 //!   [`HubHandle::publish`]): a publish is encoded once, queued once per
 //!   engine and written to each subscriber as a reference to the one
-//!   frame; see [`topics`](crate::topics).
+//!   frame. A connection that publishes faster than the engines deliver
+//!   stops being read, as under write backpressure, while an engine's
+//!   inbox it published to is half full; see [`topics`](crate::topics).
 //!
 //! # Connections from outside a callback
 //!

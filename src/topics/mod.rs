@@ -142,6 +142,9 @@ pub struct TopicsConfig {
     pub stream_capacity: usize,
     /// Publishes an engine may have waiting (queued for it, or taken and
     /// not yet sent) before it misses more; at least 1. Default 65 536.
+    /// Publishers that can wait are slowed at half of it (see the
+    /// [module docs](crate::topics)), as they are at half of
+    /// [`inbox_bytes`](Self::inbox_bytes).
     pub inbox_capacity: usize,
     /// Bytes of payload (and topic names) an engine may have waiting
     /// (queued for it, or taken and not yet sent) before it misses more;
@@ -505,7 +508,9 @@ impl Topics {
     ///
     /// Cancel safe. A woken task looks again: room may be taken by other
     /// publishers before it publishes, which the inbox's other half
-    /// holds.
+    /// holds. Receivers from [`subscribe`](Self::subscribe) are not
+    /// waited for: each keeps up or skips ahead ([`RecvError::Lagged`]),
+    /// so that one that stops reading holds up no publisher.
     ///
     /// ```
     /// use wavesock::topics::Topics;

@@ -29,7 +29,7 @@
 //! per waiting hub connection (kept until the inbox has room, see
 //! [`Mailbox::wait_for_room`]) and one per pending [`Room`] future.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -130,25 +130,22 @@ impl Mailbox {
 }
 
 thread_local! {
-    /// While an engine hands a connection what it read: the first inbox
-    /// its handler's publishes found pressed.
-    static READING: RefCell<Option<Pressed>> = const { RefCell::new(None) };
-}
-
-/// What [`READING`] holds for the connection being read.
-#[derive(Debug, Default)]
-struct Pressed {
-    inbox: Option<Arc<Mailbox>>,
+    /// An engine on this thread hands a connection what it read.
+    static READING: Cell<bool> = const { Cell::new(false) };
+    /// A publish meanwhile found an inbox pressed (read after every
+    /// message: a flag, apart from the inbox).
+    static PRESSED: Cell<bool> = const { Cell::new(false) };
+    /// The first inbox it found pressed.
+    static WAITS_FOR: RefCell<Option<Arc<Mailbox>>> = const { RefCell::new(None) };
 }
 
 /// A publish queued in `inbox`, which is now pressed: the connection
 /// being read, if any, is to stop reading.
 pub(crate) fn pressed(inbox: &Arc<Mailbox>) {
-    READING.with(|r| {
-        if let Some(Pressed { inbox: at @ None }) = &mut *r.borrow_mut() {
-            *at = Some(inbox.clone());
-        }
-    });
+    if READING.get() && !PRESSED.get() {
+        PRESSED.set(true);
+        WAITS_FOR.with(|w| *w.borrow_mut() = Some(inbox.clone()));
+    }
 }
 
 /// An engine hands a connection's messages to its handler: publishes
@@ -158,8 +155,9 @@ pub(crate) fn pressed(inbox: &Arc<Mailbox>) {
 pub(crate) struct Reading(());
 
 impl Reading {
+    #[inline]
     pub(crate) fn begin() -> Reading {
-        READING.with(|r| *r.borrow_mut() = Some(Pressed::default()));
+        READING.set(true);
         Reading(())
     }
 
@@ -167,18 +165,28 @@ impl Reading {
     /// pressed: the connection reads no further for now.
     #[inline]
     pub(crate) fn is_pressed(&self) -> bool {
-        READING.with(|r| matches!(&*r.borrow(), Some(Pressed { inbox: Some(_) })))
+        PRESSED.get()
     }
 
     /// The inbox the connection waits for, if any.
+    #[inline]
     pub(crate) fn end(self) -> Option<Arc<Mailbox>> {
-        READING.with(|r| r.borrow_mut().take().and_then(|p| p.inbox))
+        // Dropped here, which clears the marks.
+        if PRESSED.get() {
+            WAITS_FOR.with(|w| w.borrow_mut().take())
+        } else {
+            None
+        }
     }
 }
 
 impl Drop for Reading {
+    #[inline]
     fn drop(&mut self) {
-        READING.with(|r| r.borrow_mut().take());
+        READING.set(false);
+        if PRESSED.replace(false) {
+            WAITS_FOR.with(|w| w.borrow_mut().take());
+        }
     }
 }
 
