@@ -54,6 +54,11 @@
 //!   meet their hub's [`BackpressurePolicy`](crate::hub::BackpressurePolicy)
 //!   as slow subscribers do: closed ([`Error::PublishesMissed`]) under
 //!   `Close`, the publish skipped for them under `Drop`.
+//! - **What a burst holds**: each engine's inbox up to its bounds, each
+//!   slowed connection the rest of the read it was slowed in (at most
+//!   the hub's [`read_buffer_size`](crate::hub::HubConfig::read_buffer_size)),
+//!   and each subscriber's backlog up to
+//!   [`max_backpressure`](crate::Config::max_backpressure).
 //! - **Which subscribers can be cut**, and when: a hub connection whose
 //!   peer does not take what it is sent, past
 //!   [`max_backpressure`](crate::Config::max_backpressure) (the hub's

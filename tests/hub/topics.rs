@@ -1597,3 +1597,41 @@ fn metrics_count_topics_subscriptions_publishes_and_drops() {
         drop(c);
     });
 }
+
+/// With the `metrics` feature: a publish an engine's full inbox missed
+/// counts one `inbox_full` drop per subscriber it was for (what the
+/// metric says: deliveries dropped), while the registry's stats count it
+/// once for the engine. The publishes come from this task, at once, with
+/// the engine's runtime not running: nothing slows them.
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_count_an_inbox_full_drop_per_subscriber() {
+    use crate::support::{child, metered};
+    use wavesock::meter;
+
+    if !child::alone() {
+        return;
+    }
+    let m = metered::install();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let topics = Topics::with_config(TopicsConfig::default().inbox_capacity(1));
+        let config = HubConfig::default().engines(Some(1)).topics(topics.clone());
+        let mut server = start(config).await;
+        let mut subs = Vec::new();
+        for _ in 0..3 {
+            subs.push(server.subscriber("news").await.0);
+        }
+        // No await between them: the engine takes nothing meanwhile.
+        assert_eq!(topics.publish("news", &prepared("one")).local, 3);
+        assert_eq!(topics.publish("news", &prepared("two")).local, 0);
+        assert_eq!(topics.stats().inbox_dropped, 1);
+        assert_eq!(m.counter(meter::DROPS, &[("reason", "inbox_full")]), 3);
+        for mut ws in subs {
+            assert_eq!(next_text(&mut ws).await, "one");
+        }
+    });
+}
