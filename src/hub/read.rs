@@ -127,6 +127,8 @@ pub(crate) fn read_frames<H: Handler>(
     // inbox's mark, the connection reads no further (`held`).
     #[cfg(feature = "topics")]
     let pacing = Reading::begin();
+    // Without topics nothing holds a connection's input.
+    #[cfg_attr(not(feature = "topics"), allow(unused_mut))]
     let mut held = false;
     loop {
         let mut link = Reach {
