@@ -115,6 +115,13 @@ impl Timers {
                 continue;
             }
             slot.timer_at = None;
+            // A connection slowed for what it published has input the
+            // engine holds unread: its peer was heard, the server stopped
+            // listening, and a keepalive must not blame the peer for it.
+            #[cfg(feature = "topics")]
+            if slot.held.is_some() {
+                slot.conn.core_mut().handle_input(now);
+            }
             slot.conn.core_mut().handle_timeout(now);
             if slot.stage == Stage::Handshake && slot.conn.core().phase() == Phase::TimedOut {
                 // No answer: the request never came whole (the core's error

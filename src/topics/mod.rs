@@ -30,24 +30,35 @@
 //!   that can wait do, until it is down to a quarter:
 //!   - a hub connection whose handler publishes (by any means:
 //!     [`Ws::publish`](crate::hub::Ws::publish), the registry, a handle)
-//!     while handling a message it sent stops being read after that
-//!     message; the rest of its input waits, as under write backpressure,
-//!     and it is read again once every such inbox has room. Its own
-//!     engine and the process's others count alike.
+//!     while the engine serves what it read (`message`, `ping`, `pong`,
+//!     and a `drain` that comes meanwhile) stops being read after the
+//!     message being handled; the rest of its input waits, as under write
+//!     backpressure, and it is read again once the first such inbox is
+//!     down to a quarter (slowed again at its next publish if another is
+//!     still past half). Its own engine and the process's others count
+//!     alike. The publish that found the inbox past half is taken in full
+//!     even past [`TopicsConfig::inbox_bytes`]: an inbox below its mark
+//!     takes one message of any size from a slowed publisher. While it
+//!     waits, its keepalive counts the peer as heard (the server, not the
+//!     peer, stopped listening).
 //!   - a task waits with [`Topics::room`] or publishes with
 //!     [`Topics::publish_when_room`].
 //!
 //!   Nothing else is slowed: [`Topics::publish`] from a task, publishes
-//!   from a hub handler's `open`, `close` and `drain` callbacks, and what
-//!   the Redis link brings from other servers go in at once.
+//!   from a hub handler's `open` and `close` callbacks (and `drain`
+//!   outside a read), and what the Redis link brings from other servers
+//!   go in at once. A handler slowed is slowed between messages: one that
+//!   publishes more than half an inbox's worth while handling one message
+//!   can still overflow it.
 //! - **Bounded inboxes.** An engine more than
 //!   [`TopicsConfig::inbox_capacity`] publishes (or
 //!   [`TopicsConfig::inbox_bytes`]) behind misses publishes rather than
 //!   queue without limit: what it has taken and not yet sent counts as
 //!   much as what waits for it. Only what is not slowed can fill an inbox
 //!   that far (publishes from other servers, tasks publishing without
-//!   waiting for room, or more connections publishing at once than half
-//!   an inbox holds). Missed publishes are counted in
+//!   waiting for room, a handler publishing half an inbox's worth for one
+//!   message, or more connections publishing at once than half an inbox
+//!   holds). Missed publishes are counted in
 //!   [`TopicsStats::inbox_dropped`] (once per engine) and in the
 //!   `wavesock_topic_drops_total{reason="inbox_full"}` metric (once per
 //!   subscriber that missed it), and the subscribers that missed them
@@ -289,12 +300,9 @@ struct Waiting {
     /// from before that place meet their hub's policy; one that came
     /// after it missed nothing. One entry a topic.
     missed: Vec<(Arc<str>, u64)>,
-    /// Publishers waiting for room (see `pace`), and how many times such
-    /// waiters were woken (a registration's epoch).
+    /// Publishers waiting for room (see `pace`), by name.
     #[cfg(feature = "hub")]
-    room: Vec<Waker>,
-    #[cfg(feature = "hub")]
-    epoch: u64,
+    room: HashMap<u64, Waker>,
     /// The engine is gone: no publisher waits for it.
     #[cfg(feature = "hub")]
     closed: bool,
@@ -540,7 +548,7 @@ impl Topics {
     #[cfg(feature = "hub")]
     pub async fn publish_when_room(&self, topic: &str, msg: &PreparedMessage) -> Published {
         self.room(topic).await;
-        self.publish(topic, msg)
+        pace::after_room(|| self.publish(topic, msg))
     }
 
     /// The inboxes of the engines holding `topic`'s subscribers.
@@ -602,13 +610,22 @@ impl Topics {
             return 0;
         };
         let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "hub")]
+        let paced = pace::paced();
         for (inbox, count) in &entry.engines {
             let mut waiting = inbox.items.lock().unwrap_or_else(PoisonError::into_inner);
             // An engine that is this far behind misses the publish (the
             // first always fits, however large).
             let behind = waiting.items.len() + waiting.taken;
-            let full = behind >= config.inbox_capacity
+            #[cfg_attr(not(feature = "hub"), allow(unused_mut))]
+            let mut full = behind >= config.inbox_capacity
                 || (behind > 0 && waiting.bytes + size > config.inbox_bytes);
+            // A paced publisher is slowed after this publish: below the
+            // mark, the inbox takes it whatever its size.
+            #[cfg(feature = "hub")]
+            if full && paced && !waiting.pressed(inbox.bounds) {
+                full = false;
+            }
             let except = except.filter(|&(id, _)| id == inbox.id);
             // Subscribers here it is for (the publisher is not).
             let here = count

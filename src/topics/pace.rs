@@ -25,14 +25,15 @@
 //! handler is handling) and what cannot be slowed (publishes through the
 //! Redis link, immediate publishes from tasks).
 //!
-//! Waiting publishers are wakers in the inbox, under its lock: at most one
-//! per waiting hub connection (kept until the inbox has room, see
-//! [`Mailbox::wait_for_room`]) and one per pending [`Room`] future.
+//! Waiting publishers are wakers in the inbox, under its lock, each under
+//! a name of its own: one per waiting hub connection and one per pending
+//! [`Room`] future, taken out when they are woken or stop waiting.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 
 use crate::topics::{Mailbox, Topics, Waiting};
@@ -70,62 +71,67 @@ impl Waiting {
         if self.room.is_empty() || !self.has_room(bounds) {
             return Vec::new();
         }
-        self.epoch = self.epoch.wrapping_add(1);
-        std::mem::take(&mut self.room)
+        self.room.drain().map(|(_, w)| w).collect()
     }
 }
 
-impl Mailbox {
-    /// A publisher waits for room in this inbox: `None` if it has room
-    /// already, else the registration's epoch, which
-    /// [`still_full`](Self::still_full) checks so that a publisher served
-    /// again for another reason does not register twice.
-    pub(crate) fn wait_for_room(&self, waker: &Waker) -> Option<u64> {
-        let mut waiting = self.lock();
-        if waiting.has_room(self.bounds) {
-            return None;
-        }
-        waiting.room.push(waker.clone());
-        Some(waiting.epoch)
-    }
+/// Names a waiter in the inboxes it waits in: registering again replaces
+/// its waker, and it takes its waker out when it stops waiting.
+fn next_waiter() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
 
-    /// Whether a publisher registered at `epoch` still waits: false once
-    /// the inbox has room; registers again if the registration was woken
-    /// (and the inbox filled again since).
-    pub(crate) fn still_full(&self, epoch: &mut u64, waker: &Waker) -> bool {
+impl Mailbox {
+    /// Waiter `id` waits for room in this inbox unless it has some:
+    /// whether it waits.
+    fn wait_for_room(&self, id: u64, waker: &Waker) -> bool {
         let mut waiting = self.lock();
         if waiting.has_room(self.bounds) {
+            waiting.room.remove(&id);
             return false;
         }
-        if waiting.epoch != *epoch {
-            waiting.room.push(waker.clone());
-            *epoch = waiting.epoch;
-        }
+        register(&mut waiting, id, waker);
         true
     }
 
-    /// Registers `waker` if the inbox is pressed; whether it was.
-    fn wait_if_pressed(&self, waker: &Waker) -> bool {
+    /// Waiter `id` waits if the inbox is pressed: whether it does.
+    fn wait_if_pressed(&self, id: u64, waker: &Waker) -> bool {
         let mut waiting = self.lock();
         if !waiting.pressed(self.bounds) {
+            waiting.room.remove(&id);
             return false;
         }
-        if !waiting.room.iter().any(|w| w.will_wake(waker)) {
-            waiting.room.push(waker.clone());
-        }
+        register(&mut waiting, id, waker);
         true
+    }
+
+    /// Waiter `id` waits no more.
+    fn forget(&self, id: u64) {
+        let gone = self.lock().room.remove(&id);
+        // Dropped with the lock let go: a waker's drop is code of its own.
+        drop(gone);
     }
 
     /// The engine is gone: nobody will take what waits, so nobody waits
     /// for it.
     pub(crate) fn close(&self) {
-        let woken = {
+        let woken: Vec<Waker> = {
             let mut waiting = self.lock();
             waiting.closed = true;
-            waiting.epoch = waiting.epoch.wrapping_add(1);
-            std::mem::take(&mut waiting.room)
+            waiting.room.drain().map(|(_, w)| w).collect()
         };
         woken.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// Registers (or refreshes) waiter `id`'s waker: one entry a waiter.
+fn register(waiting: &mut Waiting, id: u64, waker: &Waker) {
+    match waiting.room.get_mut(&id) {
+        Some(w) => w.clone_from(waker),
+        None => {
+            waiting.room.insert(id, waker.clone());
+        }
     }
 }
 
@@ -137,6 +143,35 @@ thread_local! {
     static PRESSED: Cell<bool> = const { Cell::new(false) };
     /// The first inbox it found pressed.
     static WAITS_FOR: RefCell<Option<Arc<Mailbox>>> = const { RefCell::new(None) };
+}
+
+thread_local! {
+    /// A task publishes after waiting for room (`publish_when_room`).
+    static WAITED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the publish being queued is paced: from a hub connection being
+/// read, or a task that waited for room. Such a publish is slowed after
+/// it, so an inbox that is not pressed takes it whatever its size (the
+/// bytes bound's slack above the mark holds it, or the connection's one
+/// message past the bound): a subscriber never misses what a paced
+/// publisher sends into an inbox below its mark.
+#[inline]
+pub(crate) fn paced() -> bool {
+    READING.get() || WAITED.get()
+}
+
+/// [`paced`] for a task's publish after it waited for room.
+pub(crate) fn after_room<T>(publish: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            WAITED.set(false);
+        }
+    }
+    WAITED.set(true);
+    let _reset = Reset;
+    publish()
 }
 
 /// A publish queued in `inbox`, which is now pressed: the connection
@@ -195,34 +230,52 @@ impl Drop for Reading {
 #[derive(Debug)]
 pub(crate) struct Held {
     inbox: Arc<Mailbox>,
-    epoch: u64,
+    id: u64,
 }
 
 impl Held {
     /// Waits for room in `inbox` (`None`: it has room already).
     pub(crate) fn wait(inbox: Arc<Mailbox>, waker: &Waker) -> Option<Box<Held>> {
-        let epoch = inbox.wait_for_room(waker)?;
-        Some(Box::new(Held { inbox, epoch }))
+        let id = next_waiter();
+        inbox
+            .wait_for_room(id, waker)
+            .then(|| Box::new(Held { inbox, id }))
     }
 
-    /// Whether the connection still waits (registered again if need be).
+    /// Whether the connection still waits (registered again if it was
+    /// woken and the inbox filled again meanwhile).
     pub(crate) fn still_full(&mut self, waker: &Waker) -> bool {
-        self.inbox.still_full(&mut self.epoch, waker)
+        self.inbox.wait_for_room(self.id, waker)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.inbox.forget(self.id);
     }
 }
 
 /// Resolves once no engine inbox holding `topic`'s subscribers is pressed:
-/// from [`Topics::room`].
+/// from [`Topics::room`]. Dropped before that, it leaves nothing behind
+/// in the inboxes it waited in.
 #[derive(Debug)]
 #[must_use = "a future does nothing unless polled"]
 pub struct Room<'a> {
     topics: &'a Topics,
     topic: &'a str,
+    id: u64,
+    /// The inboxes it waits in.
+    waits_in: Vec<Arc<Mailbox>>,
 }
 
 impl<'a> Room<'a> {
     pub(crate) fn new(topics: &'a Topics, topic: &'a str) -> Self {
-        Room { topics, topic }
+        Room {
+            topics,
+            topic,
+            id: next_waiter(),
+            waits_in: Vec::new(),
+        }
     }
 }
 
@@ -230,17 +283,35 @@ impl Future for Room<'_> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let inboxes = self.topics.inboxes(self.topic);
-        // Registered in each pressed one: woken when the first has room,
-        // this looks at them all again.
+        let this = self.get_mut();
+        let inboxes = this.topics.inboxes(this.topic);
+        // Registered in each pressed one: woken when one has room, this
+        // looks at them all again.
         let mut pressed = false;
         for inbox in &inboxes {
-            pressed |= inbox.wait_if_pressed(cx.waker());
+            if inbox.wait_if_pressed(this.id, cx.waker()) {
+                pressed = true;
+                if !this.waits_in.iter().any(|i| Arc::ptr_eq(i, inbox)) {
+                    this.waits_in.push(inbox.clone());
+                }
+            }
         }
         if pressed {
             Poll::Pending
         } else {
+            // Nothing left registered (each look took it out).
+            for inbox in this.waits_in.drain(..) {
+                inbox.forget(this.id);
+            }
             Poll::Ready(())
+        }
+    }
+}
+
+impl Drop for Room<'_> {
+    fn drop(&mut self) {
+        for inbox in self.waits_in.drain(..) {
+            inbox.forget(self.id);
         }
     }
 }
@@ -302,17 +373,14 @@ mod tests {
         let waiting = reading.end().expect("the inbox it waits for");
         assert!(Arc::ptr_eq(&waiting, &inbox));
         let (count, waker) = counting();
-        let mut epoch = inbox.wait_for_room(&waker).expect("no room yet");
+        let mut held = Held::wait(inbox.clone(), &waker).expect("no room yet");
         send(&inbox, 1);
-        assert!(
-            inbox.still_full(&mut epoch, &waker),
-            "3 of 8 is above a quarter"
-        );
+        assert!(held.still_full(&waker), "3 of 8 is above a quarter");
         assert_eq!(count.0.load(Ordering::SeqCst), 0);
         send(&inbox, 1);
         assert_eq!(count.0.load(Ordering::SeqCst), 1, "2 of 8: woken");
-        assert!(!inbox.still_full(&mut epoch, &waker));
-        assert!(inbox.wait_for_room(&waker).is_none(), "room now");
+        assert!(!held.still_full(&waker));
+        assert!(Held::wait(inbox.clone(), &waker).is_none(), "room now");
     }
 
     #[test]
@@ -328,7 +396,7 @@ mod tests {
         assert!(reading.is_pressed(), "10 of 16 bytes");
         drop(reading);
         let (count, waker) = counting();
-        assert!(inbox.wait_for_room(&waker).is_some());
+        let _held = Held::wait(inbox.clone(), &waker).expect("pressed");
         send(&inbox, 2);
         assert_eq!(
             count.0.load(Ordering::SeqCst),
@@ -398,6 +466,57 @@ mod tests {
         send(&inbox, 4);
         assert_eq!(count.0.load(Ordering::SeqCst), 2);
         assert!(!held.still_full(&waker));
+        // A connection that ends while it waits takes its waker along.
+        for i in 0..4 {
+            topics.publish("t", &prepared(&i.to_string()));
+        }
+        let held = Held::wait(inbox.clone(), &waker).unwrap();
+        assert_eq!(inbox.lock().room.len(), 1);
+        drop(held);
+        assert!(inbox.lock().room.is_empty());
+    }
+
+    #[test]
+    fn a_dropped_room_future_leaves_nothing_behind() {
+        let (topics, inbox) = one_engine(TopicsConfig::default().inbox_capacity(4));
+        for i in 0..2 {
+            topics.publish("t", &prepared(&i.to_string()));
+        }
+        for _ in 0..100 {
+            let mut room = tokio_test::task::spawn(topics.room("t"));
+            assert!(room.poll().is_pending());
+            assert!(room.poll().is_pending(), "polled again: one entry still");
+            assert_eq!(inbox.lock().room.len(), 1);
+        }
+        assert!(inbox.lock().room.is_empty(), "each took its waker along");
+    }
+
+    #[test]
+    fn a_paced_publish_below_the_mark_fits_whatever_its_size() {
+        // 16 bytes: a publish of 6 (and its topic) leaves the inbox below
+        // its mark; one of 12 more would pass the bound.
+        let (topics, _inbox) = one_engine(TopicsConfig::default().inbox_bytes(16));
+        topics.publish("t", &prepared("aaaaaa"));
+        let big = prepared("bbbbbbbbbbbb");
+        assert_eq!(topics.publish("t", &big).local, 0, "not paced: missed");
+        assert_eq!(topics.stats().inbox_dropped, 1);
+        let reading = Reading::begin();
+        assert_eq!(topics.publish("t", &big).local, 1, "paced: taken");
+        assert!(reading.is_pressed(), "and slowed after it");
+        // Pressed now: even a paced one misses past the bound.
+        assert_eq!(topics.publish("t", &big).local, 0);
+        drop(reading);
+        assert_eq!(topics.stats().inbox_dropped, 2);
+    }
+
+    #[tokio::test]
+    async fn a_task_that_waited_for_room_is_paced_too() {
+        let (topics, _inbox) = one_engine(TopicsConfig::default().inbox_bytes(16));
+        topics.publish("t", &prepared("aaaaaa"));
+        let big = prepared("bbbbbbbbbbbb");
+        assert_eq!(topics.publish_when_room("t", &big).await.local, 1);
+        assert_eq!(topics.stats().inbox_dropped, 0);
+        assert!(!paced(), "only for that publish");
     }
 
     #[test]
@@ -413,7 +532,7 @@ mod tests {
             "woken when its engine went"
         );
         assert!(!held.still_full(&waker));
-        assert!(inbox.wait_for_room(&waker).is_none());
+        assert!(Held::wait(inbox.clone(), &waker).is_none());
     }
 
     #[tokio::test]
