@@ -9,6 +9,7 @@ use http::{Method, StatusCode, Version};
 
 use crate::handshake::HandshakeError;
 use crate::handshake::extensions::negotiate;
+use crate::handshake::host::is_valid_host;
 use crate::handshake::{derive_accept_key, is_valid_key};
 use crate::proto::deflate::{DeflateConfig, DeflateParams};
 
@@ -74,7 +75,8 @@ pub struct Accepting {
 impl Accepting {
     /// Checks an HTTP/1.1 upgrade request (RFC 6455 §4.2.1): `GET`,
     /// HTTP/1.1 or later, `Host`, `Upgrade: websocket`, `Connection:
-    /// Upgrade`, `Sec-WebSocket-Version: 13` and one valid key. What a
+    /// Upgrade`, `Sec-WebSocket-Version: 13` and one valid key. `Host` is
+    /// one field holding a host and an optional port (RFC 9112 §3.2). What a
     /// server that reads HTTP/1.1 itself accepts.
     pub fn http1<B>(req: &http::Request<B>) -> Result<Self, HandshakeError> {
         Ok(Accepting::owing(accept_response(&check_request(req)?)))
@@ -185,12 +187,7 @@ pub fn check_request<B>(req: &http::Request<B>) -> Result<String, HandshakeError
         ));
     }
     let h = req.headers();
-    if !h.contains_key(header::HOST) {
-        return Err(HandshakeError::BadHeader {
-            name: "Host",
-            reason: "missing",
-        });
-    }
+    check_host(h)?;
     crate::handshake::check_upgrade_headers(h)?;
     check_version(h)?;
     let mut keys = h.get_all(header::SEC_WEBSOCKET_KEY).iter();
@@ -268,6 +265,25 @@ pub fn check_extended_connect<B>(
     check_version(req.headers())
 }
 
+/// One `Host` field, a valid `uri-host [ ":" port ]` (RFC 9112 §3.2: a
+/// server answers 400 to a request without one, with more than one, or
+/// with an invalid one). Two fields leave the request's authority to
+/// whichever one a proxy or the application reads; an invalid one is not
+/// an authority at all.
+fn check_host(h: &HeaderMap) -> Result<(), HandshakeError> {
+    let mut hosts = h.get_all(header::HOST).iter();
+    let reason = match (hosts.next(), hosts.next()) {
+        (Some(host), None) if is_valid_host(host.as_bytes()) => return Ok(()),
+        (None, _) => "missing",
+        (Some(_), Some(_)) => "must be one field",
+        (Some(_), None) => "must be a host and an optional port",
+    };
+    Err(HandshakeError::BadHeader {
+        name: "Host",
+        reason,
+    })
+}
+
 /// `Sec-WebSocket-Version: 13`, once. Another version, or none, is owed
 /// `426` naming 13 (RFC 6455 §4.2.2); two fields are a malformed request,
 /// as two keys are: read as the first alone, `13` and `8` would pass.
@@ -330,6 +346,38 @@ mod tests {
             .header("sec-websocket-version", protocol_version)
             .body(())
             .unwrap()
+    }
+
+    fn with_hosts(hosts: &[&str]) -> http::Request<()> {
+        let mut req = upgrade(&[]);
+        req.headers_mut().remove("host");
+        for h in hosts {
+            let value = HeaderValue::from_bytes(h.as_bytes()).unwrap();
+            req.headers_mut().append(header::HOST, value);
+        }
+        req
+    }
+
+    #[test]
+    fn the_host_field_is_one_valid_host_and_port() {
+        for hosts in [&["example.com"][..], &["[::1]:80"], &["10.0.0.1:9001"]] {
+            assert!(Accepting::http1(&with_hosts(hosts)).is_ok(), "{hosts:?}");
+        }
+        for (hosts, why) in [
+            (&[][..], "missing"),
+            (&["example.com", "example.com"], "must be one field"),
+            (&["example.com", "evil.example"], "must be one field"),
+            (&[""], "must be a host and an optional port"),
+            (&["a b"], "must be a host and an optional port"),
+            (&["example.com:http"], "must be a host and an optional port"),
+        ] {
+            let err = Accepting::http1(&with_hosts(hosts)).unwrap_err();
+            assert!(
+                matches!(err, HandshakeError::BadHeader { name: "Host", reason } if reason == why),
+                "{hosts:?}: {err:?}"
+            );
+            assert_eq!(err.status(), Some(StatusCode::BAD_REQUEST), "{hosts:?}");
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@ mod accepting;
 pub mod client;
 mod error;
 pub mod extensions;
+mod host;
 pub mod server;
 
 pub use error::HandshakeError;

@@ -2472,3 +2472,54 @@ fn metrics_take_back_the_budget_a_hub_ends_with() {
     });
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// The `Host` cases of tests/support/hosts.rs on every engine, the hub on
+/// either poller and behind faults among them: one field holding a host
+/// and an optional port gets 101, anything else 400, with the same answer
+/// everywhere. (Issue 68: two fields, an empty one and `Host: a b` got
+/// 101.)
+#[tokio::test]
+async fn the_host_field_is_checked_alike_on_every_engine() {
+    use crate::support::hosts::{HOST_CASES, upgrade_with_hosts};
+    let mut first: Option<(Case, Vec<String>)> = None;
+    for engine in ENGINES {
+        let server = start(engine, Config::default()).await;
+        let mut answers = Vec::new();
+        for (name, hosts, status) in HOST_CASES {
+            let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+            tcp.write_all(&upgrade_with_hosts(hosts)).await.unwrap();
+            let answer = if *status == 101 {
+                // The connection stays open: read the head alone.
+                let mut head = Vec::new();
+                while !head.ends_with(b"\r\n\r\n") {
+                    let mut byte = [0];
+                    within(5, tcp.read_exact(&mut byte)).await.expect("a head");
+                    head.push(byte[0]);
+                }
+                head
+            } else {
+                let mut all = Vec::new();
+                within(5, tcp.read_to_end(&mut all))
+                    .await
+                    .expect("a refusal ends the connection");
+                all
+            };
+            let answer = String::from_utf8_lossy(&answer).into_owned();
+            let first_line = answer.lines().next().unwrap_or("");
+            assert!(
+                first_line.starts_with(&format!("HTTP/1.1 {status} ")),
+                "{engine:?} {name}: {answer}"
+            );
+            // The date is the only part that may differ.
+            let answer: Vec<_> = answer
+                .split("\r\n")
+                .filter(|l| !l.to_ascii_lowercase().starts_with("date:"))
+                .collect();
+            answers.push(format!("{name}: {}", answer.join("|")));
+        }
+        match &first {
+            None => first = Some((engine, answers)),
+            Some((e, before)) => assert_eq!(&answers, before, "{engine:?} against {e:?}"),
+        }
+    }
+}

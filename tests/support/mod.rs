@@ -8,6 +8,7 @@
 pub mod child;
 pub mod counting;
 pub mod faulty;
+pub mod hosts;
 pub mod hub;
 pub mod interleave;
 #[cfg(feature = "metrics")]
