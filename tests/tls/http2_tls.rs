@@ -58,13 +58,12 @@ async fn handle(mut req: Request<Incoming>, seen: Arc<Seen>) -> Result<Response<
 /// A TLS server offering `alpn` and, on HTTP/2, RFC 8441 if `rfc8441`.
 async fn server(alpn: &[&str], rfc8441: bool) -> (SocketAddr, CertificateDer<'static>, Arc<Seen>) {
     let (cert, key) = self_signed(&["localhost"]);
-    let mut config =
-        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.clone()], key)
-            .unwrap();
+    let mut config = ServerConfig::builder_with_provider(crate::support::proxy::tls::ring())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], key)
+        .unwrap();
     config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
     let acceptor = TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -107,7 +107,7 @@ fn run_child_trusting(child: &str, store: &str) {
 async fn server(dir: &Path, leaf: &str) -> u16 {
     let chain = vec![CertificateDer::from_pem_file(dir.join(format!("{leaf}.pem"))).unwrap()];
     let key = PrivateKeyDer::from_pem_file(dir.join(format!("{leaf}.key"))).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = crate::support::proxy::tls::ring();
     let config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
@@ -470,9 +470,8 @@ mod provider {
     #[ignore = "run by an_installed_provider_comes_first"]
     async fn child_with_a_provider_installed() {
         // *ring*, which the features would choose last (or not at all).
-        wavesock::rustls::crypto::ring::default_provider()
-            .install_default()
-            .unwrap();
+        let ring = Arc::unwrap_or_clone(crate::support::proxy::tls::ring());
+        ring.install_default().unwrap();
         let installed = CryptoProvider::get_default().unwrap();
         let chosen = wavesock::tls::crypto_provider().unwrap();
         assert!(Arc::ptr_eq(installed, &chosen));
