@@ -202,9 +202,10 @@ pub enum Step {
     /// engine takes it ([`Receiver::set_flush_then_read`]): one step fewer
     /// per message answered.
     FlushRead(Plan),
-    /// Hand what is queued (the answer to the peer's close) to the
-    /// transport now, without waiting for it, then step with
-    /// [`Input::Start`]: the application may never poll again.
+    /// Hand what is queued (the answer to the peer's close, or with
+    /// [`Receiver::set_pong_before_ping`] a ping's pong) to the transport
+    /// now, without waiting for it, then step with [`Input::Start`]: the
+    /// application may never poll again.
     WriteNow,
     /// Wait for `0` bytes of memory budget
     /// ([`Inbox::wait_for_budget`](crate::inbox::Inbox::wait_for_budget)
@@ -374,6 +375,9 @@ pub struct Receiver {
     /// [`step`](Self::step) may ask for [`Step::FlushRead`]
     /// ([`set_flush_then_read`](Self::set_flush_then_read)).
     flush_then_read: bool,
+    /// A ping's pong goes to the transport before the ping is handed out
+    /// ([`set_pong_before_ping`](Self::set_pong_before_ping)).
+    pong_before_ping: bool,
 }
 
 impl Receiver {
@@ -401,6 +405,7 @@ impl Receiver {
             engine_timers: false,
             flush_read: false,
             flush_then_read: false,
+            pong_before_ping: false,
         }
     }
 
@@ -410,6 +415,18 @@ impl Receiver {
     /// answered). [`step_in`](Self::step_in) always does.
     pub fn set_flush_then_read(&mut self, on: bool) {
         self.flush_then_read = on;
+    }
+
+    /// A ping handed out is preceded by [`Step::WriteNow`], which hands its
+    /// pong (with anything queued before it) to the transport, as the
+    /// echo of the peer's close is: an application that stops polling
+    /// once it has the ping, and drops the connection, has still
+    /// answered it. For an engine whose application owns the connection
+    /// (a Stream); one that writes every reply after the read that
+    /// brought it (a hub) leaves it off and keeps one write for a burst of
+    /// pings. The cap on owed pongs is the connection's either way.
+    pub fn set_pong_before_ping(&mut self, on: bool) {
+        self.pong_before_ping = on;
     }
 
     /// The engine serves the connection's deadlines itself: it calls

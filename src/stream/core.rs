@@ -254,17 +254,18 @@ impl Core {
         r
     }
 
-    /// The peer's close frame has just been fed: hands what is queued (our
-    /// echo, after anything queued before it) to the transport in the poll
-    /// that yields that frame, so that a user who stops polling there has
-    /// still answered. The first step of
-    /// [`poll_finish_writes`](Self::poll_finish_writes), taken early and
-    /// without its wait: what the transport does not take now stays
-    /// queued, for the next poll of the receiving side, `close` or a flush.
-    /// A transport error is dealt with as that step deals with it (the
-    /// queue is dropped, the peer may be gone), so the next poll ends the
-    /// connection as it would have.
-    pub(crate) fn write_close_reply<W>(&mut self, io: &mut W, cx: &mut Context<'_>)
+    /// The peer's close frame, or a ping, has just been fed: hands what is
+    /// queued (our echo or the pong, after anything queued before it) to
+    /// the transport in the poll that yields that frame, so that a user
+    /// who stops polling there, or drops the stream, has still answered.
+    /// The first step of [`poll_finish_writes`](Self::poll_finish_writes),
+    /// taken early and without its wait: what the transport does not take
+    /// now stays queued, for the next poll of the receiving side, `close`
+    /// or a flush, and the frame is handed out all the same (a peer that
+    /// reads nothing never holds up `next()`). A transport error is dealt
+    /// with as that step deals with it (the queue is dropped, the peer may
+    /// be gone), so the next poll ends the connection as it would have.
+    pub(crate) fn write_now<W>(&mut self, io: &mut W, cx: &mut Context<'_>)
     where
         W: AsyncWrite + Unpin,
     {

@@ -187,6 +187,9 @@ impl ReadState {
         let inbox = Inbox::new(crate::codec::decoder(role, config), read_buf);
         let mut rx = Receiver::new(inbox, true);
         rx.set_flush_then_read(true);
+        // A program may drop the Stream as soon as it has the ping: its
+        // pong is written first, as the close's echo is.
+        rx.set_pong_before_ping(true);
         ReadState {
             pieces: meter::Pieces::default(),
             rx,
@@ -329,7 +332,7 @@ impl ReadState {
                     Poll::Pending => Input::FlushBlocked,
                 },
                 Step::WriteNow => {
-                    link.with_core(|c, io| c.write_close_reply(io, cx));
+                    link.with_core(|c, io| c.write_now(io, cx));
                     Input::Start
                 }
                 Step::WaitForBudget(wanted) => {

@@ -287,3 +287,139 @@ async fn a_server_ignores_mask_keys() {
     peer.read_exact(&mut frame).await.unwrap();
     assert_eq!(frame, [0x81, 0x01, b'x']);
 }
+
+/// The client's ping "hi", masked with a key of zeros.
+const CLIENT_PING: &[u8] = &[0x89, 0x82, 0, 0, 0, 0, b'h', b'i'];
+/// The server's pong to it.
+const SERVER_PONG: &[u8] = &[0x8a, 0x02, b'h', b'i'];
+
+/// A single poll yields the ping and has written its pong, as it writes a
+/// close's echo: a program that drops the stream right after `next()`
+/// returns the ping has still answered it (the mock checks on drop that
+/// every scripted byte was written). (Issue 68: the pong waited for the
+/// next poll, and such a program never answered.)
+#[tokio::test]
+async fn a_server_writes_the_pong_in_the_poll_that_yields_the_ping() {
+    let io = Builder::new().read(CLIENT_PING).write(SERVER_PONG).build();
+    let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default()).unwrap();
+    assert_eq!(
+        poll_once(&mut ws).await,
+        Poll::Ready(Some(Message::Ping(Bytes::from_static(b"hi"))))
+    );
+    drop(ws);
+}
+
+/// The same for a client, whose pong is masked (key 37 fa 21 3d).
+#[tokio::test]
+async fn a_client_writes_the_pong_in_the_poll_that_yields_the_ping() {
+    let config = Config::default().mask_keys(MaskKeys::CountingForTesting(0x37fa_213d));
+    let io = Builder::new()
+        .read(SERVER_PONG_AS_PING)
+        .write(&[0x8a, 0x82, 0x37, 0xfa, 0x21, 0x3d, b'h' ^ 0x37, b'i' ^ 0xfa])
+        .build();
+    let mut ws = WebSocketStream::from_raw_socket(io, Role::Client, config).unwrap();
+    assert_eq!(
+        poll_once(&mut ws).await,
+        Poll::Ready(Some(Message::Ping(Bytes::from_static(b"hi"))))
+    );
+    drop(ws);
+}
+/// The server's ping "hi" (unmasked).
+const SERVER_PONG_AS_PING: &[u8] = &[0x89, 0x02, b'h', b'i'];
+
+/// A ping and a text message in one read: the pong is written before the
+/// ping is yielded, the text comes next.
+#[tokio::test]
+async fn a_pong_goes_out_before_the_ping_read_with_a_message() {
+    let text = [0x81, 0x81, 0, 0, 0, 0, b'x'];
+    let io = Builder::new()
+        .read(&[CLIENT_PING, &text[..]].concat())
+        .write(SERVER_PONG)
+        .build();
+    let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default()).unwrap();
+    assert_eq!(
+        poll_once(&mut ws).await,
+        Poll::Ready(Some(Message::Ping(Bytes::from_static(b"hi"))))
+    );
+    assert_eq!(
+        poll_once(&mut ws).await,
+        Poll::Ready(Some(Message::text("x")))
+    );
+    drop(ws);
+}
+
+/// A transport that cannot take the pong when the ping is yielded does not
+/// hold `next()` up: the ping is yielded, the pong stays queued and a flush
+/// writes it.
+#[tokio::test]
+async fn a_pong_the_transport_could_not_take_goes_out_with_a_flush() {
+    let io = Builder::new()
+        .read(CLIENT_PING)
+        .wait(Duration::from_millis(20))
+        .write(SERVER_PONG)
+        .build();
+    let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default()).unwrap();
+    assert_eq!(
+        poll_once(&mut ws).await,
+        Poll::Ready(Some(Message::Ping(Bytes::from_static(b"hi"))))
+    );
+    ws.flush().await.unwrap();
+    drop(ws);
+}
+
+/// The split receiver writes the pong in the poll that yields the ping too.
+#[tokio::test]
+async fn a_split_receiver_writes_the_pong_in_the_poll_that_yields_the_ping() {
+    let io = Builder::new().read(CLIENT_PING).write(SERVER_PONG).build();
+    let ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default()).unwrap();
+    let (tx, mut rx) = ws.split();
+    let first = poll_fn(|cx| Poll::Ready(rx.poll_next_unpin(cx))).await;
+    assert!(
+        matches!(&first, Poll::Ready(Some(Ok(Message::Ping(p)))) if p.as_ref() == b"hi"),
+        "{first:?}"
+    );
+    drop((tx, rx));
+}
+
+/// Over loopback: a server that drops its Stream (split or not) as soon as
+/// `next()` returns the ping has answered it; the client reads the pong
+/// before the end of the connection.
+#[tokio::test]
+async fn a_server_that_drops_the_stream_on_a_ping_has_answered_it() {
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::{TcpListener, TcpStream};
+    for split in [false, true] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let ws = wavesock::accept_async(tcp).await.unwrap();
+            let msg = if split {
+                let (_tx, mut rx) = ws.split();
+                rx.next().await
+            } else {
+                let mut ws = ws;
+                ws.next().await
+            };
+            assert!(matches!(msg, Some(Ok(Message::Ping(_)))), "{msg:?}");
+            // Dropped here, without another poll or a flush.
+        });
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(
+            b"GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+              Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        tcp.write_all(CLIENT_PING).await.unwrap();
+        server.await.unwrap();
+        let mut all = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut all))
+            .await
+            .expect("the server ends the connection")
+            .unwrap();
+        let head_end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert!(all.starts_with(b"HTTP/1.1 101"), "split={split}");
+        assert_eq!(&all[head_end..], SERVER_PONG, "split={split}");
+    }
+}

@@ -294,6 +294,18 @@ impl Receiver {
                             return self.out::<O, SCRATCH>(link, scratch, step);
                         }
                         Ok(_) if self.is_quiet(link, &msg) => continue,
+                        Ok(_)
+                            if self.pong_before_ping
+                                && matches!(msg, Message::Ping(_))
+                                && link.has_writes() =>
+                        {
+                            // Its pong goes out as a close's echo does,
+                            // before the ping is handed out: the
+                            // application may drop the connection on it.
+                            self.pending = Some(Ok(msg));
+                            let step = Step::WriteNow;
+                            return self.out::<O, SCRATCH>(link, scratch, step);
+                        }
                         Ok(_) => {
                             let step = Step::Message(msg);
                             return self.out::<O, SCRATCH>(link, scratch, step);
