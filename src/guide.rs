@@ -219,7 +219,8 @@
 //!   queued or a write call is made, never while waiting for the network,
 //!   so neither half blocks the other for longer than that.
 //! - Pongs and the reply to the peer's close frame are written by whichever
-//!   half is being polled. A task that only reads keeps the protocol going;
+//!   half is being polled; the receiver hands each to the transport before
+//!   it yields the `Ping` or `Close` it answers, as the unsplit stream does. A task that only reads keeps the protocol going;
 //!   **keep polling the receiver**, even if you ignore what it yields, or
 //!   pings go unanswered and the close handshake never completes.
 //! - On the sender half, finish with [`send`](crate::WebSocketSender::send)
@@ -803,6 +804,14 @@
 //! | `pong_timeout` passes after that ping with nothing heard | close | code 1011 and `"keepalive timeout"`; then the connection is dropped without waiting for an answer |
 //! | [`SinkExt::close`](futures_util::SinkExt::close) | close | code 1000, no reason |
 //! | [`WebSocketStream::close`](crate::WebSocketStream::close) | close | the frame you give; `None` sends a close with no payload |
+//!
+//! When the pong goes out: a Stream (split or not) hands it to the
+//! transport in the poll that yields the [`Message::Ping`](crate::Message::Ping),
+//! before `next()` returns it, as it does the echo of a close; a hub writes
+//! it with the other replies of the read that brought the ping, after the
+//! read's callbacks and before the engine waits again (several pings in
+//! one read, one write). At most 16 pongs are owed at once on either; past
+//! that the newest ping is answered.
 //!
 //! After our close frame nothing else is sent, pongs included. A server
 //! ends the TCP connection once the closing handshake is done; a client

@@ -176,8 +176,12 @@ fn request_to_connect<R: IntoClientRequest>(request: R) -> Result<Request<()>> {
 ///
 /// `request` is a URL or an [`http::Request`] (see [`IntoClientRequest`]);
 /// with a bare path (`/chat`) give a `Host` header. The URL's scheme is not
-/// acted on: the stream is yours. Bytes the server sent right after its
-/// response are kept and decoded as frames.
+/// acted on: the stream is yours. The request is completed by the rules of
+/// [`prepare_request`](crate::handshake::client::prepare_request):
+/// handshake headers you set by hand may stay (`Upgrade`, `Connection`
+/// and `Sec-WebSocket-Version` are set again, a `Host` and a valid
+/// `Sec-WebSocket-Key` are kept, a malformed key is an error). Bytes the
+/// server sent right after its response are kept and decoded as frames.
 ///
 /// ```no_run
 /// # async fn run() -> wavesock::Result<()> {

@@ -55,7 +55,10 @@ pub trait Handler: Clone + Send + 'static {
         let _ = ws;
     }
 
-    /// A ping arrived (its pong is sent for you).
+    /// A ping arrived. Its pong is sent for you, with the other replies
+    /// of this read once its callbacks are done (a Stream writes it
+    /// before `next()` yields the ping instead: see the guide's
+    /// [frames wavesock sends on its own](crate::guide#the-frames-wavesock-sends-on-its-own)).
     fn ping(&mut self, ws: &mut Ws<'_, Self::Data>, payload: &[u8]) {
         let _ = (ws, payload);
     }
