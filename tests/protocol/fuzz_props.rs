@@ -515,9 +515,9 @@ impl RawRequest {
         if self.version != "HTTP/1.1" {
             return Err(400);
         }
-        if self.values("Host").is_empty()
-            || !self.lists("Upgrade", "websocket")
-            || !self.lists("Connection", "upgrade")
+        // One Host field, a host and an optional port (RFC 9112 §3.2).
+        let one_host = matches!(self.values("Host")[..], [h] if is_host(h));
+        if !one_host || !self.lists("Upgrade", "websocket") || !self.lists("Connection", "upgrade")
         {
             return Err(400);
         }
@@ -532,6 +532,46 @@ impl RawRequest {
             _ => Err(400),
         }
     }
+}
+
+/// RFC 3986's `host [ ":" port ]`, the host not empty and the port a TCP
+/// port's digits (or none after the colon): what a `Host` field holds.
+fn is_host(v: &str) -> bool {
+    let in_reg_name = |c: char| c.is_ascii_alphanumeric() || "-._~!$&'()*+,;=".contains(c);
+    let port_ok = |p: &str| {
+        p.chars().all(|c| c.is_ascii_digit()) && (p.is_empty() || p.parse::<u16>().is_ok())
+    };
+    if let Some(rest) = v.strip_prefix('[') {
+        let Some((literal, after)) = rest.split_once(']') else {
+            return false;
+        };
+        let future = literal
+            .strip_prefix(['v', 'V'])
+            .and_then(|f| f.split_once('.'))
+            .is_some_and(|(ver, tail)| {
+                !ver.is_empty()
+                    && ver.chars().all(|c| c.is_ascii_hexdigit())
+                    && !tail.is_empty()
+                    && tail.chars().all(|c| in_reg_name(c) || c == ':')
+            });
+        let literal_ok = future || literal.parse::<std::net::Ipv6Addr>().is_ok();
+        return literal_ok && (after.is_empty() || after.strip_prefix(':').is_some_and(port_ok));
+    }
+    let (host, port) = v.split_once(':').unwrap_or((v, ""));
+    // Percent-escapes: `%` and two hex digits.
+    let mut escapes_ok = true;
+    let bytes = host.as_bytes();
+    for (i, b) in bytes.iter().enumerate() {
+        if *b == b'%' {
+            escapes_ok &= bytes
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
+        }
+    }
+    !host.is_empty()
+        && escapes_ok
+        && host.chars().all(|c| in_reg_name(c) || c == '%')
+        && port_ok(port)
 }
 
 /// A base64 encoding of 16 bytes: 22 base64 digits and "==".
