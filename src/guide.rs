@@ -219,8 +219,9 @@
 //!   queued or a write call is made, never while waiting for the network,
 //!   so neither half blocks the other for longer than that.
 //! - Pongs and the reply to the peer's close frame are written by whichever
-//!   half is being polled; the receiver hands each to the transport before
-//!   it yields the `Ping` or `Close` it answers, as the unsplit stream does. A task that only reads keeps the protocol going;
+//!   half is being polled; the receiver hands them to the transport before
+//!   it yields the `Close`, or the `Ping` last read, they answer, as the
+//!   unsplit stream does. A task that only reads keeps the protocol going;
 //!   **keep polling the receiver**, even if you ignore what it yields, or
 //!   pings go unanswered and the close handshake never completes.
 //! - On the sender half, finish with [`send`](crate::WebSocketSender::send)
@@ -807,11 +808,16 @@
 //!
 //! When the pong goes out: a Stream (split or not) hands it to the
 //! transport in the poll that yields the [`Message::Ping`](crate::Message::Ping),
-//! before `next()` returns it, as it does the echo of a close; a hub writes
-//! it with the other replies of the read that brought the ping, after the
-//! read's callbacks and before the engine waits again (several pings in
-//! one read, one write). At most 16 pongs are owed at once on either; past
-//! that the newest ping is answered.
+//! before `next()` returns it, as it does the echo of a close, when the
+//! ping is the last frame read so far; the pongs to pings read together
+//! (a burst, or a ping with the frames after it) go out together, in the
+//! poll that yields the last of those pings, or with the flush before the
+//! next read. A hub writes it with the other replies of the read that
+//! brought the ping, after the read's callbacks and before the engine
+//! waits again (several pings in one read, one write). What the transport
+//! does not take at once stays queued: neither waits for a peer that does
+//! not read. At most 16 pongs are owed at once on either; past that the
+//! newest ping is answered.
 //!
 //! After our close frame nothing else is sent, pongs included. A server
 //! ends the TCP connection once the closing handshake is done; a client

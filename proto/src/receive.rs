@@ -417,11 +417,12 @@ impl Receiver {
         self.flush_then_read = on;
     }
 
-    /// A ping handed out is preceded by [`Step::WriteNow`], which hands its
-    /// pong (with anything queued before it) to the transport, as the
-    /// echo of the peer's close is: an application that stops polling
-    /// once it has the ping, and drops the connection, has still
-    /// answered it. For an engine whose application owns the connection
+    /// A ping handed out that is the last frame read so far is preceded
+    /// by [`Step::WriteNow`], which hands its pong (with anything queued
+    /// before it, the pongs to earlier pings of the same read among them)
+    /// to the transport, as the echo of the peer's close is: an
+    /// application that stops polling once it has the ping, and drops the
+    /// connection, has still answered it. For an engine whose application owns the connection
     /// (a Stream); one that writes every reply after the read that
     /// brought it (a hub) leaves it off and keeps one write for a burst of
     /// pings. The cap on owed pongs is the connection's either way.

@@ -56,14 +56,15 @@ pub use split::{WebSocketReceiver, WebSocketSender};
 ///
 /// Pings are answered (a pong with the ping's payload) and the peer's close
 /// frame echoed (its code and reason) automatically by the receiving side,
-/// even while nothing is being sent. Each answer is handed to the
-/// transport before the frame it answers is delivered, as
-/// [`Message::Ping`] or [`Message::Close`]: a program that drops the
-/// stream as soon as it has either has answered it (what the transport
-/// cannot take at once stays queued, for the next poll or flush, and never
-/// holds up `next()`; the guide's [Closing](crate::guide#closing) says what
-/// that covers). After the close, the next poll finishes the close
-/// handshake and the stream ends. A protocol
+/// even while nothing is being sent. The echo is handed to the transport
+/// before the peer's close frame is delivered as [`Message::Close`], and
+/// so is the pong before a [`Message::Ping`] that is the last frame read
+/// so far (the pongs to pings read together go out together, with the
+/// last one's): a program that drops the stream as soon as it has either
+/// has answered it. What the transport cannot take at once stays queued,
+/// for the next poll or flush, and never holds up `next()` (the guide's
+/// [Closing](crate::guide#closing) says what that covers). After the
+/// close, the next poll finishes the close handshake and the stream ends. A protocol
 /// violation by the peer is answered with a close frame carrying the right
 /// code (1002, 1007 or 1009) and a short reason naming the rule or limit
 /// before the error is returned. The guide lists [every frame sent on its

@@ -327,24 +327,23 @@ async fn a_client_writes_the_pong_in_the_poll_that_yields_the_ping() {
 /// The server's ping "hi" (unmasked).
 const SERVER_PONG_AS_PING: &[u8] = &[0x89, 0x02, b'h', b'i'];
 
-/// A ping and a text message in one read: the pong is written before the
-/// ping is yielded, the text comes next.
+/// Two pings in one read: both pongs are written by the poll that yields
+/// the second (the last frame read), the first waiting for it so that they
+/// go out together (a write per ping would be a segment per pong, which a
+/// peer that is not reading runs out of buffer for).
 #[tokio::test]
-async fn a_pong_goes_out_before_the_ping_read_with_a_message() {
-    let text = [0x81, 0x81, 0, 0, 0, 0, b'x'];
+async fn the_pongs_to_pings_read_together_go_out_in_one_write() {
     let io = Builder::new()
-        .read(&[CLIENT_PING, &text[..]].concat())
-        .write(SERVER_PONG)
+        .read(&[CLIENT_PING, CLIENT_PING].concat())
+        .write(&[SERVER_PONG, SERVER_PONG].concat())
         .build();
     let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Config::default()).unwrap();
-    assert_eq!(
-        poll_once(&mut ws).await,
-        Poll::Ready(Some(Message::Ping(Bytes::from_static(b"hi"))))
-    );
-    assert_eq!(
-        poll_once(&mut ws).await,
-        Poll::Ready(Some(Message::text("x")))
-    );
+    for _ in 0..2 {
+        assert_eq!(
+            poll_once(&mut ws).await,
+            Poll::Ready(Some(Message::Ping(Bytes::from_static(b"hi"))))
+        );
+    }
     drop(ws);
 }
 

@@ -297,11 +297,19 @@ impl Receiver {
                         Ok(_)
                             if self.pong_before_ping
                                 && matches!(msg, Message::Ping(_))
+                                && self.inbox.buffered().is_empty()
                                 && link.has_writes() =>
                         {
                             // Its pong goes out as a close's echo does,
                             // before the ping is handed out: the
                             // application may drop the connection on it.
+                            // Only for the last frame read so far: the
+                            // pongs to a burst of pings in one read still
+                            // go out in one write, with the last ping's
+                            // (a write per ping is a segment per pong,
+                            // which a peer that is not reading runs out
+                            // of buffer for long before it runs out of
+                            // bytes).
                             self.pending = Some(Ok(msg));
                             let step = Step::WriteNow;
                             return self.out::<O, SCRATCH>(link, scratch, step);
