@@ -809,7 +809,8 @@
 //! When the pong goes out: a Stream (split or not) hands it to the
 //! transport in the poll that yields the [`Message::Ping`](crate::Message::Ping),
 //! before `next()` returns it, as it does the echo of a close, when the
-//! ping is the last frame read so far; the pongs to pings read together
+//! ping is the last thing read so far (no byte of another frame after
+//! it); the pongs to pings read together
 //! (a burst, or a ping with the frames after it) go out together, in the
 //! poll that yields the last of those pings, or with the flush before the
 //! next read. A hub writes it with the other replies of the read that

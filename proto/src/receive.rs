@@ -417,7 +417,7 @@ impl Receiver {
         self.flush_then_read = on;
     }
 
-    /// A ping handed out that is the last frame read so far is preceded
+    /// A ping handed out with nothing read after it is preceded
     /// by [`Step::WriteNow`], which hands its pong (with anything queued
     /// before it, the pongs to earlier pings of the same read among them)
     /// to the transport, as the echo of the peer's close is: an

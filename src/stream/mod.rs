@@ -58,9 +58,10 @@ pub use split::{WebSocketReceiver, WebSocketSender};
 /// frame echoed (its code and reason) automatically by the receiving side,
 /// even while nothing is being sent. The echo is handed to the transport
 /// before the peer's close frame is delivered as [`Message::Close`], and
-/// so is the pong before a [`Message::Ping`] that is the last frame read
-/// so far (the pongs to pings read together go out together, with the
-/// last one's): a program that drops the stream as soon as it has either
+/// so is the pong before a [`Message::Ping`] after which nothing more has
+/// been read (the pongs to pings read together go out together, with the
+/// last one's; a ping followed by the start of another frame has its pong
+/// written with the flush before the next read): a program that drops the stream as soon as it has either
 /// has answered it. What the transport cannot take at once stays queued,
 /// for the next poll or flush, and never holds up `next()` (the guide's
 /// [Closing](crate::guide#closing) says what that covers). After the

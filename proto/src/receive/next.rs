@@ -303,7 +303,7 @@ impl Receiver {
                             // Its pong goes out as a close's echo does,
                             // before the ping is handed out: the
                             // application may drop the connection on it.
-                            // Only for the last frame read so far: the
+                            // Only with nothing read after it: the
                             // pongs to a burst of pings in one read still
                             // go out in one write, with the last ping's
                             // (a write per ping is a segment per pong,
