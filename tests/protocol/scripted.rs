@@ -332,7 +332,7 @@ const SERVER_PONG_AS_PING: &[u8] = &[0x89, 0x02, b'h', b'i'];
 /// go out together (a write per ping would be a segment per pong, which a
 /// peer that is not reading runs out of buffer for).
 #[tokio::test]
-async fn the_pongs_to_pings_read_together_go_out_in_one_write() {
+async fn the_pongs_to_pings_read_together_are_written_by_the_last_ping() {
     let io = Builder::new()
         .read(&[CLIENT_PING, CLIENT_PING].concat())
         .write(&[SERVER_PONG, SERVER_PONG].concat())
