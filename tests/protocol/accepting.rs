@@ -1191,7 +1191,9 @@ async fn two_version_fields_are_refused() {
 /// 101 everywhere, only the field's presence was checked.)
 #[tokio::test]
 async fn host_fields_are_answered_alike_by_every_server() {
-    let mut first: Option<(Kind, Vec<(String, u16, String)>)> = None;
+    // (case, status, body) per case, of the first server.
+    type Seen = Vec<(String, u16, String)>;
+    let mut first: Option<(Kind, Seen)> = None;
     for kind in KINDS {
         let addr = start(kind, false).await;
         let mut seen = Vec::new();
