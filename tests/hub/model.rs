@@ -17,14 +17,22 @@
 //! takeover, as negotiated), send RSV1 where it is refused, data that does
 //! not inflate and messages that inflate past the limit. The model
 //! (`support/model/reference.rs`) reads the same frames and says what
-//! must come back: each message echoed in order, a pong for each ping
-//! (the core answers only the newest of those it owes past 16), the close
-//! frame (the client's echoed, 4000 for ours, 1002, 1007 or 1009 for a
+//! must come back: each message echoed in order, a pong for each ping,
+//! the close frame (the client's echoed, 4000 for ours, 1002, 1007 or 1009 for a
 //! refusal, none for a FIN) and how the server's side ends. Where the
 //! model leaves a choice, the engines must still make it alike (a
 //! refusal's status, a failure's close reason). Differences the docs
 //! name are allowed, and only those: the split Stream's echo and close go
 //! out from another task, which the end may beat.
+//!
+//! Every engine writes what the protocol core owes after each frame, so
+//! the bound on pongs owed at once (16, past which a ping's pong takes the
+//! place of the newest owed: the model states it, it imports nothing from
+//! the library) never shows over a socket. Each script's pings therefore
+//! also go to the core alone (`support/model/core.rs`), under a caller
+//! that takes what it owes only at the end of each of the client's writes
+//! and holds the close the text `close` asks for to then, and the pongs
+//! it gives must be the model's exactly.
 //!
 //! After each script: every opened connection's end reported exactly
 //! once, no accepted socket left open, the memory budget (some scripts
@@ -33,7 +41,8 @@
 //! `cargo test --test hub model::` runs scripts for about 45 s
 //! (`HARNESS_SECS` sets how long; `HARNESS_SEED` replays a run, whose
 //! seed is printed). A failing script is shrunk and its seed kept in
-//! `tests/model.proptest-regressions`, replayed first on every run.
+//! `tests/proptest-regressions/model.txt` (proptest's default place: the
+//! binary's `main.rs` is in `tests/hub/`), replayed first on every run.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -258,8 +267,10 @@ fn rst_after_data() {
     run("rst-after-data", Script::one(Client::new(steps, End::Rst)));
 }
 
-/// A flood of pings behind the text `close`: a bounded number of pongs
-/// before our close, then the client's answer.
+/// A flood of pings behind the text `close`: no pong before our close on
+/// an engine but the split Stream, and from the core under a caller that
+/// holds that close to the end of the read, the first 15 pings' pongs and
+/// the newest's; then the client's answer.
 #[test]
 fn ping_flood_behind_a_close() {
     let steps = vec![Step::write(vec![Unit::ServerClose, Unit::Pings(54_567)])];

@@ -6,6 +6,7 @@
 
 pub mod check;
 pub mod client;
+pub mod core;
 pub mod plan;
 pub mod reference;
 pub mod script;
@@ -255,6 +256,9 @@ pub async fn run_script(script: &Script, known: bool) -> Result<(), String> {
         }
     }
     for plan in &plans {
+        for f in core::check(plan) {
+            findings.push(format!("client {}: {f}", plan.index));
+        }
         let seen: Vec<(Engine, &Seen)> = runs
             .iter()
             .filter_map(|r| Some((r.engine, r.seen.get(plan.index)?)))
