@@ -40,7 +40,8 @@
 //!
 //! `cargo test --test hub model::` runs scripts for about 45 s
 //! (`HARNESS_SECS` sets how long; `HARNESS_SEED` replays a run, whose
-//! seed is printed). A failing script is shrunk and its seed kept in
+//! seed is printed; `HARNESS_QUICK=1` stops at the first failing script
+//! unshrunk). A failing script is shrunk and its seed kept in
 //! `tests/proptest-regressions/model.txt` (proptest's default place: the
 //! binary's `main.rs` is in `tests/hub/`), replayed first on every run.
 
@@ -114,6 +115,13 @@ impl FailurePersistence for SaveOnly {
     }
 }
 
+/// Whether a run stops at its first failing script, neither shrinking it
+/// nor keeping its seed: `HARNESS_QUICK=1`, for a run that only asks
+/// whether the harness fails (`scripts/mutants.py`).
+fn quick() -> bool {
+    std::env::var("HARNESS_QUICK").is_ok_and(|v| v == "1")
+}
+
 /// Whether a run goes on after a failing script (shrunk and reported),
 /// to find more: `HARNESS_KEEP_GOING=1`.
 fn keep_going() -> bool {
@@ -145,9 +153,13 @@ fn generated_scripts_follow_the_model_on_every_engine() {
             source_file: Some(file!()),
             ..ProptestConfig::default()
         };
+        if quick() {
+            config.max_shrink_iters = 0;
+            config.failure_persistence = None;
+        }
         // The failures kept from earlier runs are replayed by the first
         // round only; every round keeps its own.
-        if round > 0 {
+        if round > 0 && !quick() {
             config.failure_persistence = config
                 .failure_persistence
                 .map(|p| Box::new(SaveOnly(p)) as Box<dyn FailurePersistence>);
