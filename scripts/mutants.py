@@ -10,6 +10,8 @@ one survived (or the unmutated code failed).
     python3 scripts/mutants.py                  every mutation, 45 s each
     python3 scripts/mutants.py --secs 60 owed-pongs-no-cap budget-limit-slack
     python3 scripts/mutants.py --list           names and descriptions
+    python3 scripts/mutants.py --no-baseline --tests model::ping_flood owed-pongs-no-cap
+                                                one test against one mutation
 
 Run by hand, not by CI: a build of the binary per mutation. HEAD is what
 is mutated: commit first. The builds go to CARGO_TARGET_DIR if set, else
@@ -163,6 +165,15 @@ def test(exe, tree, suites, secs, env, log):
             if caught:
                 break
     seconds = time.monotonic() - start
+    # A moment more of output, for the log to say why.
+    tail = time.monotonic() + 2
+    while open_streams and time.monotonic() < tail:
+        for key, _ in sel.select(timeout=0.2):
+            chunk = os.read(key.fd, 65536)
+            if not chunk:
+                sel.unregister(key.fileobj)
+                open_streams -= 1
+            log.write(chunk)
     try:
         os.killpg(p.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -180,6 +191,9 @@ def main():
     ap.add_argument("--list", action="store_true", help="list the mutations and stop")
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip the run of the unmutated code")
+    ap.add_argument("--tests", nargs="+", metavar="FILTER", default=["model::"],
+                    help="the test filters run for every mutation (default: model::), "
+                    "beside each mutation's own `also`")
     args = ap.parse_args()
     mutations = parse(LIST)
     if args.list:
@@ -209,7 +223,7 @@ def main():
                 apply(tree, m)
                 reset(tree)
             if not args.no_baseline:
-                suites = sorted({"model::", *(s for m in mutations for s in m["also"])})
+                suites = sorted({*args.tests, *(s for m in mutations for s in m["also"])})
                 exe = build(tree, env)
                 if exe is None:
                     sys.exit("the unmutated code does not build")
@@ -228,7 +242,8 @@ def main():
                     rows.append((m["name"], "no", "(does not build)", 0.0))
                     failed = True
                 else:
-                    caught, secs = test(exe, tree, ["model::", *m["also"]], args.secs, env, log)
+                    suites = [*args.tests, *m["also"]]
+                    caught, secs = test(exe, tree, suites, args.secs, env, log)
                     rows.append((m["name"], "yes" if caught else "no", caught or "-", secs))
                     failed |= caught is None
                 r = rows[-1]

@@ -368,3 +368,73 @@ fn hub_drops_its_close_when_fin_comes_in_the_same_turn() {
     let steps = vec![Step::write(vec![Unit::text(3), Unit::ServerClose])];
     run("close-then-fin", Script::one(Client::new(steps, End::Fin)));
 }
+
+// ------------------------------------------------------------------------
+// Topics: subscribe, publish, unsubscribe in phases, on the hub under
+// both readiness modes and both backpressure policies and on Streams
+// (`support/model/topics.rs` says what is checked).
+
+/// The part of `HARNESS_SECS` the topic scripts take, beside the echo
+/// scripts (the two run at once): the suite's time stays what it was.
+const TOPIC_SHARE: u64 = 3;
+
+#[test]
+fn generated_topic_scripts_follow_the_model_on_every_engine() {
+    let secs = (harness_secs() / TOPIC_SHARE).max(1);
+    let seed = harness_seed();
+    let bursts = harness::topics::bursts();
+    eprintln!(
+        "model, topics: seed {seed} (HARNESS_SEED={seed} replays it), {secs} s of scripts, \
+         bursts {}",
+        if bursts {
+            "on"
+        } else {
+            "off (HARNESS_TOPIC_BURSTS=1)"
+        }
+    );
+    let rt = Runtime::new("topics");
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let ran = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let config = ProptestConfig {
+        cases: u32::MAX,
+        max_global_rejects: 0,
+        max_shrink_iters: if quick() { 0 } else { 256 },
+        max_shrink_time: 120_000,
+        // Replayed from the printed seed rather than kept: the file
+        // proptest keeps seeds in is the echo scripts'.
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    key[8] = 0x70;
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &key));
+    let result = runner.run(&harness::topics::topic_script(), |script| {
+        if !failed.load(Ordering::SeqCst) && Instant::now() > deadline {
+            return Err(TestCaseError::reject("time is up"));
+        }
+        ran.fetch_add(1, Ordering::SeqCst);
+        rt.run_topics(&script).map_err(|e| {
+            if !failed.swap(true, Ordering::SeqCst) {
+                eprintln!("model: a script failed (topics, seed {seed}):\n{e}\n{script:?}\n");
+            }
+            TestCaseError::fail(e)
+        })
+    });
+    eprintln!(
+        "model, topics: {} scripts, {}",
+        ran.load(Ordering::SeqCst),
+        if failed.load(Ordering::SeqCst) {
+            "failing"
+        } else {
+            "none failing"
+        }
+    );
+    match result {
+        Ok(()) => {}
+        Err(TestError::Abort(_)) if !failed.load(Ordering::SeqCst) => {}
+        Err(e) => panic!("topics, seed {seed}: {e}"),
+    }
+}
