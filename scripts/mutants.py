@@ -116,7 +116,11 @@ def build(tree, env):
     if p.returncode != 0 or exe is None:
         print(p.stderr[-4000:], file=sys.stderr)
         return None
-    return exe
+    # A copy of its own: another build into the same target directory
+    # (the checkout's, under the same name) must not swap it meanwhile.
+    own = os.path.join(os.path.dirname(tree), "hub-under-test")
+    shutil.copy2(exe, own)
+    return own
 
 
 FAILED = re.compile(r"^test (\S+) \.\.\. FAILED")

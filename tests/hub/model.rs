@@ -438,3 +438,88 @@ fn generated_topic_scripts_follow_the_model_on_every_engine() {
         Err(e) => panic!("topics, seed {seed}: {e}"),
     }
 }
+
+// ------------------------------------------------------------------------
+// Metrics: after scripts of both kinds on every engine, every gauge that
+// counts what is open, held or waiting is back to 0.
+
+/// The gauges README's metrics table has fall back to 0 once nothing is
+/// open: named here as documented, not imported.
+#[cfg(feature = "metrics")]
+const GAUGES_BACK_TO_ZERO: [&str; 6] = [
+    "wavesock_connections_open",
+    "wavesock_write_blocked_connections",
+    "wavesock_write_blocked_bytes",
+    "wavesock_budget_in_use_bytes",
+    "wavesock_topics",
+    "wavesock_topic_subscriptions",
+];
+
+/// The part of `HARNESS_SECS` each kind of script takes here.
+#[cfg(feature = "metrics")]
+const METRICS_SHARE: u64 = 9;
+
+#[cfg(feature = "metrics")]
+#[test]
+fn gauges_are_back_to_zero_after_scripts_on_every_engine() {
+    use proptest::strategy::{Strategy, ValueTree};
+
+    // The recorder is the process's: counted alone, in a child process.
+    if !crate::support::child::alone() {
+        return;
+    }
+    let m = crate::support::metered::install();
+    let secs = (harness_secs() / METRICS_SHARE).max(1);
+    let seed = harness_seed();
+    eprintln!("model, metrics: seed {seed}, {secs} s of each kind of script");
+    let rt = Runtime::new("metrics");
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    key[8] = 0x6d;
+    let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &key);
+    let runner = |rng: &mut TestRng| {
+        TestRunner::new_with_rng(
+            ProptestConfig {
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            },
+            rng.gen_rng(),
+        )
+    };
+    let mut findings = Vec::new();
+    for (kind, deadline) in [("echo", secs), ("topics", secs)] {
+        let until = Instant::now() + Duration::from_secs(deadline);
+        let mut n = 0;
+        while Instant::now() < until {
+            let mut r = runner(&mut rng);
+            let outcome = if kind == "echo" {
+                let s = script().new_tree(&mut r).unwrap().current();
+                rt.run(&s, true)
+            } else {
+                let s = harness::topics::topic_script()
+                    .new_tree(&mut r)
+                    .unwrap()
+                    .current();
+                rt.run_topics(&s)
+            };
+            n += 1;
+            if let Err(e) = outcome {
+                findings.push(format!("a {kind} script failed: {e}"));
+                break;
+            }
+        }
+        eprintln!("model, metrics: {n} {kind} scripts");
+    }
+    // The Streams' tasks report their ends as they finish: a bound, not a
+    // sleep, before the gauges are read.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut left = m.nonzero_gauges(&GAUGES_BACK_TO_ZERO);
+    while !left.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        left = m.nonzero_gauges(&GAUGES_BACK_TO_ZERO);
+    }
+    if !left.is_empty() {
+        findings.push(format!("gauges not back to 0: {}", left.join(", ")));
+    }
+    assert!(findings.is_empty(), "{}", findings.join("\n"));
+}

@@ -1,7 +1,7 @@
 //! Topic scripts: clients that subscribe, publish (one message or a burst)
 //! and unsubscribe in phases, against a hub under each readiness and each
-//! backpressure policy, and against Streams serving `Topics::subscribe`'s
-//! receivers; what each client receives is checked against what topics
+//! backpressure policy, a hub given connections upgraded elsewhere
+//! (adopted), and Streams serving `Topics::subscribe`'s receivers; what each client receives is checked against what topics
 //! document:
 //!
 //! - **what is owed**: a subscriber that subscribed in an earlier phase,
@@ -58,6 +58,12 @@ const TOPICS: [&str; 2] = ["a", "b"];
 /// passes half of it.
 const SMALL_INBOX: usize = 64;
 
+/// A hub engine's inbox otherwise: room for the most a phase publishes
+/// (three clients, four acts of twelve: 144), and small enough that a
+/// script's publishes together pass it, so that room not given back as
+/// publishes are delivered shows.
+const INBOX: usize = 160;
+
 /// Whether burst scripts are generated (see the module's docs).
 pub fn bursts() -> bool {
     std::env::var("HARNESS_TOPIC_BURSTS").is_ok_and(|v| v == "1")
@@ -90,10 +96,17 @@ pub enum TopicEngine {
     Stream,
     Hub,
     HubTokio,
+    /// The hub, given each connection upgraded elsewhere
+    /// (`Adopter::adopt`).
+    HubAdopted,
 }
 
-pub const TOPIC_ENGINES: [TopicEngine; 3] =
-    [TopicEngine::Stream, TopicEngine::Hub, TopicEngine::HubTokio];
+pub const TOPIC_ENGINES: [TopicEngine; 4] = [
+    TopicEngine::Stream,
+    TopicEngine::Hub,
+    TopicEngine::HubTokio,
+    TopicEngine::HubAdopted,
+];
 
 fn act(burst: bool) -> impl Strategy<Value = Act> {
     let most: u16 = if burst { 400 } else { 12 };
@@ -355,16 +368,45 @@ struct Server {
 enum Running {
     Stream(JoinSet<()>, Arc<Mutex<JoinSet<()>>>),
     Hub(HubHandle, tokio::task::JoinHandle<wavesock::Result<()>>),
+    Adopted(HubHandle, tokio::task::JoinHandle<()>, JoinSet<()>),
+}
+
+/// The upgrade done by hand, as a server beside the hub would do it: the
+/// request's head read (the client sends nothing more before the answer),
+/// the `101` written; the client the path names.
+async fn upgrade_by_hand(tcp: &mut tokio::net::TcpStream) -> Option<usize> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = tcp.read(&mut buf).await.ok()?;
+        if n == 0 || head.len() > 16 << 10 {
+            return None;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8(head).ok()?;
+    let path = head.lines().next()?.split(' ').nth(1)?;
+    let key = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("sec-websocket-key")
+            .then(|| value.trim().to_owned())
+    })?;
+    let accept = wavesock::handshake::derive_accept_key(key.as_bytes());
+    let answer = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Accept: {accept}\r\n\r\n"
+    );
+    tcp.write_all(answer.as_bytes()).await.ok()?;
+    client_of(path)
 }
 
 async fn start(engine: TopicEngine, script: &TopicScript) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let ends = Ends::default();
-    let mut config = TopicsConfig::default();
-    if script.burst {
-        config = config.inbox_capacity(SMALL_INBOX);
-    }
+    let config =
+        TopicsConfig::default().inbox_capacity(if script.burst { SMALL_INBOX } else { INBOX });
     // A registry of its own: nothing of another script or test reaches it.
     let topics = Topics::with_config(config);
     let running = match engine {
@@ -387,6 +429,36 @@ async fn start(engine: TopicEngine, script: &TopicScript) -> Server {
             let hub = Hub::new(TopicHub(ends.clone()), hub_config).unwrap();
             let handle = hub.handle();
             Running::Hub(handle, tokio::spawn(hub.serve(listener)))
+        }
+        TopicEngine::HubAdopted => {
+            let policy = match script.policy {
+                Policy::Close => BackpressurePolicy::Close,
+                Policy::Drop => BackpressurePolicy::Drop,
+            };
+            let hub_config = HubConfig::default()
+                .engines(Some(2))
+                .backpressure_policy(policy)
+                .topics(topics)
+                .config(Config::default());
+            let hub = Hub::new(TopicHub(ends.clone()), hub_config).unwrap();
+            let handle = hub.handle();
+            let adopter = hub.adopter();
+            let mut acceptor = JoinSet::new();
+            acceptor.spawn(async move {
+                loop {
+                    let Ok((mut tcp, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let _ = tcp.set_nodelay(true);
+                    let adopter = adopter.clone();
+                    tokio::spawn(async move {
+                        if let Some(id) = upgrade_by_hand(&mut tcp).await {
+                            let _ = adopter.adopt(tcp, Some(id)).await;
+                        }
+                    });
+                }
+            });
+            Running::Adopted(handle, tokio::spawn(hub.run()), acceptor)
         }
         TopicEngine::Stream => {
             let conns = Arc::new(Mutex::new(JoinSet::new()));
@@ -430,6 +502,16 @@ async fn start(engine: TopicEngine, script: &TopicScript) -> Server {
 impl Server {
     async fn stop(self) -> Result<(), String> {
         match self.running {
+            Running::Adopted(handle, serve, mut acceptor) => {
+                acceptor.abort_all();
+                while acceptor.join_next().await.is_some() {}
+                let _ = handle.shutdown().await;
+                match tokio::time::timeout(Duration::from_secs(10), serve).await {
+                    Err(_) => Err("the hub did not stop after shutdown".into()),
+                    Ok(Err(e)) => Err(format!("the hub's task failed: {e}")),
+                    Ok(Ok(())) => Ok(()),
+                }
+            }
             Running::Hub(handle, serve) => {
                 let _ = handle.shutdown().await;
                 match tokio::time::timeout(Duration::from_secs(10), serve).await {
