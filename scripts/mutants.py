@@ -14,9 +14,9 @@ one survived (or the unmutated code failed).
                                                 one test against one mutation
 
 Run by hand, not by CI: a build of the binary per mutation. HEAD is what
-is mutated: commit first. The builds go to CARGO_TARGET_DIR if set, else
-target/mutants; the scratch worktree is removed at the end, and the
-checkout is never touched.
+is mutated: commit first. The builds go to MUTANTS_TARGET_DIR if set, else
+target/mutants, never to the checkout's target directory; the scratch
+worktree is removed at the end, and the checkout is never touched.
 """
 
 import argparse
@@ -211,7 +211,13 @@ def main():
         mutations = [m for m in mutations if m["name"] in args.names]
 
     env = dict(os.environ)
-    env.setdefault("CARGO_TARGET_DIR", os.path.join(ROOT, "target", "mutants"))
+    # A target directory of its own, whatever CARGO_TARGET_DIR says: Cargo
+    # keeps a workspace member's sources relative to its root, so a
+    # mutant built into the checkout's directory would pass there for
+    # fresh (the checkout's files being older) and be run as the
+    # checkout's own code.
+    env["CARGO_TARGET_DIR"] = os.environ.get(
+        "MUTANTS_TARGET_DIR", os.path.join(ROOT, "target", "mutants"))
     env.setdefault("CARGO_INCREMENTAL", "0")
     env.setdefault("CARGO_PROFILE_DEV_DEBUG", "0")
     scratch = tempfile.mkdtemp(prefix="wavesock-mutants-")
