@@ -16,7 +16,9 @@
 //!   made them, and any two subscribers of a topic see the publishes both
 //!   got in the same order;
 //! - **no subscriber that reads is closed**, and each connection ends
-//!   once, with the close it asked for.
+//!   once, with the close it asked for;
+//! - **subscriptions end with their connections**: once every connection
+//!   ended, the server's registry holds no topic.
 //!
 //! Within one phase, whether a publish of one client reaches another that
 //! subscribes or unsubscribes in the same phase is a race: either is
@@ -362,6 +364,9 @@ async fn serve_stream(
 struct Server {
     addr: SocketAddr,
     ends: Ends,
+    /// The server's registry, to see that subscriptions end with their
+    /// connections.
+    topics: Topics,
     running: Running,
 }
 
@@ -409,6 +414,7 @@ async fn start(engine: TopicEngine, script: &TopicScript) -> Server {
         TopicsConfig::default().inbox_capacity(if script.burst { SMALL_INBOX } else { INBOX });
     // A registry of its own: nothing of another script or test reaches it.
     let topics = Topics::with_config(config);
+    let registry = topics.clone();
     let running = match engine {
         TopicEngine::Hub | TopicEngine::HubTokio => {
             let readiness = if engine == TopicEngine::Hub {
@@ -495,6 +501,7 @@ async fn start(engine: TopicEngine, script: &TopicScript) -> Server {
     Server {
         addr,
         ends,
+        topics: registry,
         running,
     }
 }
@@ -758,6 +765,20 @@ async fn run_engine(engine: TopicEngine, script: &TopicScript) -> (Vec<Got>, Vec
         }
         if ends.len() != n {
             problems.push(format!("{} ends reported for {n} connections", ends.len()));
+        }
+    }
+    // Subscriptions end with their connections: with every connection
+    // gone and the server still running, its registry holds no topic.
+    if !broken {
+        let deadline = Instant::now() + BOUND;
+        while !server.topics.names().is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let left = server.topics.names();
+        if !left.is_empty() {
+            problems.push(format!(
+                "topics still subscribed to once every connection ended: {left:?}"
+            ));
         }
     }
     if let Err(e) = server.stop().await {
