@@ -10,7 +10,7 @@ one survived (or the unmutated code failed).
     python3 scripts/mutants.py                  every mutation, 45 s each
     python3 scripts/mutants.py --secs 60 owed-pongs-no-cap budget-limit-slack
     python3 scripts/mutants.py --list           names and descriptions
-    python3 scripts/mutants.py --no-baseline --tests model::ping_flood owed-pongs-no-cap
+    python3 scripts/mutants.py --no-baseline owed-pongs-no-cap --tests model::ping_flood
                                                 one test against one mutation
 
 Run by hand, not by CI: a build of the binary per mutation. HEAD is what
