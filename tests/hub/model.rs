@@ -37,12 +37,13 @@
 //! Topic scripts (`support/model/topics.rs`) run beside them, for a third
 //! of `HARNESS_SECS`: clients that subscribe, publish and unsubscribe in
 //! phases, against the hub under each readiness and each backpressure
-//! policy, the hub given connections upgraded elsewhere (adopted), and
-//! Streams serving `Topics::subscribe`'s receivers; checked for what each
-//! subscriber is owed, nothing it is not, one order per topic, no reader
-//! closed, and no topic left once every connection ended. With the
-//! `metrics` feature, scripts of both kinds run alone in a child process
-//! and the gauges of what is open, held or waiting must be back to 0.
+//! policy, the hub given connections upgraded elsewhere (adopted), the
+//! hub behind a `Router`'s route, and Streams serving `Topics::subscribe`'s
+//! receivers; checked for what each subscriber is owed, nothing it is not,
+//! one order per topic, no reader closed, and no topic left once every
+//! connection ended. With the `metrics` feature, scripts of both kinds run
+//! alone in a child process and the gauges of what is open, held or
+//! waiting must be back to 0.
 //!
 //! After each script: every opened connection's end reported exactly
 //! once, no accepted socket left open, the memory budget (some scripts

@@ -26,8 +26,8 @@ fn refusal(bad: Bad) -> Option<u16> {
     }
 }
 
-/// Whether the pings read while open must all be answered: the server read on past them to a close frame or
-/// a FIN, and nothing it refused.
+/// Whether the pings read while open must all be answered: the server
+/// read on past them to a close frame or a FIN, and nothing it refused.
 fn pongs_owed(ending: &Ending) -> bool {
     matches!(
         ending,

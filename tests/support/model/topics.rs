@@ -1,8 +1,9 @@
 //! Topic scripts: clients that subscribe, publish (one message or a burst)
 //! and unsubscribe in phases, against a hub under each readiness and each
 //! backpressure policy, a hub given connections upgraded elsewhere
-//! (adopted), and Streams serving `Topics::subscribe`'s receivers; what each client receives is checked against what topics
-//! document:
+//! (adopted), a hub whose handler is a `Router`'s route, and Streams
+//! serving `Topics::subscribe`'s receivers; what each client receives is
+//! checked against what topics document:
 //!
 //! - **what is owed**: a subscriber that subscribed in an earlier phase,
 //!   and has not unsubscribed, gets every publish of another connection to
@@ -45,7 +46,8 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use wavesock::hub::{
-    BackpressurePolicy, Closed, Handler, Hub, HubConfig, HubHandle, HubMessage, Readiness, Ws,
+    BackpressurePolicy, Closed, Handler, Hub, HubConfig, HubHandle, HubMessage, Readiness, Router,
+    Ws,
 };
 use wavesock::topics::{Topics, TopicsConfig};
 use wavesock::{CloseCode, CloseFrame, Config, Message, PreparedMessage};
@@ -101,13 +103,17 @@ pub enum TopicEngine {
     /// The hub, given each connection upgraded elsewhere
     /// (`Adopter::adopt`).
     HubAdopted,
+    /// The hub with a `Router`: the topic handler behind a route with a
+    /// parameter, beside another route.
+    HubRouted,
 }
 
-pub const TOPIC_ENGINES: [TopicEngine; 4] = [
+pub const TOPIC_ENGINES: [TopicEngine; 5] = [
     TopicEngine::Stream,
     TopicEngine::Hub,
     TopicEngine::HubTokio,
     TopicEngine::HubAdopted,
+    TopicEngine::HubRouted,
 ];
 
 fn act(burst: bool) -> impl Strategy<Value = Act> {
@@ -416,6 +422,25 @@ async fn start(engine: TopicEngine, script: &TopicScript) -> Server {
     let topics = Topics::with_config(config);
     let registry = topics.clone();
     let running = match engine {
+        TopicEngine::HubRouted => {
+            let policy = match script.policy {
+                Policy::Close => BackpressurePolicy::Close,
+                Policy::Drop => BackpressurePolicy::Drop,
+            };
+            let hub_config = HubConfig::default()
+                .engines(Some(2))
+                .backpressure_policy(policy)
+                .topics(topics)
+                .config(Config::default());
+            // Another route first, with a static segment: the router must
+            // still find the topic handler's for `/t{client}`.
+            let router = Router::new()
+                .route("/other/{name}", TopicHub(Ends::default()))
+                .route("/{client}", TopicHub(ends.clone()));
+            let hub = Hub::new(router, hub_config).unwrap();
+            let handle = hub.handle();
+            Running::Hub(handle, tokio::spawn(hub.serve(listener)))
+        }
         TopicEngine::Hub | TopicEngine::HubTokio => {
             let readiness = if engine == TopicEngine::Hub {
                 Readiness::Owned
