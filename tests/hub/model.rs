@@ -34,7 +34,7 @@
 //! and holds the close the text `close` asks for to then, and the pongs
 //! it gives must be the model's exactly.
 //!
-//! Topic scripts (`support/model/topics.rs`) run beside them, for a third
+//! Topic scripts (`support/model/topics.rs`) run beside them, for a fifth
 //! of `HARNESS_SECS`: clients that subscribe, publish and unsubscribe in
 //! phases, against the hub under each readiness and each backpressure
 //! policy, the hub given connections upgraded elsewhere (adopted), the
@@ -387,7 +387,7 @@ fn hub_drops_its_close_when_fin_comes_in_the_same_turn() {
 
 /// The part of `HARNESS_SECS` the topic scripts take, beside the echo
 /// scripts (the two run at once): the suite's time stays what it was.
-const TOPIC_SHARE: u64 = 3;
+const TOPIC_SHARE: u64 = 5;
 
 #[test]
 fn generated_topic_scripts_follow_the_model_on_every_engine() {
