@@ -110,6 +110,19 @@ impl Metrics {
             .collect()
     }
 
+    /// The gauges among `names`, with their labels, that are not 0.
+    pub fn nonzero_gauges(&self, names: &[&str]) -> Vec<String> {
+        let values = self.values();
+        let mut out: Vec<String> = values
+            .gauges
+            .iter()
+            .filter(|((name, _), g)| names.contains(&name.as_str()) && **g != 0.0)
+            .map(|((name, labels), g)| format!("{name}{labels:?} = {g}"))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// The help text `describe` gave `name` (once the metric was recorded).
     pub fn description(&self, name: &str) -> Option<String> {
         self.values().described.get(name).cloned()

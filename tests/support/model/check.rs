@@ -2,17 +2,11 @@
 //! each other where the model leaves a choice that they must still make
 //! alike.
 
-use wavesock::proto::conn::OWED_PONGS_MAX;
-
 use super::client::{ReadEnd, Transcript};
 use super::plan::Plan;
 use super::reference::{After, Ending};
 use super::script::Bad;
 use super::server::{EndClass, Engine};
-
-/// Reads of one connection in one turn of a hub engine
-/// (`READS_PER_TURN` in src/hub/engine.rs).
-const HUB_READS_PER_TURN: usize = 4;
 
 /// What one engine did with one client.
 #[derive(Debug, Clone)]
@@ -32,9 +26,8 @@ fn refusal(bad: Bad) -> Option<u16> {
     }
 }
 
-/// Whether the pings read while open must all be answered (up to the
-/// core's coalescing): the server read on past them to a close frame or
-/// a FIN, and nothing it refused.
+/// Whether the pings read while open must all be answered: the server
+/// read on past them to a close frame or a FIN, and nothing it refused.
 fn pongs_owed(ending: &Ending) -> bool {
     matches!(
         ending,
@@ -204,64 +197,51 @@ pub fn client(engine: Engine, plan: &Plan, seen: &Seen, known: bool) -> Vec<Stri
         ));
     }
 
-    // Pongs: for pings sent, in order, each ping answered by its own pong
-    // or a later one's (RFC 6455 §5.5.3); after our close, none.
-    let all: Vec<&[u8]> = m
-        .pings
+    // Pongs: every engine writes what the core owes after each frame it
+    // hears (proto's `Link::with_conn`), so no more than one pong is ever
+    // owed and none is replaced: each ping read while open is answered by
+    // its own pong, in order, a prefix of them all (the end may cut it
+    // short), all of them where the server read on past them to a close
+    // or a FIN. After the text `close`: none on the Stream, which sends
+    // its close as it reads the message, nor on the hub, which reads
+    // nothing more until the close it holds is out; on the split Stream,
+    // whatever its receiver reads before the sending task sends the close.
+    let got: Vec<&[u8]> = t
+        .frames
         .iter()
-        .chain(&m.late_pings)
-        .map(|p| p.as_slice())
+        .filter(|f| f.opcode == 10)
+        .map(|f| f.payload.as_slice())
         .collect();
-    let mut last: Option<usize> = None;
-    let (mut pongs, mut late) = (0, 0);
-    for f in t.frames.iter().filter(|f| f.opcode == 10) {
-        pongs += 1;
-        match all.iter().position(|p| *p == f.payload.as_slice()) {
-            None => {
-                bad.push(format!(
-                    "a pong for no ping sent before the end: {:?}",
-                    short(&f.payload)
-                ));
-                break;
-            }
-            Some(i) if last.is_some_and(|l| i <= l) => {
-                bad.push(format!("pong {:?} out of order", short(&f.payload)));
-                break;
-            }
-            Some(i) => {
-                if i >= m.pings.len() {
-                    late += 1;
-                }
-                last = Some(i);
-            }
-        }
-    }
-    // Pings after the text `close` and before our close goes out: none on
-    // the Stream, which sends its close as it reads the message; on the
-    // hub, which holds it to the end of the turn, what the core owes for
-    // each read of the turn (at most `OWED_PONGS_MAX` a read, written
-    // after each read, and `HUB_READS_PER_TURN` reads); on the split
-    // Stream, whatever its receiver reads before the sending task runs.
-    let late_max = match engine {
-        Engine::Stream => Some(0),
-        Engine::Hub | Engine::HubTokio => Some(OWED_PONGS_MAX * HUB_READS_PER_TURN),
-        Engine::Split => None,
+    let answerable: Vec<&[u8]> = if split {
+        m.pings
+            .iter()
+            .chain(&m.late_pings)
+            .map(Vec::as_slice)
+            .collect()
+    } else {
+        m.pings.iter().map(Vec::as_slice).collect()
     };
-    if late_max.is_some_and(|max| late > max) {
-        bad.push(format!("{late} pongs for pings after the text `close`"));
-    }
-    if !rst && pongs_owed(&ending) && !m.pings.is_empty() {
-        let newest = m.pings.len() - 1;
-        if last.is_none_or(|l| l < newest) {
-            bad.push(format!(
-                "the newest ping ({:?}) was never answered ({pongs} pongs for {} pings)",
-                short(&m.pings[newest]),
-                m.pings.len()
-            ));
-        }
-        if pongs < m.pings.len().min(OWED_PONGS_MAX) {
-            bad.push(format!("{pongs} pongs for {} pings", m.pings.len()));
-        }
+    if !answerable.starts_with(&got) {
+        let at = got
+            .iter()
+            .zip(&answerable)
+            .position(|(a, b)| a != b)
+            .unwrap_or(answerable.len());
+        bad.push(format!(
+            "pongs: {} for {} pings and {} after the text `close`, pong {at} is {:?}, want {:?}",
+            got.len(),
+            m.pings.len(),
+            m.late_pings.len(),
+            got.get(at).map(|p| short(p)),
+            answerable.get(at).map(|p| short(p)),
+        ));
+    } else if !rst && pongs_owed(&ending) && got.len() < m.pings.len() {
+        bad.push(format!(
+            "{} pongs for {} pings; the first unanswered: {:?}",
+            got.len(),
+            m.pings.len(),
+            short(&m.pings[got.len()])
+        ));
     }
 
     // The close frame.

@@ -6,10 +6,12 @@
 
 pub mod check;
 pub mod client;
+pub mod core;
 pub mod plan;
 pub mod reference;
 pub mod script;
 pub mod server;
+pub mod topics;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -77,6 +79,19 @@ impl Runtime {
         let result = self.rt.block_on(run_script(script, known));
         let after = panics(&self.name);
         match (result, after - before) {
+            (r, 0) => r,
+            (Ok(()), n) => Err(format!("{n} panic(s) in the servers (see above)")),
+            (Err(e), n) => Err(format!("{e}\n{n} panic(s) in the servers (see above)")),
+        }
+    }
+}
+
+impl Runtime {
+    /// Runs a topic script on every engine: `Err` with every finding.
+    pub fn run_topics(&self, script: &topics::TopicScript) -> Result<(), String> {
+        let before = panics(&self.name);
+        let result = self.rt.block_on(topics::run_script(script));
+        match (result, panics(&self.name) - before) {
             (r, 0) => r,
             (Ok(()), n) => Err(format!("{n} panic(s) in the servers (see above)")),
             (Err(e), n) => Err(format!("{e}\n{n} panic(s) in the servers (see above)")),
@@ -255,6 +270,9 @@ pub async fn run_script(script: &Script, known: bool) -> Result<(), String> {
         }
     }
     for plan in &plans {
+        for f in core::check(plan) {
+            findings.push(format!("client {}: {f}", plan.index));
+        }
         let seen: Vec<(Engine, &Seen)> = runs
             .iter()
             .filter_map(|r| Some((r.engine, r.seen.get(plan.index)?)))

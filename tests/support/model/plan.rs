@@ -457,6 +457,7 @@ pub fn plan(index: usize, client: &Client, setup: &Setup) -> Plan {
                         model.frame(&f);
                     }
                 }
+                model.turn();
                 let mut c: Vec<usize> = cuts.iter().map(|&f| at(f, bytes.len())).collect();
                 c.sort_unstable();
                 c.dedup();
@@ -531,6 +532,7 @@ pub fn plan(index: usize, client: &Client, setup: &Setup) -> Plan {
             Action::Close(close_of(&mut enc, &mut model, p))
         }
     };
+    model.turn();
     actions.push(last);
     Plan {
         index,

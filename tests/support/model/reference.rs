@@ -9,6 +9,15 @@ use flate2::{Decompress, FlushDecompress};
 
 use super::script::{MAX_FRAME, MAX_MESSAGE};
 
+/// The pongs a connection owes at once, at most: past that, a ping's pong
+/// takes the place of the newest one owed (RFC 6455 §5.5.3 lets an
+/// endpoint answer only the most recent of the pings it has not answered).
+/// The documented rule (README's "up to 16 owed at once; past that the
+/// newest ping is answered", `proto::conn`'s docs), stated here rather
+/// than imported, so that a change to the library's bound fails the
+/// harness instead of moving it.
+pub const OWED_PONGS: usize = 16;
+
 /// The server's close on the text `close`.
 pub const OURS_CODE: u16 = 4000;
 pub const OURS_REASON: &[u8] = b"asked to";
@@ -47,6 +56,22 @@ pub enum Ending {
     Fin,
     /// The client reset the connection.
     Rst,
+}
+
+/// What the protocol core alone hears of a conversation, for a caller
+/// that writes what the core owes only at the end of each of the
+/// client's writes (a turn) and holds the close the text `close` asks for
+/// to the end of that turn too: the pattern the bound on owed pongs is
+/// for (see [`OWED_PONGS`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CoreEvent {
+    /// A ping, with its payload.
+    Ping(Vec<u8>),
+    /// The text `close`: a close is asked for, sent when the turn ends.
+    CloseAsked,
+    /// The turn ends: the caller takes every frame owed, then sends the
+    /// close asked for, if one was.
+    Turn,
 }
 
 /// What followed our close.
@@ -115,8 +140,7 @@ pub struct Reference {
     inflater: Option<Inflater>,
     /// Every message echoed, in order.
     pub echoes: Vec<(u8, Vec<u8>)>,
-    /// Pings read while open: each is owed a pong (the core may answer
-    /// only the newest of those it has not answered yet, RFC 6455 §5.5.3).
+    /// Pings read while open: each is owed a pong.
     pub pings: Vec<Vec<u8>>,
     /// Pings read after the text `close`, before our close went out: the
     /// hub holds its close to the end of the turn and the split Stream
@@ -128,6 +152,19 @@ pub struct Reference {
     pub trailing: bool,
     /// The code a refusal after our close would have had.
     pub late_refusal: Option<u16>,
+    /// What the core alone hears ([`CoreEvent`]), while the conversation
+    /// lasts.
+    pub core_events: Vec<CoreEvent>,
+    /// The pongs, in order, that such a caller takes from the core: each
+    /// turn's pings, at most [`OWED_PONGS`] a turn, the last of them the
+    /// newest ping's; none for a ping after our close went out.
+    pub core_pongs: Vec<Vec<u8>>,
+    /// This turn's pongs owed, in the core of [`CoreEvent`]'s caller.
+    owed: Vec<Vec<u8>>,
+    /// Our close is asked for, held to the end of the turn, in the same.
+    close_held: bool,
+    /// Our close went out, in the same: no ping is owed a pong after.
+    close_out: bool,
 }
 
 impl Reference {
@@ -143,6 +180,11 @@ impl Reference {
             ending: None,
             trailing: false,
             late_refusal: None,
+            core_events: Vec::new(),
+            core_pongs: Vec::new(),
+            owed: Vec::new(),
+            close_held: false,
+            close_out: false,
         }
     }
 }
@@ -194,6 +236,9 @@ impl Reference {
     fn control(&mut self, f: &WireFrame) {
         if !f.fin || f.payload.len() > 125 {
             return self.fail(1002);
+        }
+        if f.opcode == 9 {
+            self.owe_pong(&f.payload);
         }
         match f.opcode {
             9 if self.phase == Phase::Open => self.pings.push(f.payload.clone()),
@@ -263,9 +308,34 @@ impl Reference {
         if self.phase == Phase::Open {
             if opcode == 1 && buf == b"close" {
                 self.phase = Phase::Ours;
+                self.core_events.push(CoreEvent::CloseAsked);
+                self.close_held = true;
             } else {
                 self.echoes.push((opcode, buf));
             }
+        }
+    }
+
+    /// A ping read, as the core of [`CoreEvent`]'s caller owes its pong.
+    fn owe_pong(&mut self, payload: &[u8]) {
+        self.core_events.push(CoreEvent::Ping(payload.to_vec()));
+        if self.close_out {
+            return;
+        }
+        if self.owed.len() >= OWED_PONGS {
+            *self.owed.last_mut().expect("OWED_PONGS > 0") = payload.to_vec();
+        } else {
+            self.owed.push(payload.to_vec());
+        }
+    }
+
+    /// The end of one of the client's writes: [`CoreEvent`]'s caller takes
+    /// what the core owes, then sends the close it holds.
+    pub fn turn(&mut self) {
+        self.core_events.push(CoreEvent::Turn);
+        self.core_pongs.append(&mut self.owed);
+        if std::mem::take(&mut self.close_held) {
+            self.close_out = true;
         }
     }
 
