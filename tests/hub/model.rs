@@ -398,9 +398,9 @@ fn generated_topic_scripts_follow_the_model_on_every_engine() {
         "model, topics: seed {seed} (HARNESS_SEED={seed} replays it), {secs} s of scripts, \
          bursts {}",
         if bursts {
-            "on"
+            "in every script"
         } else {
-            "off (HARNESS_TOPIC_BURSTS=1)"
+            "in a third of the scripts (HARNESS_TOPIC_BURSTS=1: every one)"
         }
     );
     let rt = Runtime::new("topics");
