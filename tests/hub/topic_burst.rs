@@ -61,6 +61,37 @@ impl Handler for Chat {
     fn close(&mut self, _: Closed, _: usize) {}
 }
 
+/// A chat room served on loopback: its address, handle and task.
+struct Served {
+    addr: std::net::SocketAddr,
+    handle: wavesock::hub::HubHandle,
+    task: tokio::task::JoinHandle<wavesock::Result<()>>,
+}
+
+/// Serves the room with `config`, its registry set to `topics`.
+async fn serve(config: HubConfig, topics: &Topics) -> Served {
+    let config = config.topics(topics.clone());
+    let hub = Hub::new(
+        Chat {
+            topics: topics.clone(),
+        },
+        config,
+    )
+    .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handle = hub.handle();
+    let task = tokio::spawn(hub.serve(listener));
+    Served { addr, handle, task }
+}
+
+impl Served {
+    async fn stop(self) {
+        let _ = self.handle.shutdown().await;
+        let _ = self.task.await;
+    }
+}
+
 /// A masked one-frame text message of any size below 64 KiB.
 fn text_frame(payload: &[u8], out: &mut Vec<u8>) {
     let mask = [0x11, 0x22, 0x33, 0x44];
@@ -192,19 +223,9 @@ async fn burst(engines: usize, readiness: Readiness, lines: usize, writes: usize
     let topics = Topics::with_config(TopicsConfig::default());
     let config = HubConfig::default()
         .engines(Some(engines))
-        .readiness(readiness)
-        .topics(topics.clone());
-    let hub = Hub::new(
-        Chat {
-            topics: topics.clone(),
-        },
-        config,
-    )
-    .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let handle = hub.handle();
-    let server = tokio::spawn(hub.serve(listener));
+        .readiness(readiness);
+    let served = serve(config, &topics).await;
+    let addr = served.addr;
     let mut guests = Vec::new();
     for n in 0..GUESTS {
         guests.push(guest(addr, n).await);
@@ -256,8 +277,7 @@ async fn burst(engines: usize, readiness: Readiness, lines: usize, writes: usize
         0,
         "no engine missed a publish"
     );
-    let _ = handle.shutdown().await;
-    let _ = server.await;
+    served.stop().await;
     peak
 }
 
@@ -364,18 +384,9 @@ async fn a_task_that_waits_for_room_loses_no_subscriber() {
     const LINES: usize = 20_000;
     for wait in [true, false] {
         let topics = Topics::with_config(TopicsConfig::default().inbox_capacity(64));
-        let config = HubConfig::default().engines(Some(2)).topics(topics.clone());
-        let hub = Hub::new(
-            Chat {
-                topics: topics.clone(),
-            },
-            config,
-        )
-        .unwrap();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let handle = hub.handle();
-        let server = tokio::spawn(hub.serve(listener));
+        let config = HubConfig::default().engines(Some(2));
+        let served = serve(config, &topics).await;
+        let (addr, handle) = (served.addr, served.handle.clone());
         let mut readers = Vec::new();
         for n in 1..=4 {
             readers.push(subscriber(addr, n, LINES).await);
@@ -409,8 +420,7 @@ async fn a_task_that_waits_for_room_loses_no_subscriber() {
                 assert_eq!(s[..2], 1013u16.to_be_bytes());
             }
         }
-        let _ = handle.shutdown().await;
-        let _ = server.await;
+        served.stop().await;
     }
 }
 
@@ -496,18 +506,9 @@ async fn a_publisher_slowed_by_a_stalled_engine_waits_and_loses_nobody() {
     let topics = Topics::with_config(TopicsConfig::default().inbox_capacity(256));
     let b = Stallable::start(&topics);
     let mut far = subscriber(b.addr, 9, LINES).await;
-    let config = HubConfig::default().engines(Some(1)).topics(topics.clone());
-    let hub = Hub::new(
-        Chat {
-            topics: topics.clone(),
-        },
-        config,
-    )
-    .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let handle = hub.handle();
-    let server = tokio::spawn(hub.serve(listener));
+    let config = HubConfig::default().engines(Some(1));
+    let served = serve(config, &topics).await;
+    let addr = served.addr;
     let mut near = subscriber(addr, 1, LINES).await;
     let (tcp, buf) = guest(addr, 0).await;
     let (read, mut write) = tcp.into_split();
@@ -530,8 +531,7 @@ async fn a_publisher_slowed_by_a_stalled_engine_waits_and_loses_nobody() {
         );
     }
     assert_eq!(topics.stats().inbox_dropped, 0);
-    let _ = handle.shutdown().await;
-    let _ = server.await;
+    served.stop().await;
     b.stop();
 }
 
@@ -547,19 +547,9 @@ async fn a_hub_shutting_down_closes_a_slowed_publisher() {
     // Its own timeout far past the stall: ending sooner is the handshake.
     let config = HubConfig::default()
         .engines(Some(1))
-        .shutdown_timeout(Duration::from_secs(60))
-        .topics(topics.clone());
-    let hub = Hub::new(
-        Chat {
-            topics: topics.clone(),
-        },
-        config,
-    )
-    .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let handle = hub.handle();
-    let server = tokio::spawn(hub.serve(listener));
+        .shutdown_timeout(Duration::from_secs(60));
+    let served = serve(config, &topics).await;
+    let (addr, handle) = (served.addr, served.handle.clone());
     let (tcp, buf) = guest(addr, 0).await;
     let (read, mut write) = tcp.into_split();
     let own = tokio::spawn(read_room(read, buf, usize::MAX));
@@ -575,7 +565,7 @@ async fn a_hub_shutting_down_closes_a_slowed_publisher() {
     // The peer answers, behind what it sent before.
     write.write_all(&[0x88, 0x80, 0, 0, 0, 0]).await.unwrap();
     let _ = shutdown.await.unwrap();
-    let _ = server.await;
+    let _ = served.task.await;
     assert_eq!(b.woke.load(Ordering::SeqCst), 0, "done while B slept");
     b.stop();
 }
