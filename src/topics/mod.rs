@@ -125,24 +125,26 @@
 //! ([`Topics::has`]); every change is followed by a notice, so the link's
 //! last look at a topic comes after its last change.
 
+mod mailbox;
 #[cfg(feature = "hub")]
 mod pace;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod ring;
 
-#[cfg(feature = "hub")]
-pub use pace::Room;
+pub(crate) use mailbox::{Delivery, Mailbox};
 #[cfg(feature = "hub")]
 pub(crate) use pace::{Held, Reading};
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
+#[cfg(feature = "hub")]
+use std::future::Future;
+#[cfg(feature = "hub")]
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 #[cfg(feature = "hub")]
-use std::task::Waker;
-
-use futures_util::task::AtomicWaker;
+use std::task::{Context, Poll};
 
 use crate::meter;
 use crate::proto::message::PreparedMessage;
@@ -256,114 +258,6 @@ pub(crate) trait Link: Send + Sync + std::fmt::Debug {
     /// lock rule): the link may take its own locks and call the registry
     /// back; it must not wait.
     fn interest(&self, topic: &str);
-}
-
-/// A publish waiting in an engine's inbox.
-#[derive(Debug)]
-#[cfg_attr(not(feature = "hub"), allow(dead_code))] // read by the hub's engines
-pub(crate) struct Delivery {
-    pub(crate) topic: Arc<str>,
-    pub(crate) msg: PreparedMessage,
-    /// The connection that published it, which does not receive it (as
-    /// uWebSockets' `ws.publish`): the inbox's id and the engine's token.
-    pub(crate) except: Option<(u64, u64)>,
-    /// Its place in the registry's order of publishes: a connection that
-    /// subscribed after it (before its engine got to it) does not get it.
-    pub(crate) seq: u64,
-}
-
-/// An engine's inbox (the public settings' word, as in
-/// [`TopicsConfig::inbox_capacity`]): publishes for its subscribers, and
-/// the engine's task to wake for them. Named `Mailbox` in the code, apart
-/// from the protocol core's `Inbox`, which holds a connection's bytes.
-#[derive(Debug)]
-pub(crate) struct Mailbox {
-    id: u64,
-    items: Mutex<Waiting>,
-    waker: AtomicWaker,
-    /// The registry's bounds, which pacing reads.
-    #[cfg(feature = "hub")]
-    bounds: pace::Bounds,
-}
-
-/// What waits in an inbox, and what its engine has taken and not yet
-/// sent: both count against the inbox's bounds.
-#[derive(Debug, Default)]
-struct Waiting {
-    items: VecDeque<Delivery>,
-    /// Payload bytes (and topic names) of `items` and of the taken ones.
-    bytes: usize,
-    /// Publishes the engine took and has not yet sent.
-    taken: usize,
-    /// Topics with a publish missed since the engine last took, with the
-    /// place ([`Delivery::seq`]) of the last one missed: its subscribers
-    /// from before that place meet their hub's policy; one that came
-    /// after it missed nothing. One entry a topic.
-    missed: Vec<(Arc<str>, u64)>,
-    /// Publishers waiting for room (see `pace`), by name.
-    #[cfg(feature = "hub")]
-    room: HashMap<u64, Waker>,
-    /// The engine is gone: no publisher waits for it.
-    #[cfg(feature = "hub")]
-    closed: bool,
-}
-
-impl Mailbox {
-    #[cfg(feature = "hub")]
-    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
-        self.items.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    #[cfg(feature = "hub")]
-    pub(crate) fn id(&self) -> u64 {
-        self.id
-    }
-
-    #[cfg(feature = "hub")]
-    /// Registers the engine's task, at each poll.
-    pub(crate) fn register(&self, waker: &Waker) {
-        self.waker.register(waker);
-    }
-
-    #[cfg(feature = "hub")]
-    /// Moves every waiting publish into `into`, where they go on counting
-    /// against the bounds until [`sent`](Self::sent) says so, and the
-    /// topics with publishes missed since the last call into `missed`.
-    pub(crate) fn take(&self, into: &mut VecDeque<Delivery>, missed: &mut Vec<(Arc<str>, u64)>) {
-        let mut waiting = self.items.lock().unwrap_or_else(PoisonError::into_inner);
-        waiting.taken += waiting.items.len();
-        if into.is_empty() {
-            std::mem::swap(&mut waiting.items, into);
-        } else {
-            into.append(&mut waiting.items);
-        }
-        if !waiting.missed.is_empty() {
-            missed.append(&mut waiting.missed);
-        }
-    }
-
-    #[cfg(feature = "hub")]
-    /// The engine is done with `count` publishes it took, of `bytes` in
-    /// all ([`Delivery::size`]): room for as many more.
-    pub(crate) fn sent(&self, count: usize, bytes: usize) {
-        let woken = {
-            let mut waiting = self.lock();
-            waiting.taken = waiting.taken.saturating_sub(count);
-            waiting.bytes = waiting.bytes.saturating_sub(bytes);
-            waiting.woken(self.bounds)
-        };
-        // Publishers slowed for this inbox go on; woken with its lock let
-        // go (the module's lock rule).
-        woken.into_iter().for_each(Waker::wake);
-    }
-}
-
-impl Delivery {
-    #[cfg(feature = "hub")]
-    /// What the delivery counts for against an inbox's byte bound.
-    pub(crate) fn size(&self) -> usize {
-        self.msg.payload().len() + self.topic.len()
-    }
 }
 
 /// A topic's subscribers outside hubs: the ring their receivers read, and
@@ -626,7 +520,7 @@ impl Topics {
             if full && paced && !waiting.pressed(inbox.bounds) {
                 full = false;
             }
-            let except = except.filter(|&(id, _)| id == inbox.id);
+            let except = except.filter(|&(id, _)| id == inbox.id());
             // Subscribers here it is for (the publisher is not).
             let here = count
                 .load(Ordering::Relaxed)
@@ -761,15 +655,13 @@ impl Topics {
     /// A mailbox (inbox) for a new engine.
     pub(crate) fn mailbox(&self) -> Arc<Mailbox> {
         let config = &self.inner.config;
-        Arc::new(Mailbox {
-            id: NEXT_INBOX.fetch_add(1, Ordering::Relaxed),
-            items: Mutex::default(),
-            waker: AtomicWaker::new(),
-            bounds: pace::Bounds {
+        Arc::new(Mailbox::new(
+            NEXT_INBOX.fetch_add(1, Ordering::Relaxed),
+            mailbox::Bounds {
                 publishes: config.inbox_capacity,
                 bytes: config.inbox_bytes,
             },
-        })
+        ))
     }
 
     #[cfg(feature = "hub")]
@@ -930,5 +822,72 @@ fn lagged(n: u64) -> RecvError {
     RecvError::Lagged(n)
 }
 
+#[cfg(feature = "hub")]
+/// Resolves once no engine inbox holding `topic`'s subscribers is pressed:
+/// from [`Topics::room`]. Dropped before that, it leaves nothing behind
+/// in the inboxes it waited in.
+#[derive(Debug)]
+#[must_use = "a future does nothing unless polled"]
+pub struct Room<'a> {
+    topics: &'a Topics,
+    topic: &'a str,
+    id: u64,
+    /// The inboxes it waits in.
+    waits_in: Vec<Arc<Mailbox>>,
+}
+
+#[cfg(feature = "hub")]
+impl<'a> Room<'a> {
+    pub(crate) fn new(topics: &'a Topics, topic: &'a str) -> Self {
+        Room {
+            topics,
+            topic,
+            id: mailbox::next_waiter(),
+            waits_in: Vec::new(),
+        }
+    }
+}
+
+#[cfg(feature = "hub")]
+impl Future for Room<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let inboxes = this.topics.inboxes(this.topic);
+        // Registered in each pressed one: woken when one has room, this
+        // looks at them all again.
+        let mut pressed = false;
+        for inbox in &inboxes {
+            if inbox.wait_if_pressed(this.id, cx.waker()) {
+                pressed = true;
+                if !this.waits_in.iter().any(|i| Arc::ptr_eq(i, inbox)) {
+                    this.waits_in.push(inbox.clone());
+                }
+            }
+        }
+        if pressed {
+            Poll::Pending
+        } else {
+            // Nothing left registered (each look took it out).
+            for inbox in this.waits_in.drain(..) {
+                inbox.forget(this.id);
+            }
+            Poll::Ready(())
+        }
+    }
+}
+
+#[cfg(feature = "hub")]
+impl Drop for Room<'_> {
+    fn drop(&mut self) {
+        for inbox in self.waits_in.drain(..) {
+            inbox.forget(self.id);
+        }
+    }
+}
+
+#[cfg(all(test, feature = "hub"))]
+mod pace_tests;
 #[cfg(test)]
 mod tests;

@@ -1,3 +1,5 @@
+use std::collections::VecDeque;
+
 use super::*;
 use crate::proto::message::Message;
 
@@ -255,7 +257,7 @@ fn taking_appends_after_what_the_engine_holds() {
 #[test]
 fn an_engine_is_woken_when_its_inbox_gets_its_first_publish() {
     use std::sync::atomic::AtomicUsize;
-    use std::task::Wake;
+    use std::task::{Wake, Waker};
     struct Count(AtomicUsize);
     impl Wake for Count {
         fn wake(self: Arc<Self>) {
@@ -439,7 +441,7 @@ fn the_link_hears_of_a_topic_after_the_change_with_no_lock_held() {
 
 #[test]
 fn receivers_and_engines_are_woken_with_no_lock_held() {
-    use std::task::{Context, Wake};
+    use std::task::{Context, Wake, Waker};
     /// Notes, when woken, whether a lock is held.
     struct Check {
         topics: Topics,
