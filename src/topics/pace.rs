@@ -1,8 +1,11 @@
 //! Pacing publishers: a publisher in this process is slowed while an
 //! engine's inbox it publishes to is past half its bounds, so that the
-//! engines' subscribers never miss what a fast publisher sends.
+//! engines' subscribers never miss what a fast publisher sends. This file
+//! holds what marks and holds a publisher; the marks themselves and the
+//! waiters are the inbox's (`mailbox.rs`), and the task's future is
+//! [`Room`](crate::topics::Room).
 //!
-//! The rule, in one place:
+//! The rule:
 //!
 //! - an inbox is **pressed** once what waits in it (queued, or taken by
 //!   its engine and not yet sent) reaches half of
@@ -12,8 +15,8 @@
 //! - a hub connection whose handler published (by any means: `Ws::publish`,
 //!   the registry, a handle) to a pressed inbox while the engine was
 //!   handing it a message it read stops reading there: the rest of the
-//!   read stays buffered and the connection is served again once every
-//!   inbox it waits for has room ([`Reading`]);
+//!   read stays buffered and the connection is served again once the
+//!   first inbox it found pressed has room ([`Reading`], [`Held`]);
 //! - a task outside an engine waits with
 //!   [`Topics::room`](crate::topics::Topics::room) or
 //!   [`Topics::publish_when_room`](crate::topics::Topics::publish_when_room).
@@ -27,7 +30,7 @@
 //!
 //! Waiting publishers are wakers in the inbox, under its lock, each under
 //! a name of its own: one per waiting hub connection and one per pending
-//! [`Room`] future, taken out when they are woken or stop waiting.
+//! `Room` future, taken out when they are woken or stop waiting.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
