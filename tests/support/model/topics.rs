@@ -62,6 +62,10 @@ const TOPICS: [&str; 2] = ["a", "b"];
 /// passes half of it.
 const SMALL_INBOX: usize = 64;
 
+/// The most publishes a script makes: three clients, four phases of four
+/// acts of up to 400.
+const SCRIPT_PUBLISHES_MAX: usize = 3 * 4 * 4 * 400;
+
 /// A hub engine's inbox otherwise: room for the most a phase publishes
 /// (three clients, four acts of twelve: 144), and small enough that a
 /// script's publishes together pass it, so that room not given back as
@@ -422,8 +426,13 @@ async fn start(engine: TopicEngine, script: &TopicScript) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let ends = Ends::default();
-    let config =
-        TopicsConfig::default().inbox_capacity(if script.burst { SMALL_INBOX } else { INBOX });
+    // A Stream's receiver more than `stream_capacity` behind skips ahead
+    // (documented, and tested in tests/hub/topics.rs): its ring here holds
+    // every publish a script can make, so that the rule the scripts check
+    // is exact delivery, whatever the scheduling.
+    let config = TopicsConfig::default()
+        .inbox_capacity(if script.burst { SMALL_INBOX } else { INBOX })
+        .stream_capacity(SCRIPT_PUBLISHES_MAX);
     // A registry of its own: nothing of another script or test reaches it.
     let topics = Topics::with_config(config);
     let registry = topics.clone();
