@@ -40,9 +40,11 @@
 //!     even past [`TopicsConfig::inbox_bytes`]: an inbox below its mark
 //!     takes one message of any size from a slowed publisher. While it
 //!     waits, its keepalive counts the peer as heard (the server, not the
-//!     peer, stopped listening).
+//!     peer, stopped listening), and a peer that goes away meanwhile is
+//!     noticed once it is read again.
 //!   - a task waits with [`Topics::room`] or publishes with
-//!     [`Topics::publish_when_room`].
+//!     [`Topics::publish_when_room`], which waits again if other
+//!     publishers took the room first.
 //!
 //!   Nothing else is slowed: [`Topics::publish`] from a task, publishes
 //!   from a hub handler's `open` and `close` callbacks (and `drain`
@@ -65,7 +67,8 @@
 //!   meet their hub's [`BackpressurePolicy`](crate::hub::BackpressurePolicy)
 //!   as slow subscribers do: closed ([`Error::PublishesMissed`]) under
 //!   `Close`, the publish skipped for them under `Drop`.
-//! - **What a burst holds**: each engine's inbox up to its bounds, each
+//! - **What a burst holds**: each engine's inbox up to its bounds (and,
+//!   past `inbox_bytes`, one message of each slowed connection), each
 //!   slowed connection the rest of the read it was slowed in (at most
 //!   the hub's [`read_buffer_size`](crate::hub::HubConfig::read_buffer_size)),
 //!   and each subscriber's backlog up to
@@ -74,8 +77,8 @@
 //!   peer does not take what it is sent, past
 //!   [`max_backpressure`](crate::Config::max_backpressure) (the hub's
 //!   policy, as above), and the subscribers of an engine whose inbox
-//!   overflowed as just said. A subscriber that reads is never cut for
-//!   what a connection of this process publishes.
+//!   overflowed as just said. A subscriber that reads is never cut for a
+//!   burst of messages from one connection of this process.
 //!
 //! [`Error::PublishesMissed`]: crate::Error::PublishesMissed
 //! - **Shared by every hub of a process**: hubs use [`Topics::global`]
@@ -441,8 +444,14 @@ impl Topics {
     /// Waits for [`room`](Self::room), then [`publish`](Self::publish)es.
     #[cfg(feature = "hub")]
     pub async fn publish_when_room(&self, topic: &str, msg: &PreparedMessage) -> Published {
-        self.room(topic).await;
-        pace::after_room(|| self.publish(topic, msg))
+        loop {
+            self.room(topic).await;
+            // Others woken with it may have taken the room: then it waits
+            // again, rather than have a subscriber miss the publish.
+            if let Some(published) = pace::after_room(|| self.publish_after_room(topic, msg)) {
+                return published;
+            }
+        }
     }
 
     /// The inboxes of the engines holding `topic`'s subscribers.
@@ -485,14 +494,40 @@ impl Topics {
         except: Option<(u64, u64)>,
     ) -> usize {
         self.inner.published.fetch_add(1, Ordering::Relaxed);
-        let reached = self.queue(topic, msg, except);
+        let reached = self.queue(topic, msg, except, false).unwrap_or(0);
         meter::published(reached);
         reached
     }
 
+    /// [`publish`](Self::publish) for a task that waited for room: `None`,
+    /// and queued nowhere, if an inbox has none after all (other
+    /// publishers took it first), for the task to wait again.
+    #[cfg(feature = "hub")]
+    fn publish_after_room(&self, topic: &str, msg: &PreparedMessage) -> Option<Published> {
+        let local = self.queue(topic, msg, None, true)?;
+        self.inner.published.fetch_add(1, Ordering::Relaxed);
+        meter::published(local);
+        let remote = match self.inner.link.get() {
+            Some(link) => link.send(topic, msg),
+            None => Remote::NoLink,
+        };
+        Some(Published { local, remote })
+    }
+
     /// [`deliver`](Self::deliver)'s work, under the shard's lock: how many
     /// subscribers it was queued for.
-    fn queue(&self, topic: &str, msg: &PreparedMessage, except: Option<(u64, u64)>) -> usize {
+    ///
+    /// With `decline`, a publish that an engine's inbox has no room for is
+    /// queued nowhere (`None`): each inbox is looked at first, under the
+    /// shard's lock, so that publishes to this topic cannot take the room
+    /// meanwhile.
+    fn queue(
+        &self,
+        topic: &str,
+        msg: &PreparedMessage,
+        except: Option<(u64, u64)>,
+        decline: bool,
+    ) -> Option<usize> {
         let config = &self.inner.config;
         let size = msg.payload().len() + topic.len();
         let mut wake = Vec::new();
@@ -501,11 +536,25 @@ impl Topics {
         let streams;
         let shard = self.inner.shard(topic);
         let Some(entry) = shard.get(topic) else {
-            return 0;
+            return Some(0);
         };
-        let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "hub")]
         let paced = pace::paced();
+        #[cfg(feature = "hub")]
+        if decline
+            && entry.engines.iter().any(|(inbox, _)| {
+                let waiting = inbox.lock();
+                let behind = waiting.behind();
+                let full = behind >= config.inbox_capacity
+                    || (behind > 0 && waiting.bytes + size > config.inbox_bytes);
+                full && waiting.pressed(inbox.bounds)
+            })
+        {
+            return None;
+        }
+        #[cfg(not(feature = "hub"))]
+        let _ = decline;
+        let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
         for (inbox, count) in &entry.engines {
             let mut waiting = inbox.items.lock().unwrap_or_else(PoisonError::into_inner);
             // An engine that is this far behind misses the publish (the
@@ -580,7 +629,7 @@ impl Topics {
         if missed > 0 {
             meter::topic_dropped(meter::TopicDrop::InboxFull, missed as u64);
         }
-        reached
+        Some(reached)
     }
 
     /// Subscribes a task to `topic`: what is published to it from now on

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Wake, Waker};
 
 use super::mailbox::Mailbox;
-use super::pace::{Held, Reading, paced};
+use super::pace::{Held, Reading, after_room, paced};
 use super::*;
 use crate::proto::message::{Message, PreparedMessage};
 use crate::topics::TopicsConfig;
@@ -249,4 +249,37 @@ async fn room_waits_for_every_engine_of_the_topic() {
     // Publishing through it.
     let published = tokio_test::task::spawn(topics.publish_when_room("t", &prepared("x"))).poll();
     assert!(published.is_ready());
+}
+
+/// Tasks woken together for room, each sure of it, with messages larger
+/// than what is left above the mark once one has published: the others
+/// find it taken and wait again (queued nowhere) rather than have the
+/// subscribers miss their publishes.
+#[test]
+fn a_task_that_finds_its_room_taken_waits_again() {
+    let topics = Topics::with_config(TopicsConfig::default().inbox_bytes(16 << 10));
+    let inbox = topics.mailbox();
+    topics.join(&inbox, "t");
+    let big = PreparedMessage::new(&Message::binary(vec![7u8; 6 << 10])).unwrap();
+    // Two tasks saw room (nothing waits); the first publishes.
+    let first = after_room(|| topics.publish_after_room("t", &big));
+    assert_eq!(first.map(|p| p.local), Some(1));
+    let second = after_room(|| topics.publish_after_room("t", &big));
+    assert_eq!(
+        second.map(|p| p.local),
+        Some(1),
+        "6 of 16 KiB: below the mark"
+    );
+    // The third's would pass the bound, the inbox past its mark: declined.
+    let third = after_room(|| topics.publish_after_room("t", &big));
+    assert!(third.is_none());
+    assert_eq!(topics.stats().inbox_dropped, 0);
+    assert_eq!(
+        topics.stats().published,
+        2,
+        "the declined one is not counted"
+    );
+    let mut taken = VecDeque::new();
+    inbox.take(&mut taken, &mut Vec::new());
+    assert_eq!(taken.len(), 2);
 }
