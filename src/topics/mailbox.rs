@@ -71,6 +71,24 @@ pub(super) struct Waiting {
     closed: bool,
 }
 
+impl Waiting {
+    /// Whether a publish of `size` bytes misses this inbox, bounded by
+    /// `publishes` and `bytes`: the first always fits, however large;
+    /// with `paced` (its publisher is slowed after it), so does any while
+    /// the inbox is below the mark at which publishers are slowed.
+    pub(super) fn misses(&self, size: usize, publishes: usize, bytes: usize, paced: bool) -> bool {
+        let behind = self.items.len() + self.taken;
+        let full = behind >= publishes || (behind > 0 && self.bytes + size > bytes);
+        #[cfg(feature = "hub")]
+        if full && paced {
+            return self.pressed(Bounds { publishes, bytes });
+        }
+        #[cfg(not(feature = "hub"))]
+        let _ = paced;
+        full
+    }
+}
+
 impl Mailbox {
     /// A new engine's inbox, named `id`.
     #[cfg(feature = "hub")]

@@ -540,14 +540,14 @@ impl Topics {
         };
         #[cfg(feature = "hub")]
         let paced = pace::paced();
+        #[cfg(not(feature = "hub"))]
+        let paced = false;
         #[cfg(feature = "hub")]
         if decline
             && entry.engines.iter().any(|(inbox, _)| {
-                let waiting = inbox.lock();
-                let behind = waiting.behind();
-                let full = behind >= config.inbox_capacity
-                    || (behind > 0 && waiting.bytes + size > config.inbox_bytes);
-                full && waiting.pressed(inbox.bounds)
+                inbox
+                    .lock()
+                    .misses(size, config.inbox_capacity, config.inbox_bytes, paced)
             })
         {
             return None;
@@ -557,18 +557,8 @@ impl Topics {
         let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
         for (inbox, count) in &entry.engines {
             let mut waiting = inbox.items.lock().unwrap_or_else(PoisonError::into_inner);
-            // An engine that is this far behind misses the publish (the
-            // first always fits, however large).
-            let behind = waiting.items.len() + waiting.taken;
-            #[cfg_attr(not(feature = "hub"), allow(unused_mut))]
-            let mut full = behind >= config.inbox_capacity
-                || (behind > 0 && waiting.bytes + size > config.inbox_bytes);
-            // A paced publisher is slowed after this publish: below the
-            // mark, the inbox takes it whatever its size.
-            #[cfg(feature = "hub")]
-            if full && paced && !waiting.pressed(inbox.bounds) {
-                full = false;
-            }
+            // An engine this far behind misses the publish.
+            let full = waiting.misses(size, config.inbox_capacity, config.inbox_bytes, paced);
             let except = except.filter(|&(id, _)| id == inbox.id());
             // Subscribers here it is for (the publisher is not).
             let here = count
